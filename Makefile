@@ -1,0 +1,42 @@
+# Thin wrapper over CMake/CTest. `make demo` and `make test` install missing dependencies first.
+BUILD ?= build
+CC ?= cc
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+
+.PHONY: all deps build test demo bench clean asan clang
+
+all: build
+
+deps:
+	@bash scripts/install-deps.sh
+
+$(BUILD)/CMakeCache.txt:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
+
+build: $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS)
+
+test: deps
+	$(MAKE) build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# ASan+UBSan build and test run (what .ci/run does too).
+asan: deps
+	$(MAKE) test BUILD=build-asan CMAKE_FLAGS="-DMEMWALL_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug"
+
+# Build with clang as well (warnings are errors).
+clang: deps
+	CC=clang cmake -S . -B build-clang -DCMAKE_BUILD_TYPE=Release
+	cmake --build build-clang -j $(JOBS)
+
+demo: deps
+	$(MAKE) build
+	bash scripts/demo.sh $(BUILD)/memwall
+
+bench: deps
+	$(MAKE) build
+	bash bench/run_all.sh $(BUILD)/memwall
+
+clean:
+	rm -rf build build-asan build-clang

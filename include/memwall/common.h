@@ -1,0 +1,76 @@
+/*
+ * memwall/common.h — conventions shared by every subsystem.
+ *
+ * Errors: library functions return 0 on success and a negative errno-style code on
+ * failure (like liburing: -EINVAL, -ENOSPC, -EIO, ...). They never print and never exit.
+ * The human-readable "what went wrong and what to do" goes into a per-thread message
+ * buffer (mw_error_set / mw_error_msg) that the CLI prints. memwall-specific failures use
+ * the MW_E* codes below, which sit outside the errno range.
+ *
+ * Logging: the few one-time notices the library must give (mlock refused, O_DIRECT
+ * unavailable) go through mw_log(), whose sink the CLI or a test may replace.
+ *
+ * Units: sizes are bytes (size_t / uint64_t); times are nanoseconds from mw_now_ns()
+ * (CLOCK_MONOTONIC). Human output uses GiB = 2^30 and GB = 10^9, never mixed.
+ */
+#ifndef MEMWALL_COMMON_H
+#define MEMWALL_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdarg.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* memwall-specific error codes (negative, beyond any errno). */
+enum {
+    MW_EBUDGET   = -10001, /* an allocation would exceed a tier's capacity budget */
+    MW_ECHECKSUM = -10002, /* a crc32c mismatch on read */
+    MW_EFORMAT   = -10003, /* a malformed or truncated file */
+    MW_EOVERFLOW = -10004, /* inf/NaN found in gradients (step skipped) */
+};
+
+/* A short name for an error code ("ENOSPC: No space left on device", "budget exceeded", ...). */
+const char *mw_strerror(int err);
+
+/* Per-thread detailed message of the last failure. mw_error_set formats it; it returns err
+ * so that `return mw_error_set(-EIO, "...")` reads naturally. */
+int mw_error_set(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+const char *mw_error_msg(void);
+void mw_error_clear(void);
+
+/* Logging. */
+enum mw_log_level { MW_LOG_DEBUG = 0, MW_LOG_INFO = 1, MW_LOG_WARN = 2, MW_LOG_ERROR = 3 };
+typedef void (*mw_log_fn)(enum mw_log_level level, const char *msg, void *user);
+void mw_log(enum mw_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Replace the sink (NULL restores the default: stderr, WARN and above). */
+void mw_log_set(mw_log_fn fn, void *user);
+void mw_log_set_level(enum mw_log_level min_level);
+
+/* Monotonic clock in nanoseconds. */
+uint64_t mw_now_ns(void);
+
+/* Formatting helpers for human output: "1.50 GiB", "2.41 GB/s". buf needs >= 32 bytes. */
+const char *mw_fmt_bytes(char *buf, size_t n, uint64_t bytes);   /* binary units: KiB, MiB, GiB */
+const char *mw_fmt_rate(char *buf, size_t n, double bytes_per_s); /* decimal: MB/s, GB/s */
+
+/* Parse a size: "4096", "64K", "1M", "4G", "1GiB" (binary: 2^10, 2^20, 2^30, 2^40) or
+ * "1KB", "1MB", "1GB", "1TB" (decimal: 10^3 ...). Returns 0 or -EINVAL. */
+int mw_parse_size(const char *s, uint64_t *out);
+
+/* Always-on invariant check (never compiled out); aborts through a replaceable hook. */
+typedef void (*mw_abort_fn)(const char *file, int line, const char *expr);
+void mw_set_abort_callback(mw_abort_fn fn);
+void mw_abort_(const char *file, int line, const char *expr) __attribute__((noreturn));
+#define MW_ASSERT(x) do { if (!(x)) mw_abort_(__FILE__, __LINE__, #x); } while (0)
+
+#define MW_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define MW_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define MW_ALIGN_UP(x, a) ((((x) + (a) - 1) / (a)) * (a))
+
+#ifdef __cplusplus
+}
+#endif
+#endif

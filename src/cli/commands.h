@@ -1,0 +1,19 @@
+/*
+ * commands.h — the memwall subcommands. Each lives in its own file src/cli/cmd_<name>.c and
+ * takes the arguments after its name. Return value is the process exit code:
+ * 0 success, 1 runtime failure, 2 usage error.
+ */
+#ifndef MEMWALL_CLI_COMMANDS_H
+#define MEMWALL_CLI_COMMANDS_H
+
+int mw_cmd_train(int argc, char **argv);         /* cmd_train.c */
+int mw_cmd_report(int argc, char **argv);        /* cmd_report.c */
+int mw_cmd_plan(int argc, char **argv);          /* cmd_plan.c */
+int mw_cmd_bench_io(int argc, char **argv);      /* cmd_bench_io.c */
+int mw_cmd_bench_adam(int argc, char **argv);    /* cmd_bench_adam.c */
+int mw_cmd_bench_offload(int argc, char **argv); /* cmd_bench_offload.c */
+
+/* Prints "memwall: <what> failed: <detail from mw_error_msg()>" to stderr. */
+void mw_cli_fail(const char *what, int err);
+
+#endif

@@ -1,0 +1,55 @@
+/*
+ * opts.h — the CLI's option tables. Every subcommand declares its options once, in one
+ * table (name, type, destination, units/help, bounds); the same table parses argv and
+ * prints --help, with defaults read from the destinations, so help and parser cannot drift
+ * (llm.c's -pm/-pi lesson; redis config.c's table style).
+ *
+ * Exit-code contract for callers: mw_opts_parse returns MW_OPTS_OK, MW_OPTS_HELP (help was
+ * printed to stdout: exit 0) or MW_OPTS_USAGE (a message was printed to stderr: exit 2).
+ */
+#ifndef MEMWALL_CLI_OPTS_H
+#define MEMWALL_CLI_OPTS_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+enum mw_opt_type {
+    MW_OPT_FLAG,   /* dst: int*, set to 1 when present */
+    MW_OPT_INT,    /* dst: int64_t* */
+    MW_OPT_SIZE,   /* dst: uint64_t*, bytes; accepts 4K, 1M, 2GiB, 1GB (see mw_parse_size) */
+    MW_OPT_DOUBLE, /* dst: double* */
+    MW_OPT_STRING, /* dst: const char** */
+    MW_OPT_CHOICE, /* dst: const char**, must be one of choices[] */
+};
+
+struct mw_opt {
+    const char *name;             /* long name without the leading "--" */
+    enum mw_opt_type type;
+    void *dst;
+    const char *metavar;          /* e.g. "BYTES", "N", "DIR" (ignored for flags) */
+    const char *help;             /* one line, naming the unit */
+    double min, max;              /* inclusive bounds for INT/SIZE/DOUBLE; min == max means none */
+    const char *const *choices;   /* NULL-terminated, for MW_OPT_CHOICE */
+};
+
+struct mw_cmd_spec {
+    const char *name;             /* "bench io" */
+    const char *args;             /* positional part of the usage line, e.g. "TRACE" or "" */
+    const char *summary;          /* one paragraph */
+    const struct mw_opt *opts;
+    int nopts;
+    int min_pos, max_pos;         /* number of positional arguments allowed */
+};
+
+enum { MW_OPTS_OK = 0, MW_OPTS_HELP = 1, MW_OPTS_USAGE = 2 };
+
+/* Parses argv[0..argc) (argv[0] is the first argument after the subcommand name).
+ * Positional arguments are returned in pos (pointing into argv), count in *npos. */
+int mw_opts_parse(const struct mw_cmd_spec *spec, int argc, char **argv, char **pos, int *npos);
+void mw_opts_help(const struct mw_cmd_spec *spec, FILE *f);
+/* Was this option given on the command line in the last parse of its spec? */
+int mw_opts_given(const struct mw_cmd_spec *spec, const char *name);
+
+#define MW_NOPTS(t) ((int)(sizeof(t) / sizeof((t)[0])))
+
+#endif

@@ -1,0 +1,130 @@
+/*
+ * common.c — error messages, logging, clock, unit formatting and parsing.
+ * Why a per-thread message buffer: the engine runs on worker threads, and an error code
+ * alone cannot say which object, file and offset failed. Each thread keeps its own last
+ * message so concurrent failures do not overwrite each other.
+ */
+#include "memwall/common.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <ctype.h>
+#include <pthread.h>
+
+static _Thread_local char tl_msg[1024];
+
+const char *mw_strerror(int err)
+{
+    switch (err) {
+    case 0: return "success";
+    case MW_EBUDGET: return "tier budget exceeded";
+    case MW_ECHECKSUM: return "checksum mismatch";
+    case MW_EFORMAT: return "malformed or truncated file";
+    case MW_EOVERFLOW: return "inf/NaN in gradients";
+    default: break;
+    }
+    if (err < 0 && err > -4096) return strerror(-err);
+    return "unknown error";
+}
+
+int mw_error_set(int err, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(tl_msg, sizeof tl_msg, fmt, ap);
+    va_end(ap);
+    return err;
+}
+
+const char *mw_error_msg(void) { return tl_msg[0] ? tl_msg : "(no detail)"; }
+void mw_error_clear(void) { tl_msg[0] = 0; }
+
+static mw_log_fn g_log_fn;
+static void *g_log_user;
+static enum mw_log_level g_log_level = MW_LOG_WARN;
+static pthread_mutex_t g_log_mu = PTHREAD_MUTEX_INITIALIZER;
+
+void mw_log_set(mw_log_fn fn, void *user) { g_log_fn = fn; g_log_user = user; }
+void mw_log_set_level(enum mw_log_level l) { g_log_level = l; }
+
+void mw_log(enum mw_log_level level, const char *fmt, ...)
+{
+    if (level < g_log_level) return;
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (g_log_fn) { g_log_fn(level, buf, g_log_user); return; }
+    static const char *names[] = {"debug", "info", "warning", "error"};
+    pthread_mutex_lock(&g_log_mu);
+    fprintf(stderr, "memwall: %s: %s\n", names[level], buf);
+    pthread_mutex_unlock(&g_log_mu);
+}
+
+uint64_t mw_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+const char *mw_fmt_bytes(char *buf, size_t n, uint64_t b)
+{
+    static const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    double v = (double)b;
+    int i = 0;
+    while (v >= 1024.0 && i < 5) { v /= 1024.0; i++; }
+    if (i == 0) snprintf(buf, n, "%llu B", (unsigned long long)b);
+    else snprintf(buf, n, "%.2f %s", v, u[i]);
+    return buf;
+}
+
+const char *mw_fmt_rate(char *buf, size_t n, double r)
+{
+    if (r >= 1e9) snprintf(buf, n, "%.2f GB/s", r / 1e9);
+    else if (r >= 1e6) snprintf(buf, n, "%.1f MB/s", r / 1e6);
+    else snprintf(buf, n, "%.1f kB/s", r / 1e3);
+    return buf;
+}
+
+int mw_parse_size(const char *s, uint64_t *out)
+{
+    if (!s || !*s) return -EINVAL;
+    errno = 0;
+    char *end;
+    double v = strtod(s, &end);
+    if (errno || end == s || v < 0) return -EINVAL;
+    while (isspace((unsigned char)*end)) end++;
+    double mul = 1;
+    if (*end) {
+        struct { const char *suf; double mul; } t[] = {
+            {"B", 1}, {"K", 1024.0}, {"KIB", 1024.0}, {"KB", 1e3},
+            {"M", 1048576.0}, {"MIB", 1048576.0}, {"MB", 1e6},
+            {"G", 1073741824.0}, {"GIB", 1073741824.0}, {"GB", 1e9},
+            {"T", 1099511627776.0}, {"TIB", 1099511627776.0}, {"TB", 1e12},
+        };
+        size_t i;
+        for (i = 0; i < sizeof t / sizeof t[0]; i++)
+            if (!strcasecmp(end, t[i].suf)) break;
+        if (i == sizeof t / sizeof t[0]) return -EINVAL;
+        mul = t[i].mul;
+    }
+    double r = v * mul;
+    if (r > 1.8e19) return -ERANGE;
+    *out = (uint64_t)(r + 0.5);
+    return 0;
+}
+
+static mw_abort_fn g_abort_fn;
+void mw_set_abort_callback(mw_abort_fn fn) { g_abort_fn = fn; }
+void mw_abort_(const char *file, int line, const char *expr)
+{
+    if (g_abort_fn) g_abort_fn(file, line, expr);
+    fprintf(stderr, "memwall: internal error at %s:%d: assertion '%s' failed\n", file, line, expr);
+    abort();
+}
