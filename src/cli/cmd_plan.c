@@ -1,10 +1,215 @@
-/* cmd_plan.c — placeholder until the planner issue (#4) lands: says so and exits 1. */
+/*
+ * cmd_plan.c — `memwall plan`: resolve the model, layout and hardware from one option
+ * table, run the planner, and print the table (or JSON, or a k8s resources block, or the
+ * layouts --search finds). Printing lives in plan_print.c.
+ *
+ * Exit codes: 0 ok; 1 the planner failed at run time; 2 usage: bad option, unknown model,
+ * malformed config.json, a layout whose degrees do not divide.
+ */
 #include "cli/commands.h"
+#include "cli/opts.h"
+#include "cli/plan_print.h"
+#include "memwall/common.h"
+#include "memwall/plan.h"
+
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static const char *const tiers[] = {"none", "cpu", "nvme", NULL};
+static const char *const dtypes[] = {"fp32", "bf16", "fp16", "fp8", "int8", "int4", NULL};
+static const char *const dtypes_none[] = {"fp32", "bf16", "fp16", "fp8", "int8", "none", NULL};
+static const char *const recomputes[] = {"none", "selective", "full", NULL};
+static const char *const act_models[] = {"detailed", "classic", "zero", "zero-infinity", NULL};
+static const char *const estimators[] = {"none", "deepspeed-zero2", "deepspeed-zero3", "megatron",
+                                         "accelerate", NULL};
+static const char *const ds_versions[] = {"current", "legacy", NULL};
+static const char *const emits[] = {"none", "k8s", NULL};
+static const char *const hws[] = {"a100-40gb", "a100-80gb", "h100", "h200", "gh200", "rtx4090", NULL};
+
+static enum mw_tier tier_of(const char *s)
+{
+    return !strcmp(s, "cpu") ? MW_TIER_CPU : !strcmp(s, "nvme") ? MW_TIER_NVME : MW_TIER_NONE;
+}
+
+static enum mw_dtype dtype_of(const char *s)
+{
+    enum mw_dtype d = MW_DT_NONE;
+    (void)mw_dtype_parse(s, &d); /* the option table only lets valid names through */
+    return d;
+}
+
+static int is_config_path(const char *s)
+{
+    struct stat st;
+    size_t n = strlen(s);
+    return (n > 5 && !strcmp(s + n - 5, ".json")) || (strchr(s, '/') && stat(s, &st) == 0);
+}
 
 int mw_cmd_plan(int argc, char **argv)
 {
-    (void)argc; (void)argv;
-    fprintf(stderr, "memwall: 'plan' is not implemented yet (issue #4)\n");
-    return 1;
+    const char *model = NULL, *host_profile = NULL;
+    double params = 0, largest = 0;
+    int64_t gpus = 0, gpn = 0, dp = 0, tp = 1, pp = 1, ep = 1, etp = 1, zero = 0, micro = 1, seq = 2048;
+    int64_t gbatch = 0, interleave = 1, context = 0, batch = 1, zero_init = 1, top = 10;
+    int sp = 0, json = 0, search = 0, list = 0, zeropp = 0;
+    const char *off_opt = "none", *off_par = "none", *wdt = "bf16", *gdt = "bf16", *mdt = "fp32";
+    const char *modt = "fp32", *gadt = "none", *kvdt = "bf16", *rc = "selective", *actm = "detailed";
+    const char *est = "none", *dsv = "current", *emit = "none", *hwname = "h100";
+
+    const struct mw_opt opts[] = {
+        {"model", MW_OPT_STRING, &model, "NAME|CONFIG.json", "built-in model name or a Hugging Face config.json", 0, 0, NULL},
+        {"params", MW_OPT_DOUBLE, &params, "N", "bare parameter count instead of a model (e.g. 7e9)", 1, 1e16, NULL},
+        {"largest-layer", MW_OPT_DOUBLE, &largest, "N", "with --params: parameters of the largest layer", 0, 1e16, NULL},
+        {"gpus", MW_OPT_INT, &gpus, "N", "total GPUs (default: DP x TP x PP)", 0, 1 << 24, NULL},
+        {"gpus-per-node", MW_OPT_INT, &gpn, "G", "GPUs sharing one host (default: the hardware's)", 0, 1024, NULL},
+        {"dp", MW_OPT_INT, &dp, "N", "data-parallel degree (default: GPUs / (TP x PP))", 0, 1 << 24, NULL},
+        {"tp", MW_OPT_INT, &tp, "N", "tensor-parallel degree", 1, 1024, NULL},
+        {"pp", MW_OPT_INT, &pp, "N", "pipeline-parallel degree", 1, MW_PLAN_MAX_STAGES, NULL},
+        {"ep", MW_OPT_INT, &ep, "N", "expert-parallel degree", 1, 1 << 20, NULL},
+        {"etp", MW_OPT_INT, &etp, "N", "expert tensor-parallel degree", 1, 1024, NULL},
+        {"interleave", MW_OPT_INT, &interleave, "N", "virtual pipeline chunks per rank", 1, 1024, NULL},
+        {"sequence-parallel", MW_OPT_FLAG, &sp, NULL, "shard TP-replicated activations (Megatron SP)", 0, 0, NULL},
+        {"zero", MW_OPT_INT, &zero, "0|1|2|3", "ZeRO stage (1 = distributed optimizer)", 0, 3, NULL},
+        {"zeropp", MW_OPT_FLAG, &zeropp, NULL, "ZeRO++ communication (quantized weights/grads, hpZ)", 0, 0, NULL},
+        {"offload-optimizer", MW_OPT_CHOICE, &off_opt, NULL, "tier of the optimizer state", 0, 0, tiers},
+        {"offload-params", MW_OPT_CHOICE, &off_par, NULL, "tier of the weights (needs --zero 3)", 0, 0, tiers},
+        {"weight-dtype", MW_OPT_CHOICE, &wdt, NULL, "dtype of the working weights", 0, 0, dtypes},
+        {"grad-dtype", MW_OPT_CHOICE, &gdt, NULL, "dtype of the gradients", 0, 0, dtypes},
+        {"master-dtype", MW_OPT_CHOICE, &mdt, NULL, "dtype of the master weights", 0, 0, dtypes_none},
+        {"moment-dtype", MW_OPT_CHOICE, &modt, NULL, "dtype of each Adam moment", 0, 0, dtypes},
+        {"grad-accum-dtype", MW_OPT_CHOICE, &gadt, NULL, "extra gradient-accumulation buffer", 0, 0, dtypes_none},
+        {"micro-batch", MW_OPT_INT, &micro, "N", "sequences per micro-batch per rank", 1, 1 << 20, NULL},
+        {"seq", MW_OPT_INT, &seq, "N", "tokens per sequence", 1, 1 << 26, NULL},
+        {"global-batch", MW_OPT_INT, &gbatch, "N", "sequences per iteration (default: micro-batch x DP)", 0, 1 << 30, NULL},
+        {"recompute", MW_OPT_CHOICE, &rc, NULL, "activation recomputation", 0, 0, recomputes},
+        {"act-model", MW_OPT_CHOICE, &actm, NULL, "activation formula (see docs/plan.md)", 0, 0, act_models},
+        {"context", MW_OPT_INT, &context, "N", "inference: KV-cache context length in tokens", 0, 1 << 30, NULL},
+        {"batch", MW_OPT_INT, &batch, "N", "inference: sequences sharing the KV cache", 1, 1 << 24, NULL},
+        {"kv-dtype", MW_OPT_CHOICE, &kvdt, NULL, "dtype of the KV cache", 0, 0, dtypes},
+        {"estimator", MW_OPT_CHOICE, &est, NULL, "also print another tool's estimate", 0, 0, estimators},
+        {"zero-init", MW_OPT_INT, &zero_init, "0|1", "DeepSpeed estimator: zero.Init used", 0, 1, NULL},
+        {"ds-version", MW_OPT_CHOICE, &dsv, NULL, "DeepSpeed estimator: legacy = before PR #5099", 0, 0, ds_versions},
+        {"hw", MW_OPT_CHOICE, &hwname, NULL, "hardware profile", 0, 0, hws},
+        {"host-profile", MW_OPT_STRING, &host_profile, "FILE", "host figures from a memwall bench calibration JSON", 0, 0, NULL},
+        {"search", MW_OPT_FLAG, &search, NULL, "list the layouts that fit --gpus, fastest first", 0, 0, NULL},
+        {"top", MW_OPT_INT, &top, "N", "with --search: how many layouts to list", 1, 1000, NULL},
+        {"emit", MW_OPT_CHOICE, &emit, NULL, "print a Kubernetes pod resources block", 0, 0, emits},
+        {"json", MW_OPT_FLAG, &json, NULL, "one JSON object, sizes in bytes (integers)", 0, 0, NULL},
+        {"list-models", MW_OPT_FLAG, &list, NULL, "list the built-in models and exit", 0, 0, NULL},
+    };
+    const struct mw_cmd_spec spec = {
+        "plan", "",
+        "What fits where, and how fast: bytes per GPU on each tier (GPU, host, NVMe) by kind of "
+        "state for a model, a parallel layout and a hardware profile; the time per iteration; "
+        "KV-cache sizes; other tools' estimates. Sizes print in GiB (2^30 bytes).",
+        opts, MW_NOPTS(opts), 0, 0,
+    };
+    int r = mw_opts_parse(&spec, argc, argv, NULL, NULL);
+    if (r == MW_OPTS_HELP) return 0;
+    if (r) return 2;
+    if (list) {
+        for (const char *const *n = mw_model_names(); *n; n++) printf("%s\n", *n);
+        return 0;
+    }
+
+    struct mw_model m;
+    if (model && params > 0) {
+        fprintf(stderr, "memwall plan: give --model or --params, not both\n");
+        return 2;
+    }
+    if (model) {
+        int err = is_config_path(model) ? mw_model_from_config_file(model, &m) : mw_model_lookup(model, &m);
+        if (err) {
+            fprintf(stderr, "memwall plan: %s\n", mw_error_msg());
+            return 2;
+        }
+    } else if (params > 0) {
+        mw_model_bare(&m, (uint64_t)params, (uint64_t)largest);
+    } else {
+        fprintf(stderr, "memwall plan: give --model NAME|CONFIG.json or --params N\n"
+                        "run 'memwall plan --help' for the options\n");
+        return 2;
+    }
+
+    struct mw_hw hw = *mw_hw_lookup(hwname);
+    if (host_profile) {
+        int err = mw_hw_load_host_profile(host_profile, &hw);
+        if (err) { mw_cli_fail("reading the host profile", err); return err == MW_EFORMAT ? 2 : 1; }
+    }
+
+    struct mw_layout l;
+    mw_layout_default(&l);
+    l.gpus = (uint64_t)gpus; l.gpus_per_node = (uint64_t)gpn; l.dp = (uint64_t)dp;
+    l.tp = (uint64_t)tp; l.pp = (uint64_t)pp; l.ep = (uint64_t)ep; l.etp = (uint64_t)etp;
+    l.interleave = (uint64_t)interleave; l.sequence_parallel = sp; l.zero = (int)zero; l.zeropp = zeropp;
+    l.offload_optimizer = tier_of(off_opt); l.offload_params = tier_of(off_par);
+    l.weight = dtype_of(wdt); l.grad = dtype_of(gdt); l.master = dtype_of(mdt);
+    l.moment = dtype_of(modt); l.grad_accum = dtype_of(gadt); l.kv = dtype_of(kvdt);
+    l.micro_batch = (uint64_t)micro; l.seq = (uint64_t)seq; l.global_batch = (uint64_t)gbatch;
+    l.recompute = !strcmp(rc, "none") ? MW_RECOMPUTE_NONE : !strcmp(rc, "full") ? MW_RECOMPUTE_FULL
+                                                                                 : MW_RECOMPUTE_SELECTIVE;
+    l.act_model = !strcmp(actm, "classic") ? MW_ACT_CLASSIC : !strcmp(actm, "zero") ? MW_ACT_ZERO :
+                  !strcmp(actm, "zero-infinity") ? MW_ACT_ZERO_INFINITY : MW_ACT_DETAILED;
+    l.context = (uint64_t)context; l.batch = (uint64_t)batch;
+
+    if (search) {
+        unsigned fix = 0;
+        if (mw_opts_given(&spec, "tp")) fix |= MW_FIX_TP;
+        if (mw_opts_given(&spec, "pp")) fix |= MW_FIX_PP;
+        if (mw_opts_given(&spec, "ep")) fix |= MW_FIX_EP;
+        if (mw_opts_given(&spec, "zero")) fix |= MW_FIX_ZERO;
+        if (mw_opts_given(&spec, "offload-optimizer") || mw_opts_given(&spec, "offload-params")) fix |= MW_FIX_OFFLOAD;
+        if (mw_opts_given(&spec, "recompute")) fix |= MW_FIX_RECOMPUTE;
+        if (mw_opts_given(&spec, "micro-batch")) fix |= MW_FIX_MICRO;
+        struct mw_search_hit *hits = calloc((size_t)top, sizeof *hits);
+        if (!hits) { fprintf(stderr, "memwall plan: out of memory\n"); return 1; }
+        int n = mw_plan_search(&m, &l, fix, &hw, hits, (int)top);
+        if (n < 0) { free(hits); fprintf(stderr, "memwall plan: %s\n", mw_error_msg()); return 2; }
+        mw_plan_print_search(stdout, &m, &hw, hits, n, json);
+        free(hits);
+        return 0;
+    }
+
+    struct mw_plan_result *res = malloc(sizeof *res);
+    if (!res) { fprintf(stderr, "memwall plan: out of memory\n"); return 1; }
+    int err = mw_plan_compute(&m, &l, &hw, res);
+    if (err) {
+        fprintf(stderr, "memwall plan: %s\n", mw_error_msg());
+        free(res);
+        return err == -EINVAL || err == MW_EFORMAT ? 2 : 1;
+    }
+    (void)mw_layout_resolve(&m, &l, hw.gpus_per_node); /* the resolved degrees, for printing */
+
+    struct mw_plan_estimate pe = { .name = est };
+    if (strcmp(est, "none")) {
+        struct mw_ds_input in = {
+            .total_params = (double)res->count.total, .largest_layer_params = (double)res->count.largest_layer,
+            .gpus_per_node = (double)MW_MIN(l.gpus_per_node, l.gpus),
+            .nodes = (double)((l.gpus + l.gpus_per_node - 1) / l.gpus_per_node), .buffer_factor = 1.5,
+            .offload_params = l.offload_params, .offload_optimizer = l.offload_optimizer,
+            .zero_init = (int)zero_init, .version = !strcmp(dsv, "legacy") ? MW_DS_LEGACY : MW_DS_CURRENT,
+        };
+        if (!strcmp(est, "deepspeed-zero3")) mw_est_ds_zero3(&in, &pe.gpu_bytes, &pe.cpu_bytes);
+        else if (!strcmp(est, "deepspeed-zero2")) mw_est_ds_zero2(&in, &pe.gpu_bytes, &pe.cpu_bytes);
+        else if (!strcmp(est, "megatron")) {
+            struct mw_megatron_est me;
+            mw_est_megatron(&m, &l, l.zero >= 1, &me);
+            pe.gpu_bytes = me.weight_optimizer + me.activation;
+            pe.cpu_bytes = 0;
+        } else {
+            struct mw_accel_usage u;
+            mw_est_accelerate((double)res->count.total, (double)m.buffer_bytes,
+                              (double)res->count.largest_layer, l.weight, &u);
+            pe.gpu_bytes = u.train;
+            pe.cpu_bytes = 0;
+        }
+    }
+    if (!strcmp(emit, "k8s")) mw_plan_emit_k8s(res, &l, &hw, stdout);
+    else if (json) mw_plan_print_json(stdout, &m, &l, &hw, res, &pe);
+    else mw_plan_print_table(stdout, &m, &l, &hw, res, &pe);
+    free(res);
+    return 0;
 }
