@@ -4,7 +4,8 @@
  * The space is the product of TP (powers of two up to a node), PP (divisors of the rest, up
  * to the block count), EP (divisors of the experts that divide DP x TP), ZeRO 0-3, the five
  * offload choices (none; optimizer on cpu or nvme; optimizer and weights on cpu or nvme with
- * ZeRO-3), recomputation and micro-batch 1..8; options the user fixed stay fixed. The
+ * ZeRO-3), recomputation and micro-batch 1..8; options the user fixed stay fixed. ZeRO-2/3
+ * with PP > 1 is skipped (DeepSpeed refuses it; Megatron's distributed optimizer is ZeRO-1). The
  * global batch (tokens per iteration) is held constant so iteration times compare. A layout
  * fits when its most loaded GPU stays under 95% of the GPU's memory (the rest is the CUDA
  * context and allocator slack) and host and NVMe fit per node.
@@ -58,6 +59,7 @@ int mw_plan_search(const struct mw_model *m, const struct mw_layout *base, unsig
                     continue;
                 for (int z = 0; z <= 3; z++) {
                     if ((fix & MW_FIX_ZERO) && z != base->zero) continue;
+                    if (pp > 1 && z >= 2) continue; /* no framework pipelines ZeRO-2/3 */
                     for (size_t o = 0; o < sizeof offloads / sizeof offloads[0]; o++) {
                         if ((fix & MW_FIX_OFFLOAD) && (offloads[o].opt != base->offload_optimizer ||
                                                        offloads[o].par != base->offload_params))
