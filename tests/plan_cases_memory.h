@@ -441,7 +441,8 @@ static void dsv3_act_full(const cJSON *c)
     l.micro_batch = (uint64_t)num(c, "inputs.b");
     l.seq = (uint64_t)num(c, "inputs.s");
     l.recompute = MW_RECOMPUTE_FULL;
-    const struct mw_plan_result *r = plan(&m, &l, NULL); /* one micro-batch: global batch = DP */
+    l.global_batch = l.micro_batch; /* the figure is for one micro-batch */
+    const struct mw_plan_result *r = plan(&m, &l, NULL);
     const struct mw_stage *s = &r->stage[1];
     exact("layers_on_stage", num(c, "inputs.layers_on_stage"), (double)s->n_layers);
     exact("bytes", num(c, "expected.bytes"), (double)s->act_layers);

@@ -214,6 +214,28 @@ static void test_search_and_k8s(void)
     CHECK(strstr(buf, "mountPath: /dev/shm") != NULL);
 }
 
+static void test_host_profile(void)
+{
+    /* (tu_scratch_dir trips gcc's -Wformat-truncation at -O2, so a plain file instead.) */
+    const char *b = getenv("MW_BUILD_DIR");
+    char path[1100];
+    snprintf(path, sizeof path, "%.1000s/plan-host-%d.json", b ? b : "/tmp", (int)getpid());
+    FILE *f = fopen(path, "w");
+    REQUIRE(f != NULL);
+    fputs("{\"cpu_adam_params_per_s\": 1.5e9, \"nvme_read_bytes_per_s\": 2.3e9, \"host_mem_bytes\": 25769803776}", f);
+    fclose(f);
+    struct mw_hw hw = *mw_hw_lookup("rtx4090");
+    CHECK_EQ_INT(mw_hw_load_host_profile(path, &hw), 0);
+    CHECK(hw.cpu_adam == 1.5e9 && hw.nvme_read == 2.3e9 && hw.host_mem == 25769803776ull);
+    CHECK(hw.nvme_write == mw_hw_lookup("rtx4090")->nvme_write); /* absent keys keep the profile's */
+    f = fopen(path, "w");
+    REQUIRE(f != NULL);
+    fputs("{\"cpu_adam_params_per_s\": \"fast\"}", f);
+    fclose(f);
+    CHECK_EQ_INT(mw_hw_load_host_profile(path, &hw), MW_EFORMAT);
+    remove(path);
+}
+
 int main(void)
 {
     R = malloc(sizeof *R);
@@ -224,6 +246,7 @@ int main(void)
     test_pipeline_placement();
     test_kv();
     test_search_and_k8s();
+    test_host_profile();
     free(R);
     TEST_END();
 }

@@ -161,7 +161,7 @@ struct mw_layout {
     enum mw_dtype act;       /* activation dtype (2 bytes in every published formula) */
     uint64_t micro_batch;    /* sequences per micro-batch per rank */
     uint64_t seq;            /* tokens per sequence */
-    uint64_t global_batch;   /* sequences per iteration, all ranks (0 = micro_batch*dp) */
+    uint64_t global_batch;   /* sequences per iteration, all ranks (0 = micro_batch*dp, x 4pp if pp > 1) */
     enum mw_recompute recompute;
     enum mw_act_model act_model;
     /* Inference KV cache (context == 0: not planned). */

@@ -83,7 +83,7 @@ int mw_cmd_plan(int argc, char **argv)
         {"grad-accum-dtype", MW_OPT_CHOICE, &gadt, NULL, "extra gradient-accumulation buffer", 0, 0, dtypes_none},
         {"micro-batch", MW_OPT_INT, &micro, "N", "sequences per micro-batch per rank", 1, 1 << 20, NULL},
         {"seq", MW_OPT_INT, &seq, "N", "tokens per sequence", 1, 1 << 26, NULL},
-        {"global-batch", MW_OPT_INT, &gbatch, "N", "sequences per iteration (default: micro-batch x DP)", 0, 1 << 30, NULL},
+        {"global-batch", MW_OPT_INT, &gbatch, "N", "sequences per iteration (default: micro-batch x DP, x 4 PP with PP)", 0, 1 << 30, NULL},
         {"recompute", MW_OPT_CHOICE, &rc, NULL, "activation recomputation", 0, 0, recomputes},
         {"act-model", MW_OPT_CHOICE, &actm, NULL, "activation formula (see docs/plan.md)", 0, 0, act_models},
         {"context", MW_OPT_INT, &context, "N", "inference: KV-cache context length in tokens", 0, 1 << 30, NULL},

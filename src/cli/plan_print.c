@@ -100,6 +100,20 @@ void mw_plan_print_table(FILE *f, const struct mw_model *m, const struct mw_layo
                 "(DeepSpeed and accelerate print GiB as \"GB\")\n", e->name, e->gpu_bytes / GIB, e->cpu_bytes / GIB);
 }
 
+/* A JSON string body: names come from file paths, so escape quotes, backslashes, controls. */
+static const char *jstr(const char *in, char *out, size_t n)
+{
+    size_t o = 0;
+    for (; *in && o + 7 < n; in++) {
+        unsigned char ch = (unsigned char)*in;
+        if (ch == '"' || ch == '\\') { out[o++] = '\\'; out[o++] = (char)ch; }
+        else if (ch < 0x20) o += (size_t)snprintf(out + o, n - o, "\\u%04x", ch);
+        else out[o++] = (char)ch;
+    }
+    out[o] = 0;
+    return out;
+}
+
 static void tier_json(FILE *f, const char *name, const struct mw_tier_bytes *t, uint64_t extra, int last)
 {
     fprintf(f, "    \"%s\": {\"params\": %" PRIu64 ", \"grads\": %" PRIu64 ", \"optimizer\": %" PRIu64
@@ -114,9 +128,10 @@ void mw_plan_print_json(FILE *f, const struct mw_model *m, const struct mw_layou
 {
     const struct mw_stage *s = &r->stage[r->worst];
     const struct mw_time *t = &r->time;
+    char name[256];
     fprintf(f, "{\n  \"model\": {\"name\": \"%s\", \"params_total\": %" PRIu64 ", \"params_active\": %" PRIu64
             ", \"largest_layer\": %" PRIu64 ", \"layers\": %" PRIu64 ", \"hidden\": %" PRIu64 "},\n",
-            m->name, r->count.total, r->count.active, r->count.largest_layer, m->n_layer, m->hidden);
+            jstr(m->name, name, sizeof name), r->count.total, r->count.active, r->count.largest_layer, m->n_layer, m->hidden);
     fprintf(f, "  \"layout\": {\"gpus\": %" PRIu64 ", \"gpus_per_node\": %" PRIu64 ", \"dp\": %" PRIu64
             ", \"tp\": %" PRIu64 ", \"pp\": %" PRIu64 ", \"ep\": %" PRIu64 ", \"etp\": %" PRIu64
             ", \"edp\": %" PRIu64 ", \"interleave\": %" PRIu64 ", \"sequence_parallel\": %s, \"zero\": %d"
@@ -165,7 +180,9 @@ void mw_plan_print_search(FILE *f, const struct mw_model *m, const struct mw_hw 
                           const struct mw_search_hit *hits, int n, int json)
 {
     if (json) {
-        fprintf(f, "{\"model\": \"%s\", \"hardware\": \"%s\", \"layouts\": [", m->name, hw->name);
+        char name[256];
+        fprintf(f, "{\"model\": \"%s\", \"hardware\": \"%s\", \"layouts\": [", jstr(m->name, name, sizeof name),
+                hw->name);
         for (int i = 0; i < n; i++) {
             const struct mw_layout *l = &hits[i].layout;
             fprintf(f, "%s\n  {\"dp\": %" PRIu64 ", \"tp\": %" PRIu64 ", \"pp\": %" PRIu64 ", \"ep\": %" PRIu64

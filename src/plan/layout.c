@@ -124,7 +124,9 @@ int mw_layout_resolve(const struct mw_model *m, struct mw_layout *l, uint64_t gp
     if (l->zero < 0 || l->zero > 3) return mw_error_set(-EINVAL, "ZeRO stage must be 0..3");
     if (l->offload_params != MW_TIER_NONE && l->zero != 3)
         return mw_error_set(-EINVAL, "offloading parameters needs ZeRO stage 3 (--zero 3)");
-    if (!l->global_batch) l->global_batch = l->micro_batch * l->dp;
+    /* Default: one micro-batch per rank, or 4 x PP per pipeline so that every stage holds
+     * the activations it would in real training (peak memory needs >= PP in flight). */
+    if (!l->global_batch) l->global_batch = l->micro_batch * l->dp * (l->pp > 1 ? 4 * l->pp : 1);
     if (l->global_batch % (l->micro_batch * l->dp))
         return mw_error_set(-EINVAL, "global batch %llu is not a multiple of micro-batch %llu x DP %llu",
                             (unsigned long long)l->global_batch, (unsigned long long)l->micro_batch,

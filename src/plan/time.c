@@ -11,7 +11,7 @@
  * full recomputation), ring factor 2(t-1)/t, on NVLink when the TP group fits in a node;
  * DP moves 2x the gradient shard (ZeRO-0/1/2) or 3x per micro-batch (ZeRO-3) (ZeRO paper
  * Sec. 7) and hides behind the backward pass (2/3 of compute); EP moves 4 all-to-alls of the
- * routed tokens per MoE block; PP sends one activation each way per micro-batch and chunk,
+ * routed tokens per MoE block, not overlapped (DualPipe-style overlap would hide them); PP sends one activation each way per micro-batch and chunk,
  * split over the TP ranks (Narayanan et al.'s scatter/gather).
  * Offload: the optimizer step runs after the backward pass, pipelined over sub-groups, so it
  * costs the slowest of PCIe (gradients down, weights up), CPU AdamW and NVMe (read and write
@@ -88,12 +88,14 @@ void mw_time_compute(const struct mw_model *m, const struct mw_layout *l, const 
     t->dp_bytes = dpb;
     double dp_bw = l->tp * l->dp <= l->gpus_per_node ? hw->intra_bw : hw->inter_bw;
     t->dp_comm_s = fmax(0, dpb / dp_bw - t->compute_s * 2 / 3);
-    /* Expert parallel all-to-all. */
+    /* Expert parallel all-to-all: of the (EP-1)/EP of routed tokens that leave the rank, those
+     * for EP ranks on the same node use NVLink, the rest the network, concurrently. */
     if (l->ep > 1 && s->n_moe_layers) {
         double ncoll = l->recompute == MW_RECOMPUTE_FULL ? 6 : 4, ep = (double)l->ep;
-        double bytes = (double)s->n_moe_layers * nmb * ncoll * (ep - 1) / ep * T *
-                       (double)m->experts_per_tok * h * e;
-        t->ep_comm_s = bytes / (l->ep * l->tp <= l->gpus_per_node ? hw->intra_bw : hw->inter_bw);
+        double local = fmin(ep, fmax(1, gpn / tpd));           /* EP ranks per node */
+        double bytes = (double)s->n_moe_layers * nmb * ncoll * T * (double)m->experts_per_tok * h * e;
+        double intra = bytes * (local - 1) / ep, inter = bytes * (ep - local) / ep;
+        t->ep_comm_s = fmax(intra / hw->intra_bw, inter / hw->inter_bw);
     }
     /* Pipeline point-to-point. */
     if (l->pp > 1) {
