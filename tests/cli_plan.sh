@@ -48,6 +48,10 @@ expect 0 "$cli" plan --params 7e9 --json
 python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if d["per_device"]["gpu"]["optimizer"]==84000000000 else 1)' "$tmp/out" \
   || bad "--params 7e9: 12 bytes/param of optimizer state"
 
+expect 0 "$cli" plan --model llama-3-70b --gpus 4 --tp 4 --inference --context 32768 --batch 8 --json
+python3 -c 'import json,sys; g=json.load(open(sys.argv[1]))["per_device"]["gpu"]; sys.exit(0 if g["grads"]==0 and g["optimizer"]==0 and g["activations"]==0 and g["total"]==g["params"]+20*2**30 else 1)' "$tmp/out" \
+  || bad "--inference: weights + KV cache only (20 GiB of KV per GPU)"
+
 # Usage errors exit 2 with a message.
 expect 2 "$cli" plan --model no-such-model
 grep -q "unknown model 'no-such-model'" "$tmp/err" || bad "unknown model message: $(cat "$tmp/err")"

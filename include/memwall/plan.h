@@ -165,6 +165,7 @@ struct mw_layout {
     enum mw_recompute recompute;
     enum mw_act_model act_model;
     /* Inference KV cache (context == 0: not planned). */
+    int inference;           /* weights + KV cache only: no gradients, optimizer, activations */
     uint64_t context, batch;
     enum mw_dtype kv;
 };

@@ -54,7 +54,7 @@ int mw_cmd_plan(int argc, char **argv)
     double params = 0, largest = 0;
     int64_t gpus = 0, gpn = 0, dp = 0, tp = 1, pp = 1, ep = 1, etp = 1, zero = 0, micro = 1, seq = 2048;
     int64_t gbatch = 0, interleave = 1, context = 0, batch = 1, zero_init = 1, top = 10;
-    int sp = 0, json = 0, search = 0, list = 0, zeropp = 0;
+    int sp = 0, json = 0, search = 0, list = 0, zeropp = 0, inference = 0;
     const char *off_opt = "none", *off_par = "none", *wdt = "bf16", *gdt = "bf16", *mdt = "fp32";
     const char *modt = "fp32", *gadt = "none", *kvdt = "bf16", *rc = "selective", *actm = "detailed";
     const char *est = "none", *dsv = "current", *emit = "none", *hwname = "h100";
@@ -86,6 +86,7 @@ int mw_cmd_plan(int argc, char **argv)
         {"global-batch", MW_OPT_INT, &gbatch, "N", "sequences per iteration; 0 = micro-batch x DP (x 4 PP with PP)", 0, 1 << 30, NULL},
         {"recompute", MW_OPT_CHOICE, &rc, NULL, "activation recomputation", 0, 0, recomputes},
         {"act-model", MW_OPT_CHOICE, &actm, NULL, "activation formula (see docs/plan.md)", 0, 0, act_models},
+        {"inference", MW_OPT_FLAG, &inference, NULL, "serving: weights and KV cache only (no training state)", 0, 0, NULL},
         {"context", MW_OPT_INT, &context, "N", "inference: KV-cache context length in tokens", 0, 1 << 30, NULL},
         {"batch", MW_OPT_INT, &batch, "N", "inference: sequences sharing the KV cache", 1, 1 << 24, NULL},
         {"kv-dtype", MW_OPT_CHOICE, &kvdt, NULL, "dtype of the KV cache", 0, 0, dtypes},
@@ -153,7 +154,7 @@ int mw_cmd_plan(int argc, char **argv)
                                                                                  : MW_RECOMPUTE_SELECTIVE;
     l.act_model = !strcmp(actm, "classic") ? MW_ACT_CLASSIC : !strcmp(actm, "zero") ? MW_ACT_ZERO :
                   !strcmp(actm, "zero-infinity") ? MW_ACT_ZERO_INFINITY : MW_ACT_DETAILED;
-    l.context = (uint64_t)context; l.batch = (uint64_t)batch;
+    l.context = (uint64_t)context; l.batch = (uint64_t)batch; l.inference = inference;
 
     if (search) {
         unsigned fix = 0;

@@ -80,16 +80,19 @@ void mw_plan_print_table(FILE *f, const struct mw_model *m, const struct mw_layo
         fprintf(f, "\n");
     }
     const struct mw_time *t = &r->time;
-    fprintf(f, "\ntime per iteration: %.3f s = compute %.3f + bubble %.3f + TP %.3f + DP %.3f + EP %.3f"
+    if (l->inference) fprintf(f, "\n(inference plan: weights and KV cache; no training time modelled)\n");
+    else fprintf(f, "\ntime per iteration: %.3f s = compute %.3f + bubble %.3f + TP %.3f + DP %.3f + EP %.3f"
             " + PP %.3f + offload %.3f (s)\n", t->iter_s, t->compute_s, t->bubble_s, t->tp_comm_s,
             t->dp_comm_s, t->ep_comm_s, t->pp_comm_s, t->offload_s);
-    fprintf(f, "  MFU %.1f%%, %.0f tokens/s; %.3g model FLOPs per iteration", 100 * t->mfu, t->tokens_per_s,
-            t->model_flops);
-    if (t->pcie_bytes > 0) fprintf(f, "; PCIe %.2f GB per GPU", t->pcie_bytes / 1e9);
-    if (t->nvme_read_bytes > 0)
-        fprintf(f, "; NVMe %.2f GB read + %.2f GB written per node", t->nvme_read_bytes / 1e9,
-                t->nvme_write_bytes / 1e9);
-    fprintf(f, " (per iteration; GB = 10^9 bytes)\n");
+    if (!l->inference) {
+        fprintf(f, "  MFU %.1f%%, %.0f tokens/s; %.3g model FLOPs per iteration", 100 * t->mfu, t->tokens_per_s,
+                t->model_flops);
+        if (t->pcie_bytes > 0) fprintf(f, "; PCIe %.2f GB per GPU", t->pcie_bytes / 1e9);
+        if (t->nvme_read_bytes > 0)
+            fprintf(f, "; NVMe %.2f GB read + %.2f GB written per node", t->nvme_read_bytes / 1e9,
+                    t->nvme_write_bytes / 1e9);
+        fprintf(f, " (per iteration; GB = 10^9 bytes)\n");
+    }
     if (l->context) {
         fprintf(f, "\nKV cache (%s): %.1f KiB per token; %.2f GiB for %" PRIu64 " tokens x batch %" PRIu64
                 "; %.2f GiB per GPU at TP %" PRIu64 "\n", mw_dtype_name(l->kv), (double)r->kv_bytes_per_token / 1024,

@@ -99,7 +99,7 @@ uint64_t mw_act_layer_bytes(const struct mw_model *m, const struct mw_layout *l,
 
 void mw_plan_stage_act_(const struct mw_model *m, const struct mw_layout *l, struct mw_stage *s)
 {
-    if (m->arch == MW_ARCH_BARE) return;
+    if (m->arch == MW_ARCH_BARE || l->inference) return; /* inference keeps no activations */
     const uint64_t nmb = mw_layout_microbatches(l);
     const uint64_t inflight = MW_MIN(l->pp - s->index, nmb);
     double factor = 1;

@@ -121,8 +121,9 @@ static struct mw_tier_bytes *tier_of(struct mw_stage *s, enum mw_tier t)
 static void stage_memory(const struct mw_model *m, const struct mw_layout *l, struct mw_stage *s)
 {
     const double w = mw_dtype_bytes(l->weight);
-    const double g = mw_dtype_bytes(l->grad), ga = mw_dtype_bytes(l->grad_accum);
-    const double ms = mw_dtype_bytes(l->master), mo = 2 * mw_dtype_bytes(l->moment);
+    const int train = !l->inference;
+    const double g = train ? mw_dtype_bytes(l->grad) : 0, ga = train ? mw_dtype_bytes(l->grad_accum) : 0;
+    const double ms = train ? mw_dtype_bytes(l->master) : 0, mo = train ? 2 * mw_dtype_bytes(l->moment) : 0;
     const uint64_t dp = l->dp, edp = mw_layout_edp(l);
     const uint64_t D = s->params_dense, E = s->params_expert;
     const double shard = (double)cdiv(D, dp) + (double)cdiv(E, edp), full = (double)(D + E);
@@ -137,7 +138,9 @@ static void stage_memory(const struct mw_model *m, const struct mw_layout *l, st
     /* Gradients: the shard goes where the optimizer steps; without ZeRO-2 the GPU keeps them
      * all until the reduce. */
     double gshard = (l->zero >= 2 ? shard : full) * g;
-    if (l->offload_optimizer == MW_TIER_NONE) {
+    if (!train) {
+        /* inference: no gradients */
+    } else if (l->offload_optimizer == MW_TIER_NONE) {
         s->gpu.grads += (uint64_t)gshard;
     } else {
         s->host.grads += (uint64_t)(shard * g);
@@ -153,7 +156,7 @@ static void stage_memory(const struct mw_model *m, const struct mw_layout *l, st
     s->opt_master = (uint64_t)(n_opt * ms);
     s->opt_moments = (uint64_t)(n_opt * mo);
     tier_of(s, l->offload_optimizer)->optimizer += s->opt_master + s->opt_moments;
-    if (l->offload_optimizer == MW_TIER_NVME)
+    if (train && l->offload_optimizer == MW_TIER_NVME)
         s->host.buffers += (uint64_t)(2 * MW_MIN(n_opt, (double)MW_SUBGROUP_PARAMS) * (ms + mo));
 
     s->gpu.activations = s->act_layers + s->act_other;
@@ -198,7 +201,11 @@ int mw_plan_compute(const struct mw_model *m, const struct mw_layout *lin, const
         uint64_t L = blocks(m) ? blocks(m) : 1;
         r->kv_per_gpu = mw_kv_bytes_per_token_rank(m, l->kv, l->tp) / L * most * l->context * l->batch;
     }
-    if (hw) {
+    if (hw && l->inference) {
+        r->fits_gpu = r->stage[r->worst].gpu.total + r->kv_per_gpu <= hw->gpu_mem;
+        r->fits_host = r->host_node <= hw->host_mem;
+        r->fits_nvme = r->nvme_node <= hw->nvme_bytes;
+    } else if (hw) {
         r->fits_gpu = r->stage[r->worst].gpu.total + r->kv_per_gpu <= hw->gpu_mem;
         r->fits_host = r->host_node <= hw->host_mem;
         r->fits_nvme = r->nvme_node <= hw->nvme_bytes;
