@@ -198,18 +198,15 @@ int mw_plan_compute(const struct mw_model *m, const struct mw_layout *lin, const
         /* One rank of the pipeline stage with the most blocks. */
         uint64_t most = 0;
         for (uint64_t st = 0; st < l->pp; st++) most = MW_MAX(most, r->stage[st].n_layers);
-        uint64_t L = blocks(m) ? blocks(m) : 1;
-        r->kv_per_gpu = mw_kv_bytes_per_token_rank(m, l->kv, l->tp) / L * most * l->context * l->batch;
+        uint64_t L = m->arch == MW_ARCH_T5 ? m->n_dec_layer : m->n_layer; /* blocks with a cache */
+        if (L) r->kv_per_gpu = mw_kv_bytes_per_token_rank(m, l->kv, l->tp) / L * MW_MIN(most, L) *
+                               l->context * l->batch;
     }
-    if (hw && l->inference) {
+    if (hw) {
         r->fits_gpu = r->stage[r->worst].gpu.total + r->kv_per_gpu <= hw->gpu_mem;
         r->fits_host = r->host_node <= hw->host_mem;
         r->fits_nvme = r->nvme_node <= hw->nvme_bytes;
-    } else if (hw) {
-        r->fits_gpu = r->stage[r->worst].gpu.total + r->kv_per_gpu <= hw->gpu_mem;
-        r->fits_host = r->host_node <= hw->host_mem;
-        r->fits_nvme = r->nvme_node <= hw->nvme_bytes;
-        mw_time_compute(m, l, hw, r, &r->time);
+        if (!l->inference) mw_time_compute(m, l, hw, r, &r->time);
     } else {
         r->fits_gpu = r->fits_host = r->fits_nvme = 1;
     }
