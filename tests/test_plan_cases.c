@@ -219,7 +219,14 @@ int main(void)
     char path[1024];
     snprintf(path, sizeof path, "%s/tests/fixtures/planner-cases.json", src ? src : ".");
     char *text = slurp(path);
+    if (!text) fprintf(stderr, "cannot read %s (set MW_SOURCE_DIR to the source tree)\n", path);
     REQUIRE(text != NULL);
+    /* The fixture is a copy of the team's shared file; say so when they drift apart. */
+    snprintf(path, sizeof path, "%s/../shared/planner-cases.json", src ? src : ".");
+    char *shared = slurp(path);
+    if (shared && strcmp(shared, text))
+        printf("WARNING: tests/fixtures/planner-cases.json differs from %s: copy it over\n", path);
+    free(shared);
     cJSON *root = cJSON_Parse(text);
     REQUIRE(cJSON_IsArray(root));
     g_cases = root;
