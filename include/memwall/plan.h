@@ -10,12 +10,13 @@
  * rates are per second. Every per-device figure is for one GPU rank; per-node figures say so.
  *
  * Usage:
- *     struct mw_model m; struct mw_layout l; struct mw_plan_result r;
+ *     struct mw_model m; struct mw_layout l;
+ *     struct mw_plan_result *r = malloc(sizeof *r);  // large: one entry per pipeline stage
  *     mw_model_lookup("llama-3-70b", &m);            // or mw_model_from_config_file(path, &m)
  *     mw_layout_default(&l); l.gpus = 8; l.tp = 8; l.zero = 1;
  *     l.offload_optimizer = MW_TIER_NVME;
- *     if (mw_plan_compute(&m, &l, mw_hw_lookup("h100"), NULL, &r) == 0)
- *         ... r.stage[r.worst].gpu.total ...
+ *     if (mw_plan_compute(&m, &l, mw_hw_lookup("h100"), r) == 0)
+ *         ... r->stage[r->worst].gpu.total, r->host_node, r->time.iter_s ...
  *
  * Conventions reproduced from published sources are documented where they are used
  * (docs/plan.md lists them): Korthikanti et al. for activations, Zhang & Su for DeepSeek
@@ -207,7 +208,7 @@ struct mw_tier_bytes {
     uint64_t total;
 };
 
-/* One pipeline rank (stage), for the rank that holds the most of each kind of state. */
+/* One GPU rank of a pipeline stage (all TP/DP/EP ranks of a stage hold the same amounts). */
 struct mw_stage {
     uint64_t index;
     uint64_t n_layers, n_moe_layers;
@@ -337,7 +338,7 @@ struct mw_search_hit { struct mw_layout layout; double iter_s; uint64_t gpu_tota
 /* Layouts over gpus that fit hw, fastest first. Options the caller fixed (fixed_mask bits,
  * MW_FIX_*) are kept. Returns the number of hits written (<= max), or a negative error. */
 enum { MW_FIX_TP = 1, MW_FIX_PP = 2, MW_FIX_EP = 4, MW_FIX_ZERO = 8, MW_FIX_OFFLOAD = 16,
-       MW_FIX_RECOMPUTE = 32, MW_FIX_MICRO = 64, MW_FIX_ETP = 128 };
+       MW_FIX_RECOMPUTE = 32, MW_FIX_MICRO = 64 };
 int mw_plan_search(const struct mw_model *m, const struct mw_layout *base, unsigned fixed_mask,
                    const struct mw_hw *hw, struct mw_search_hit *hits, int max);
 
