@@ -44,6 +44,9 @@ PY
 expect 0 "$cli" plan --model "$src/tests/fixtures/configs/mixtral-8x7b.json" --gpus 8 --ep 8 --json
 python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if d["model"]["params_total"]==46702792704 and "kv_cache" not in d and "estimator" not in d else 1)' "$tmp/out" \
   || bad "config-file JSON"
+mkdir -p "$tmp/ckpt" && cp "$src/tests/fixtures/configs/llama-3-8b.json" "$tmp/ckpt/config.json"
+expect 0 "$cli" plan --model "$tmp/ckpt" --json
+grep -q '"params_total": 8030261248' "$tmp/out" || bad "a checkpoint directory reads its config.json"
 expect 0 "$cli" plan --params 7e9 --json
 python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if d["per_device"]["gpu"]["optimizer"]==84000000000 else 1)' "$tmp/out" \
   || bad "--params 7e9: 12 bytes/param of optimizer state"

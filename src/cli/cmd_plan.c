@@ -122,6 +122,13 @@ int mw_cmd_plan(int argc, char **argv)
         return 2;
     }
     if (model) {
+        /* A checkpoint directory stands for its config.json. */
+        char cfg[4096];
+        struct stat st;
+        if (stat(model, &st) == 0 && S_ISDIR(st.st_mode)) {
+            snprintf(cfg, sizeof cfg, "%s/config.json", model);
+            model = cfg;
+        }
         int err = is_config_path(model) ? mw_model_from_config_file(model, &m) : mw_model_lookup(model, &m);
         if (err) {
             fprintf(stderr, "memwall plan: %s\n", mw_error_msg());
