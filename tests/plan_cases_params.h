@@ -129,11 +129,11 @@ static void param_encoders(const cJSON *c)
     exact("bert_word_embeddings (largest)", num(c, "expected.bert_word_embeddings"), (double)pc.largest_layer);
 }
 
-static enum mw_tier tier_str(const cJSON *row, const char *key)
+static enum mw_plan_tier tier_str(const cJSON *row, const char *key)
 {
     const cJSON *it = at(row, key);
-    if (!cJSON_IsString(it)) return MW_TIER_NONE;
-    return !strcmp(it->valuestring, "cpu") ? MW_TIER_CPU : !strcmp(it->valuestring, "nvme") ? MW_TIER_NVME : MW_TIER_NONE;
+    if (!cJSON_IsString(it)) return MW_PLAN_TIER_NONE;
+    return !strcmp(it->valuestring, "cpu") ? MW_PLAN_TIER_CPU : !strcmp(it->valuestring, "nvme") ? MW_PLAN_TIER_NVME : MW_PLAN_TIER_NONE;
 }
 
 static struct mw_ds_input ds_input(const cJSON *c)
@@ -159,8 +159,8 @@ static void ds_zero3(const cJSON *c)
         double gpu, cpu;
         mw_est_ds_zero3(&in, &gpu, &cpu);
         char pre[64], key[96];
-        snprintf(pre, sizeof pre, "param=%s opt=%s init=%d", mw_tier_name(in.offload_params),
-                 mw_tier_name(in.offload_optimizer), in.zero_init);
+        snprintf(pre, sizeof pre, "param=%s opt=%s init=%d", mw_plan_tier_name(in.offload_params),
+                 mw_plan_tier_name(in.offload_optimizer), in.zero_init);
         snprintf(key, sizeof key, "%s gpu_bytes", pre);
         exact(key, num(row, "gpu_bytes"), gpu);
         snprintf(key, sizeof key, "%s cpu_bytes", pre);
@@ -176,13 +176,13 @@ static void ds_zero2(const cJSON *c)
 {
     struct mw_ds_input in = ds_input(c);
     double gpu, cpu;
-    in.offload_optimizer = MW_TIER_CPU;
+    in.offload_optimizer = MW_PLAN_TIER_CPU;
     mw_est_ds_zero2(&in, &gpu, &cpu);
     exact("offload cpu gpu_bytes", num(c, "expected.0.gpu_bytes"), gpu);
     exact("offload cpu cpu_bytes", num(c, "expected.0.cpu_bytes"), cpu);
     printed("offload cpu gpu GB printed", num(c, "expected.0.published_gpu_GB"), round(gpu / GIB * 100) / 100, 0);
     printed("offload cpu cpu GB printed", num(c, "expected.0.published_cpu_GB"), round(cpu / GIB * 100) / 100, 0);
-    in.offload_optimizer = MW_TIER_NONE;
+    in.offload_optimizer = MW_PLAN_TIER_NONE;
     in.version = MW_DS_LEGACY;
     mw_est_ds_zero2(&in, &gpu, &cpu);
     exact("none legacy gpu_bytes (4P+16P/N)", num(c, "expected.1.gpu_bytes_doc_formula_4P_plus_16P_over_N"), gpu);
@@ -207,10 +207,10 @@ static void ds_zero3_manual(const cJSON *c)
     exact("largest_layer_MB", num(c, "expected.largest_layer_MB"), floor(4 * in.largest_layer_params / MIB));
     mw_est_ds_zero3(&in, &gpu, &cpu);
     exact("case1_no_offload_MB", num(c, "expected.case1_no_offload_MB"), floor(gpu / MIB));
-    in.offload_params = in.offload_optimizer = MW_TIER_CPU;
+    in.offload_params = in.offload_optimizer = MW_PLAN_TIER_CPU;
     mw_est_ds_zero3(&in, &gpu, &cpu);
     exact("case2_offload_param_and_opt_MB", num(c, "expected.case2_offload_param_and_opt_MB"), floor(gpu / MIB));
-    in.offload_params = MW_TIER_NONE;
+    in.offload_params = MW_PLAN_TIER_NONE;
     mw_est_ds_zero3(&in, &gpu, &cpu);
     exact("case3_offload_opt_only_MB", num(c, "expected.case3_offload_opt_only_MB"), floor(gpu / MIB));
 }

@@ -14,7 +14,7 @@
  *     struct mw_plan_result *r = malloc(sizeof *r);  // large: one entry per pipeline stage
  *     mw_model_lookup("llama-3-70b", &m);            // or mw_model_from_config_file(path, &m)
  *     mw_layout_default(&l); l.gpus = 8; l.tp = 8; l.zero = 1;
- *     l.offload_optimizer = MW_TIER_NVME;
+ *     l.offload_optimizer = MW_PLAN_TIER_NVME;
  *     if (mw_plan_compute(&m, &l, mw_hw_lookup("h100"), r) == 0)
  *         ... r->stage[r->worst].gpu.total, r->host_node, r->time.iter_s ...
  *
@@ -134,7 +134,7 @@ uint64_t mw_model_matmul_params(const struct mw_model *m);
 /* ---- layouts ----------------------------------------------------------------------------- */
 
 enum mw_dtype { MW_DT_NONE = 0, MW_DT_FP32, MW_DT_BF16, MW_DT_FP16, MW_DT_FP8, MW_DT_INT8, MW_DT_INT4 };
-enum mw_tier { MW_TIER_NONE = 0, MW_TIER_CPU, MW_TIER_NVME };
+enum mw_plan_tier { MW_PLAN_TIER_NONE = 0, MW_PLAN_TIER_CPU, MW_PLAN_TIER_NVME };
 enum mw_recompute { MW_RECOMPUTE_NONE = 0, MW_RECOMPUTE_SELECTIVE, MW_RECOMPUTE_FULL };
 /* Which activation formula: DETAILED generalizes Korthikanti et al. Table 2 to GQA, SwiGLU,
  * MLA and MoE (identical to it for GPT shapes); CLASSIC applies the paper's GPT constants
@@ -145,7 +145,7 @@ enum mw_act_model { MW_ACT_DETAILED = 0, MW_ACT_CLASSIC, MW_ACT_ZERO, MW_ACT_ZER
 double mw_dtype_bytes(enum mw_dtype d);  /* 0.5 for int4, 0 for none */
 const char *mw_dtype_name(enum mw_dtype d);
 int mw_dtype_parse(const char *s, enum mw_dtype *d); /* -EINVAL */
-const char *mw_tier_name(enum mw_tier t);
+const char *mw_plan_tier_name(enum mw_plan_tier t);
 
 struct mw_layout {
     uint64_t gpus;           /* total ranks (0 = dp*tp*pp) */
@@ -156,7 +156,7 @@ struct mw_layout {
     int sequence_parallel;   /* shard the TP-replicated activations over TP */
     int zero;                /* ZeRO stage 0..3 (stage 1 = Megatron's distributed optimizer) */
     int zeropp;              /* ZeRO++ (qwZ+hpZ+qgZ) communication */
-    enum mw_tier offload_optimizer, offload_params;
+    enum mw_plan_tier offload_optimizer, offload_params;
     enum mw_dtype weight, grad, master, moment;
     enum mw_dtype grad_accum;/* extra gradient-accumulation buffer (none or fp32) */
     enum mw_dtype act;       /* activation dtype (2 bytes in every published formula) */
@@ -202,7 +202,7 @@ int mw_hw_load_host_profile(const char *path, struct mw_hw *hw);
 
 /* ---- results ----------------------------------------------------------------------------- */
 
-struct mw_tier_bytes {
+struct mw_plan_tier_bytes {
     uint64_t params, grads, optimizer, activations;
     uint64_t buffers;        /* working sets: gathered ZeRO-3 layer, offload staging, buckets */
     uint64_t total;
@@ -216,7 +216,7 @@ struct mw_stage {
     uint64_t params_dense;   /* non-expert parameters on this rank after TP (elements) */
     uint64_t params_expert;  /* expert parameters after EP/ETP */
     uint64_t params;         /* the sum: what this rank computes with */
-    struct mw_tier_bytes gpu, host, nvme;
+    struct mw_plan_tier_bytes gpu, host, nvme;
     uint64_t opt_master;     /* bytes of fp32 master copy held for this rank (any tier) */
     uint64_t opt_moments;    /* bytes of Adam moments held for this rank (any tier) */
     uint64_t act_layers;     /* activation bytes of the transformer blocks */
@@ -292,7 +292,7 @@ struct mw_ds_input {
     double total_params, largest_layer_params;
     double gpus_per_node, nodes;
     double buffer_factor;    /* additional_buffer_factor, 1.5 */
-    enum mw_tier offload_params, offload_optimizer; /* NONE or CPU (nvme is priced as cpu) */
+    enum mw_plan_tier offload_params, offload_optimizer; /* NONE or CPU (nvme is priced as cpu) */
     int zero_init;
     enum mw_ds_version version;
 };

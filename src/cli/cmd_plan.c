@@ -29,9 +29,9 @@ static const char *const ds_versions[] = {"current", "legacy", NULL};
 static const char *const emits[] = {"none", "k8s", NULL};
 static const char *const hws[] = {"a100-40gb", "a100-80gb", "h100", "h200", "gh200", "rtx4090", NULL};
 
-static enum mw_tier tier_of(const char *s)
+static enum mw_plan_tier tier_of(const char *s)
 {
-    return !strcmp(s, "cpu") ? MW_TIER_CPU : !strcmp(s, "nvme") ? MW_TIER_NVME : MW_TIER_NONE;
+    return !strcmp(s, "cpu") ? MW_PLAN_TIER_CPU : !strcmp(s, "nvme") ? MW_PLAN_TIER_NVME : MW_PLAN_TIER_NONE;
 }
 
 static enum mw_dtype dtype_of(const char *s)

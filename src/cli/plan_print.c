@@ -43,7 +43,7 @@ void mw_plan_print_table(FILE *f, const struct mw_model *m, const struct mw_layo
     fprintf(f, "         weights %s, grads %s%s%s, master %s, moments 2 x %s; offload: optimizer %s, weights %s\n",
             mw_dtype_name(l->weight), mw_dtype_name(l->grad), l->grad_accum ? " + accum " : "",
             l->grad_accum ? mw_dtype_name(l->grad_accum) : "", mw_dtype_name(l->master),
-            mw_dtype_name(l->moment), mw_tier_name(l->offload_optimizer), mw_tier_name(l->offload_params));
+            mw_dtype_name(l->moment), mw_plan_tier_name(l->offload_optimizer), mw_plan_tier_name(l->offload_params));
     fprintf(f, "         micro-batch %" PRIu64 " x %" PRIu64 " tokens, global batch %" PRIu64
             " sequences (%" PRIu64 " micro-batches per pipeline)\n",
             l->micro_batch, l->seq, l->global_batch, mw_layout_microbatches(l));
@@ -117,7 +117,7 @@ static const char *jstr(const char *in, char *out, size_t n)
     return out;
 }
 
-static void tier_json(FILE *f, const char *name, const struct mw_tier_bytes *t, uint64_t extra, int last)
+static void tier_json(FILE *f, const char *name, const struct mw_plan_tier_bytes *t, uint64_t extra, int last)
 {
     fprintf(f, "    \"%s\": {\"params\": %" PRIu64 ", \"grads\": %" PRIu64 ", \"optimizer\": %" PRIu64
             ", \"activations\": %" PRIu64 ", \"buffers\": %" PRIu64 ", \"total\": %" PRIu64 "}%s\n",
@@ -143,8 +143,8 @@ void mw_plan_print_json(FILE *f, const struct mw_model *m, const struct mw_layou
             ", \"micro_batch\": %" PRIu64 ", \"seq\": %" PRIu64 ", \"global_batch\": %" PRIu64
             ", \"recompute\": \"%s\"},\n",
             l->gpus, MW_MIN(l->gpus_per_node, l->gpus), l->dp, l->tp, l->pp, l->ep, l->etp, mw_layout_edp(l),
-            l->interleave, l->sequence_parallel ? "true" : "false", l->zero, mw_tier_name(l->offload_optimizer),
-            mw_tier_name(l->offload_params), mw_dtype_name(l->weight), mw_dtype_name(l->grad),
+            l->interleave, l->sequence_parallel ? "true" : "false", l->zero, mw_plan_tier_name(l->offload_optimizer),
+            mw_plan_tier_name(l->offload_params), mw_dtype_name(l->weight), mw_dtype_name(l->grad),
             mw_dtype_name(l->master), mw_dtype_name(l->moment), l->micro_batch, l->seq, l->global_batch,
             rc_name(l->recompute));
     fprintf(f, "  \"hardware\": {\"name\": \"%s\", \"gpu_bytes\": %" PRIu64 ", \"host_bytes_per_node\": %" PRIu64
@@ -192,7 +192,7 @@ void mw_plan_print_search(FILE *f, const struct mw_model *m, const struct mw_hw 
                     ", \"zero\": %d, \"offload_optimizer\": \"%s\", \"offload_params\": \"%s\", \"recompute\": \"%s\""
                     ", \"micro_batch\": %" PRIu64 ", \"gpu_bytes\": %" PRIu64 ", \"host_bytes_per_node\": %" PRIu64
                     ", \"iter_s\": %.6g}", i ? "," : "", l->dp, l->tp, l->pp, l->ep, l->zero,
-                    mw_tier_name(l->offload_optimizer), mw_tier_name(l->offload_params), rc_name(l->recompute),
+                    mw_plan_tier_name(l->offload_optimizer), mw_plan_tier_name(l->offload_params), rc_name(l->recompute),
                     l->micro_batch, hits[i].gpu_total, hits[i].host_node, hits[i].iter_s);
         }
         fprintf(f, "\n]}\n");
@@ -210,7 +210,7 @@ void mw_plan_print_search(FILE *f, const struct mw_model *m, const struct mw_hw 
         const struct mw_layout *l = &hits[i].layout;
         fprintf(f, "%4d %4" PRIu64 " %3" PRIu64 " %3" PRIu64 " %3" PRIu64 " %4d %-7s %-7s %-9s %3" PRIu64
                 " %8.2f %13.2f %7.3f\n", i + 1, l->dp, l->tp, l->pp, l->ep, l->zero,
-                mw_tier_name(l->offload_optimizer), mw_tier_name(l->offload_params), rc_name(l->recompute),
+                mw_plan_tier_name(l->offload_optimizer), mw_plan_tier_name(l->offload_params), rc_name(l->recompute),
                 l->micro_batch, gib(hits[i].gpu_total), gib(hits[i].host_node), hits[i].iter_s);
     }
 }

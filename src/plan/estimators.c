@@ -24,8 +24,8 @@ void mw_est_ds_zero3(const struct mw_ds_input *in, double *gpu, double *cpu)
     const double gpn = in->gpus_per_node, nodes = in->nodes ? in->nodes : 1;
     const double N = gpn * nodes, gf = 1.0 / nodes, abf = in->buffer_factor ? in->buffer_factor : 1.5;
     const double largest = 4 * L;
-    if (in->offload_optimizer != MW_TIER_NONE) {
-        if (in->offload_params != MW_TIER_NONE) {
+    if (in->offload_optimizer != MW_PLAN_TIER_NONE) {
+        if (in->offload_params != MW_PLAN_TIER_NONE) {
             *gpu = largest;
             *cpu = in->zero_init ? P * 18 * gf * abf : P * fmax(4 * gpn, 18 * gf) * abf;
         } else {
@@ -43,7 +43,7 @@ void mw_est_ds_zero2(const struct mw_ds_input *in, double *gpu, double *cpu)
     const double P = in->total_params;
     const double gpn = in->gpus_per_node, nodes = in->nodes ? in->nodes : 1;
     const double N = gpn * nodes, abf = in->buffer_factor ? in->buffer_factor : 1.5;
-    if (in->offload_optimizer != MW_TIER_NONE) {
+    if (in->offload_optimizer != MW_PLAN_TIER_NONE) {
         *gpu = 2 * P;
         *cpu = P * fmax(4 * N, 16) * abf;
     } else {

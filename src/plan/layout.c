@@ -40,9 +40,9 @@ int mw_dtype_parse(const char *s, enum mw_dtype *d)
     return mw_error_set(-EINVAL, "unknown dtype '%s' (fp32, bf16, fp16, fp8, int8, int4, none)", s);
 }
 
-const char *mw_tier_name(enum mw_tier t)
+const char *mw_plan_tier_name(enum mw_plan_tier t)
 {
-    return t == MW_TIER_CPU ? "cpu" : t == MW_TIER_NVME ? "nvme" : "none";
+    return t == MW_PLAN_TIER_CPU ? "cpu" : t == MW_PLAN_TIER_NVME ? "nvme" : "none";
 }
 
 void mw_layout_default(struct mw_layout *l)
@@ -122,7 +122,7 @@ int mw_layout_resolve(const struct mw_model *m, struct mw_layout *l, uint64_t gp
                                 (unsigned long long)l->tp, (unsigned long long)m->n_head);
     }
     if (l->zero < 0 || l->zero > 3) return mw_error_set(-EINVAL, "ZeRO stage must be 0..3");
-    if (l->offload_params != MW_TIER_NONE && l->zero != 3)
+    if (l->offload_params != MW_PLAN_TIER_NONE && l->zero != 3)
         return mw_error_set(-EINVAL, "offloading parameters needs ZeRO stage 3 (--zero 3)");
     /* Default: one micro-batch per rank, or 4 x PP per pipeline so that every stage holds
      * the activations it would in real training (peak memory needs >= PP in flight). */

@@ -103,14 +103,14 @@ static uint64_t largest_block(const struct mw_model *m, const struct mw_layout *
     return best;
 }
 
-static void tier_add(struct mw_tier_bytes *t)
+static void tier_add(struct mw_plan_tier_bytes *t)
 {
     t->total = t->params + t->grads + t->optimizer + t->activations + t->buffers;
 }
 
-static struct mw_tier_bytes *tier_of(struct mw_stage *s, enum mw_tier t)
+static struct mw_plan_tier_bytes *tier_of(struct mw_stage *s, enum mw_plan_tier t)
 {
-    return t == MW_TIER_CPU ? &s->host : t == MW_TIER_NVME ? &s->nvme : &s->gpu;
+    return t == MW_PLAN_TIER_CPU ? &s->host : t == MW_PLAN_TIER_NVME ? &s->nvme : &s->gpu;
 }
 
 /* Offload staging: NVMe swaps go through pinned host buffers of two sub-groups of 2^27
@@ -133,14 +133,14 @@ static void stage_memory(const struct mw_model *m, const struct mw_layout *l, st
     uint64_t work = largest_block(m, l, s->index);
     tier_of(s, l->offload_params)->params += (uint64_t)pbytes;
     if (l->zero >= 3) s->gpu.buffers += (uint64_t)(2 * work * w); /* gathered block + prefetch */
-    if (l->offload_params == MW_TIER_NVME) s->host.buffers += (uint64_t)(2 * work * w);
+    if (l->offload_params == MW_PLAN_TIER_NVME) s->host.buffers += (uint64_t)(2 * work * w);
 
     /* Gradients: the shard goes where the optimizer steps; without ZeRO-2 the GPU keeps them
      * all until the reduce. */
     double gshard = (l->zero >= 2 ? shard : full) * g;
     if (!train) {
         /* inference: no gradients */
-    } else if (l->offload_optimizer == MW_TIER_NONE) {
+    } else if (l->offload_optimizer == MW_PLAN_TIER_NONE) {
         s->gpu.grads += (uint64_t)gshard;
     } else {
         s->host.grads += (uint64_t)(shard * g);
@@ -156,7 +156,7 @@ static void stage_memory(const struct mw_model *m, const struct mw_layout *l, st
     s->opt_master = (uint64_t)(n_opt * ms);
     s->opt_moments = (uint64_t)(n_opt * mo);
     tier_of(s, l->offload_optimizer)->optimizer += s->opt_master + s->opt_moments;
-    if (train && l->offload_optimizer == MW_TIER_NVME)
+    if (train && l->offload_optimizer == MW_PLAN_TIER_NVME)
         s->host.buffers += (uint64_t)(2 * MW_MIN(n_opt, (double)MW_SUBGROUP_PARAMS) * (ms + mo));
 
     s->gpu.activations = s->act_layers + s->act_other;

@@ -18,9 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const struct { enum mw_tier opt, par; int min_zero; } offloads[] = {
-    {MW_TIER_NONE, MW_TIER_NONE, 0}, {MW_TIER_CPU, MW_TIER_NONE, 1}, {MW_TIER_NVME, MW_TIER_NONE, 1},
-    {MW_TIER_CPU, MW_TIER_CPU, 3}, {MW_TIER_NVME, MW_TIER_NVME, 3},
+static const struct { enum mw_plan_tier opt, par; int min_zero; } offloads[] = {
+    {MW_PLAN_TIER_NONE, MW_PLAN_TIER_NONE, 0}, {MW_PLAN_TIER_CPU, MW_PLAN_TIER_NONE, 1}, {MW_PLAN_TIER_NVME, MW_PLAN_TIER_NONE, 1},
+    {MW_PLAN_TIER_CPU, MW_PLAN_TIER_CPU, 3}, {MW_PLAN_TIER_NVME, MW_PLAN_TIER_NVME, 3},
 };
 
 /* Keeps hits[0..*n) sorted by iteration time, at most max of them. */
