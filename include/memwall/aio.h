@@ -21,7 +21,8 @@
  * Results: req->result is 0 or a negative code: -errno from the kernel (-EIO, -ENOSPC, -EFBIG,
  * ...), or MW_EFORMAT when a read reaches end of file before `len` bytes (unless
  * MW_AIO_ALLOW_SHORT, then result 0 and req->done_bytes says how many bytes were read).
- * req->errmsg holds a message naming object, file (path) and offset; mw_aio_wait and
+ * req->errmsg holds a message naming object, file (path) and offset (of the failing piece with
+ * the lowest offset, when several fail); mw_aio_wait and
  * mw_aio_wait_all copy it into the calling thread's mw_error_msg().
  *
  * Threading contract:
@@ -117,6 +118,7 @@ struct mw_aio_req {
     uint32_t pieces_left_;     /* pieces issued and not yet completed */
     int state_;                /* 0 idle, 1 queued, 2 done (atomic access) */
     uint64_t eof_at_;          /* lowest file offset where a read saw EOF (UINT64_MAX: none) */
+    uint64_t err_at_;          /* file offset of the reported failure (the lowest failing piece) */
 };
 
 /* Queue a request (never blocks on I/O; pieces beyond queue_depth wait in a FIFO). Returns 0, or
