@@ -68,7 +68,7 @@ enum mw_aio_op { MW_AIO_READ = 0, MW_AIO_WRITE = 1 };
 
 struct mw_aio_config {
     enum mw_aio_backend backend; /* default MW_AIO_AUTO */
-    size_t block_size;           /* bytes per piece, multiple of 4096; default 1 MiB */
+    size_t block_size;           /* bytes per piece, multiple of 4096, <= 1 GiB; default 1 MiB */
     unsigned queue_depth;        /* pieces in flight, 1..4096; default 32 */
     unsigned threads;            /* threads backend: workers; 0 = queue_depth (capped at 64) */
     struct mw_trace *trace;      /* NULL: no tracing; else one I/O event per piece */
