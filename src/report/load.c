@@ -1,0 +1,461 @@
+/*
+ * load.c — reads a Chrome/Perfetto JSON trace into compact records (report_internal.h).
+ *
+ * Why a hand-written outer scanner: a long run's trace is hundreds of MB; parsing it as one
+ * cJSON tree would cost GBs of nodes. The scanner walks the top-level object, finds each
+ * element of "traceEvents" by brace matching (strings and escapes respected) and hands that
+ * one event to cJSON, so memory stays one event deep and a malformed or truncated file is
+ * reported with its byte offset and line. "metadata" (small) is parsed whole.
+ *
+ * Accepted: {"traceEvents": [...], "metadata": {...}} in any key order, or a bare [...] array.
+ * Tier and kind args may be names ("host", "moments") or the recorder's numeric ids.
+ */
+#include "report/report_internal.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char *const default_tier_names[] = {"device", "host", "nvme"};
+static const char *const kind_names[] = {"weights", "grads", "master", "moments", "activations",
+                                         "staging", "other", "untracked"};
+
+int rp_grow(void **v, size_t *cap, size_t n, size_t elem)
+{
+    if (n < *cap) return 0;
+    size_t nc = *cap ? *cap * 2 : 1024;
+    void *p = realloc(*v, nc * elem);
+    if (!p) return -ENOMEM;
+    *v = p;
+    *cap = nc;
+    return 0;
+}
+
+int rp_tier_index(struct rp_trace *t, const char *name)
+{
+    for (int i = 0; i < t->ntiers; i++)
+        if (!strcmp(t->tier_name[i], name)) return i;
+    if (t->ntiers >= RP_MAX_TIERS) return -1;
+    int i = t->ntiers++;
+    snprintf(t->tier_name[i], sizeof t->tier_name[i], "%s", name);
+    t->tier_budget[i] = 0;
+    t->tier_id[i] = -1;
+    return i;
+}
+
+/* A tier arg: a name, or a numeric id (metadata "id" when given, else device/host/nvme). */
+static int tier_from_json(struct rp_trace *t, const cJSON *v)
+{
+    if (cJSON_IsString(v)) return rp_tier_index(t, v->valuestring);
+    if (!cJSON_IsNumber(v)) return -1;
+    int id = (int)v->valuedouble;
+    for (int i = 0; i < t->ntiers; i++)
+        if (t->tier_id[i] == id) return i;
+    if (id >= 0 && id < 3) return rp_tier_index(t, default_tier_names[id]);
+    char b[32];
+    snprintf(b, sizeof b, "tier%d", id);
+    return rp_tier_index(t, b);
+}
+
+static int kind_from_json(const cJSON *v)
+{
+    if (cJSON_IsNumber(v)) {
+        int k = (int)v->valuedouble;
+        return k >= 0 && k < MW_REPORT_KIND_UNTRACKED ? k : MW_REPORT_KIND_UNTRACKED - 1;
+    }
+    if (cJSON_IsString(v)) {
+        for (int k = 0; k < MW_REPORT_KIND_UNTRACKED; k++)
+            if (!strcmp(v->valuestring, kind_names[k])) return k;
+        if (!strcmp(v->valuestring, "gradients")) return 1;
+    }
+    return MW_REPORT_KIND_UNTRACKED - 1; /* "other" */
+}
+
+static int pair_index(struct rp_trace *t, int from, int to)
+{
+    for (int i = 0; i < t->npairs; i++)
+        if (t->pair_from[i] == from && t->pair_to[i] == to) return i;
+    if (t->npairs >= RP_MAX_PAIRS) return -1;
+    int i = t->npairs++;
+    t->pair_from[i] = from;
+    t->pair_to[i] = to;
+    t->pair_limit[i] = 0;
+    return i;
+}
+
+static double num(const cJSON *o, const char *key, double dflt)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (cJSON_IsNumber(v)) return v->valuedouble;
+    if (cJSON_IsString(v) && v->valuestring[0]) {
+        char *end;
+        double d = strtod(v->valuestring, &end);
+        if (*end == 0) return d;
+    }
+    return dflt;
+}
+
+static int64_t inum(const cJSON *o, const char *key)
+{
+    return (int64_t)num(o, key, -1);
+}
+
+static const char *str(const cJSON *o, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+static int lookup(const char *s, const char *const *names, int n)
+{
+    if (!s) return -1;
+    for (int i = 0; i < n; i++)
+        if (!strcmp(s, names[i])) return i;
+    return -1;
+}
+
+static const char *const phase_names[] = {"-", "forward", "backward", "update", "data", "validation"};
+static const char *const offload_names[] = {"read", "update", "write", "refresh", "wait"};
+static const char *const decision_names[] = {"cpu", "device"};
+static const char *const cat_names[] = {"phase", "step", "offload", "decision"};
+
+/* One event object. Returns 0, -ENOMEM, or 1 for "structurally wrong" (message in *why). */
+static int take_event(struct rp_trace *t, const cJSON *e, const char **why)
+{
+    const char *ph = str(e, "ph");
+    if (!ph) { *why = "event has no \"ph\""; return 1; }
+    t->n_events++;
+    if (!strcmp(ph, "M")) return 0;
+    const cJSON *tsv = cJSON_GetObjectItemCaseSensitive(e, "ts");
+    if (!cJSON_IsNumber(tsv)) { *why = "event has no numeric \"ts\""; return 1; }
+    double ts = tsv->valuedouble * 1e-6; /* us -> s */
+    const char *cat = str(e, "cat"), *name = str(e, "name");
+    const cJSON *args = cJSON_GetObjectItemCaseSensitive(e, "args");
+
+    if (!strcmp(ph, "X")) {
+        const cJSON *dv = cJSON_GetObjectItemCaseSensitive(e, "dur");
+        if (!cJSON_IsNumber(dv) || dv->valuedouble < 0) { *why = "\"X\" event without a valid \"dur\""; return 1; }
+        double t1 = ts + dv->valuedouble * 1e-6;
+        if (cat && !strcmp(cat, "io")) {
+            int wr = name && !strcmp(name, "write");
+            const cJSON *fv = cJSON_GetObjectItemCaseSensitive(args, "from");
+            const cJSON *tv = cJSON_GetObjectItemCaseSensitive(args, "to");
+            int from = fv ? tier_from_json(t, fv) : rp_tier_index(t, wr ? "host" : "nvme");
+            int to = tv ? tier_from_json(t, tv) : rp_tier_index(t, wr ? "nvme" : "host");
+            int p = from >= 0 && to >= 0 ? pair_index(t, from, to) : -1;
+            double bytes = num(args, "bytes", -1);
+            if (bytes < 0) { *why = "\"io\" event without args.bytes"; return 1; }
+            if (p < 0) { t->n_ignored++; return 0; }
+            if (rp_grow((void **)&t->io, &t->capio, t->nio, sizeof *t->io)) return -ENOMEM;
+            struct rp_io *r = &t->io[t->nio++];
+            r->t0 = ts; r->t1 = t1; r->bytes = (uint64_t)bytes; r->pair = p;
+            double qd = num(args, "qd", 0);
+            r->qd = qd > 0 ? (uint32_t)qd : 0;
+            return 0;
+        }
+        int c = lookup(cat, cat_names, 4);
+        int n = -1;
+        if (c == RP_CAT_PHASE) n = lookup(name, phase_names + 1, MW_PHASE_COUNT - 1) + 1;
+        else if (c == RP_CAT_STEP) n = name && !strcmp(name, "step") ? 0 : -1;
+        else if (c == RP_CAT_OFFLOAD) n = lookup(name, offload_names, RP_OFF_COUNT);
+        else if (c == RP_CAT_DECISION) n = lookup(name, decision_names, 2);
+        if (c < 0 || n < 0 || (c == RP_CAT_PHASE && n == 0)) { t->n_ignored++; return 0; }
+        if (rp_grow((void **)&t->span, &t->capspan, t->nspan, sizeof *t->span)) return -ENOMEM;
+        struct rp_span *s = &t->span[t->nspan++];
+        s->t0 = ts; s->t1 = t1; s->cat = (int8_t)c; s->name = (int8_t)n;
+        const cJSON *tv = cJSON_GetObjectItemCaseSensitive(args, "tier");
+        s->tier = (int16_t)(tv ? tier_from_json(t, tv) : -1);
+        s->step = inum(args, "step");
+        s->tokens = inum(args, "tokens");
+        s->sub = inum(args, "subgroup");
+        s->bytes = inum(args, "bytes");
+        s->predicted_ns = inum(args, "predicted_ns");
+        s->measured_ns = inum(args, "measured_ns");
+        return 0;
+    }
+    if (!strcmp(ph, "i") || !strcmp(ph, "I")) {
+        int is_alloc = name && !strcmp(name, "alloc"), is_free = name && !strcmp(name, "free");
+        if (!(cat && !strcmp(cat, "mem")) || !(is_alloc || is_free)) { t->n_ignored++; return 0; }
+        const cJSON *tv = cJSON_GetObjectItemCaseSensitive(args, "tier");
+        double bytes = num(args, "bytes", -1);
+        if (!tv || bytes < 0) { *why = "alloc/free event without args.tier and args.bytes"; return 1; }
+        int tier = tier_from_json(t, tv);
+        if (tier < 0) { t->n_ignored++; return 0; }
+        if (rp_grow((void **)&t->mem, &t->capmem, t->nmem, sizeof *t->mem)) return -ENOMEM;
+        struct rp_mem *m = &t->mem[t->nmem];
+        m->seq = (uint32_t)t->nmem++;
+        m->t = ts; m->tier = (int16_t)tier;
+        m->kind = (int16_t)kind_from_json(cJSON_GetObjectItemCaseSensitive(args, "kind"));
+        m->delta = is_alloc ? (int64_t)bytes : -(int64_t)bytes;
+        double tb = num(args, "tier_bytes", -1);
+        m->has_value = tb >= 0;
+        m->value = tb >= 0 ? (uint64_t)tb : 0;
+        return 0;
+    }
+    if (!strcmp(ph, "C")) {
+        size_t nl = name ? strlen(name) : 0;
+        if (nl > 6 && !strcmp(name + nl - 6, " bytes") && nl - 6 < 32) {
+            char tn[32];
+            memcpy(tn, name, nl - 6);
+            tn[nl - 6] = 0;
+            double v = num(args, "value", num(args, "bytes", -1)); /* recorder: {bytes} */
+            int tier = rp_tier_index(t, tn);
+            if (v < 0 || tier < 0) { t->n_ignored++; return 0; }
+            if (rp_grow((void **)&t->mem, &t->capmem, t->nmem, sizeof *t->mem)) return -ENOMEM;
+            struct rp_mem *m = &t->mem[t->nmem];
+            m->seq = (uint32_t)t->nmem++;
+            m->t = ts; m->tier = (int16_t)tier; m->kind = -1; m->has_value = 1; m->delta = 0; m->value = (uint64_t)v;
+            return 0;
+        }
+    }
+    t->n_ignored++;
+    return 0;
+}
+
+static void take_metadata(struct rp_trace *t, const cJSON *md)
+{
+    const cJSON *tiers = cJSON_GetObjectItemCaseSensitive(md, "tiers");
+    const cJSON *it;
+    cJSON_ArrayForEach(it, tiers) {
+        const char *n = str(it, "name");
+        if (!n) continue;
+        int i = rp_tier_index(t, n);
+        if (i < 0) continue;
+        double b = num(it, "budget_bytes", 0);
+        t->tier_budget[i] = b > 0 ? (uint64_t)b : 0;
+        double id = num(it, "id", -1);
+        if (id >= 0) t->tier_id[i] = (int)id;
+    }
+    /* Events lost either way: overwritten in the ring, or still being written at the dump. */
+    t->dropped = (uint64_t)MW_MAX(0.0, num(md, "dropped_events", 0)) +
+                 (uint64_t)MW_MAX(0.0, num(md, "skipped_events", 0));
+    /* Limits: "limit.<from>-><to>.bytes_per_s". Pairs may not exist yet: create them. */
+    cJSON_ArrayForEach(it, md) {
+        const char *k = it->string;
+        if (!k || strncmp(k, "limit.", 6)) continue;
+        const char *arrow = strstr(k + 6, "->"), *suffix = strstr(k + 6, ".bytes_per_s");
+        if (!arrow || !suffix || suffix < arrow || suffix[12]) continue;
+        char from[32], to[32];
+        size_t fl = (size_t)(arrow - (k + 6)), tl = (size_t)(suffix - (arrow + 2));
+        if (!fl || !tl || fl >= sizeof from || tl >= sizeof to) continue;
+        memcpy(from, k + 6, fl); from[fl] = 0;
+        memcpy(to, arrow + 2, tl); to[tl] = 0;
+        double bw = cJSON_IsNumber(it) ? it->valuedouble
+                  : cJSON_IsString(it) ? strtod(it->valuestring, NULL) : 0;
+        int f = rp_tier_index(t, from), o = rp_tier_index(t, to);
+        int p = f >= 0 && o >= 0 ? pair_index(t, f, o) : -1;
+        if (p >= 0 && bw > 0) t->pair_limit[p] = bw;
+    }
+}
+
+/* ---- the outer scanner ---- */
+
+struct scan { const char *b; size_t n, pos; const char *path; };
+
+static void skip_ws(struct scan *s)
+{
+    while (s->pos < s->n && (s->b[s->pos] == ' ' || s->b[s->pos] == '\n' || s->b[s->pos] == '\r' ||
+                             s->b[s->pos] == '\t'))
+        s->pos++;
+}
+
+static int line_of(const struct scan *s, size_t pos)
+{
+    int line = 1;
+    for (size_t i = 0; i < pos && i < s->n; i++) line += s->b[i] == '\n';
+    return line;
+}
+
+static int fail_at(const struct scan *s, size_t pos, const char *what)
+{
+    if (pos >= s->n)
+        return mw_error_set(MW_EFORMAT, "%s: truncated trace: the file ends (at byte %zu) %s; was the "
+                            "run killed before the trace was written?", s->path, s->n, what);
+    char snip[48];
+    size_t k = 0;
+    for (size_t i = pos; i < s->n && k < 40; i++) snip[k++] = (s->b[i] == '\n' || s->b[i] == '\r') ? ' ' : s->b[i];
+    snip[k] = 0;
+    return mw_error_set(MW_EFORMAT, "%s: malformed trace at byte %zu (line %d): %s, near \"%s\"",
+                        s->path, pos, line_of(s, pos), what, snip);
+}
+
+/* End (exclusive) of the JSON value starting at s->pos; returns 0 and sets *end, or an error. */
+static int value_end(struct scan *s, size_t *end)
+{
+    size_t i = s->pos;
+    if (i >= s->n) return fail_at(s, i, "where a value was expected");
+    char c = s->b[i];
+    if (c == '"') {
+        for (i++; i < s->n; i++) {
+            if (s->b[i] == '\\') { i++; continue; }
+            if (s->b[i] == '"') { *end = i + 1; return 0; }
+        }
+        return fail_at(s, s->n, "inside a string");
+    }
+    if (c == '{' || c == '[') {
+        int depth = 0;
+        for (; i < s->n; i++) {
+            char d = s->b[i];
+            if (d == '"') {
+                for (i++; i < s->n && s->b[i] != '"'; i++)
+                    if (s->b[i] == '\\') i++;
+                if (i >= s->n) break;
+            } else if (d == '{' || d == '[') depth++;
+            else if (d == '}' || d == ']') {
+                if (--depth == 0) { *end = i + 1; return 0; }
+            }
+        }
+        return fail_at(s, s->n, "inside an unfinished object or array");
+    }
+    while (i < s->n && !strchr(",}] \n\r\t", s->b[i])) i++;
+    if (i == s->pos) return fail_at(s, i, "expected a value");
+    *end = i;
+    return 0;
+}
+
+static int scan_events(struct scan *s, struct rp_trace *t)
+{
+    s->pos++; /* '[' */
+    skip_ws(s);
+    if (s->pos < s->n && s->b[s->pos] == ']') { s->pos++; return 0; }
+    for (uint64_t idx = 0;; idx++) {
+        skip_ws(s);
+        size_t start = s->pos, end;
+        if (start < s->n && s->b[start] != '{') return fail_at(s, start, "a trace event must be an object");
+        int rc = value_end(s, &end);
+        if (rc) return rc;
+        cJSON *e = cJSON_ParseWithLength(s->b + start, end - start);
+        if (!e) {
+            const char *ep = cJSON_GetErrorPtr();
+            size_t at = ep && ep >= s->b + start && ep <= s->b + end ? (size_t)(ep - s->b) : start;
+            char what[64];
+            snprintf(what, sizeof what, "event #%llu is not valid JSON", (unsigned long long)idx);
+            return fail_at(s, at, what);
+        }
+        const char *why = NULL;
+        rc = take_event(t, e, &why);
+        cJSON_Delete(e);
+        if (rc < 0) return mw_error_set(rc, "%s: out of memory reading the trace", s->path);
+        if (rc > 0) {
+            char what[96];
+            snprintf(what, sizeof what, "event #%llu: %s", (unsigned long long)idx, why);
+            return fail_at(s, start, what);
+        }
+        s->pos = end;
+        skip_ws(s);
+        if (s->pos >= s->n) return fail_at(s, s->n, "inside the traceEvents array");
+        if (s->b[s->pos] == ']') { s->pos++; return 0; }
+        if (s->b[s->pos] != ',') return fail_at(s, s->pos, "expected ',' or ']' after an event");
+        s->pos++;
+    }
+}
+
+static int scan_top(struct scan *s, struct rp_trace *t)
+{
+    skip_ws(s);
+    if (s->pos >= s->n) return mw_error_set(MW_EFORMAT, "%s: empty file, not a trace", s->path);
+    if (s->b[s->pos] == '[') return scan_events(s, t);
+    if (s->b[s->pos] != '{') return fail_at(s, s->pos, "not a JSON trace (expected '{' or '[')");
+    s->pos++;
+    int saw_events = 0;
+    for (;;) {
+        skip_ws(s);
+        if (s->pos >= s->n) return fail_at(s, s->n, "inside the top-level object");
+        if (s->b[s->pos] == '}') { s->pos++; break; }
+        if (s->b[s->pos] != '"') return fail_at(s, s->pos, "expected a key");
+        size_t kend;
+        int rc = value_end(s, &kend);
+        if (rc) return rc;
+        const char *key = s->b + s->pos + 1;
+        size_t klen = kend - s->pos - 2;
+        s->pos = kend;
+        skip_ws(s);
+        if (s->pos >= s->n || s->b[s->pos] != ':') return fail_at(s, s->pos, "expected ':' after a key");
+        s->pos++;
+        skip_ws(s);
+        if (klen == 11 && !memcmp(key, "traceEvents", 11)) {
+            if (s->pos >= s->n || s->b[s->pos] != '[') return fail_at(s, s->pos, "traceEvents must be an array");
+            rc = scan_events(s, t);
+            if (rc) return rc;
+            saw_events = 1;
+        } else {
+            size_t vend;
+            rc = value_end(s, &vend);
+            if (rc) return rc;
+            if (klen == 8 && !memcmp(key, "metadata", 8)) {
+                cJSON *md = cJSON_ParseWithLength(s->b + s->pos, vend - s->pos);
+                if (!md) return fail_at(s, s->pos, "metadata is not valid JSON");
+                take_metadata(t, md);
+                cJSON_Delete(md);
+            }
+            s->pos = vend;
+        }
+        skip_ws(s);
+        if (s->pos >= s->n) return fail_at(s, s->n, "inside the top-level object");
+        if (s->b[s->pos] == ',') { s->pos++; continue; }
+        if (s->b[s->pos] == '}') { s->pos++; break; }
+        return fail_at(s, s->pos, "expected ',' or '}'");
+    }
+    if (!saw_events) return mw_error_set(MW_EFORMAT, "%s: no \"traceEvents\" array: not a Chrome/Perfetto trace", s->path);
+    skip_ws(s);
+    if (s->pos < s->n) return fail_at(s, s->pos, "unexpected data after the trace object");
+    return 0;
+}
+
+int rp_trace_load(struct rp_trace *t, const char *path)
+{
+    memset(t, 0, sizeof *t);
+    t->path = path;
+    for (int i = 0; i < 3; i++) t->tier_id[i] = -1;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return mw_error_set(-errno, "%s: cannot open the trace: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return mw_error_set(-EINVAL, "%s: not a regular file", path);
+    }
+    size_t n = (size_t)st.st_size;
+    char *buf = malloc(n ? n : 1);
+    if (!buf) { close(fd); return mw_error_set(-ENOMEM, "%s: cannot hold %zu bytes", path, n); }
+    size_t got = 0;
+    while (got < n) {
+        ssize_t k = read(fd, buf + got, n - got);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) {
+            int e = k < 0 ? -errno : -EIO;
+            free(buf); close(fd);
+            return mw_error_set(e, "%s: read failed at byte %zu: %s", path, got, strerror(-e));
+        }
+        got += (size_t)k;
+    }
+    close(fd);
+    struct scan s = {buf, n, 0, path};
+    int rc = scan_top(&s, t);
+    free(buf);
+    if (rc) rp_trace_free(t);
+    return rc;
+}
+
+void rp_trace_free(struct rp_trace *t)
+{
+    free(t->io);
+    free(t->mem);
+    free(t->span);
+    t->io = NULL; t->mem = NULL; t->span = NULL;
+    t->nio = t->nmem = t->nspan = 0;
+    t->capio = t->capmem = t->capspan = 0;
+}
+
+const char *mw_report_kind_name(int kind)
+{
+    return kind >= 0 && kind < MW_REPORT_NKINDS ? kind_names[kind] : "?";
+}
+
+const char *mw_report_phase_name(int phase)
+{
+    return phase >= 0 && phase < MW_PHASE_COUNT ? phase_names[phase] : "?";
+}
