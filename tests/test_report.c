@@ -302,6 +302,32 @@ static void test_errors(const char *dir)
         write_file(path, hand_trace, cuts[i]);
         expect_error(path, MW_EFORMAT, why[i]);
     }
+    /* Every prefix fails cleanly (the scanner never reads past the end: ASan checks in CI), and
+     * every single-byte corruption either loads or fails with MW_EFORMAT, never crashes. */
+    snprintf(path, sizeof path, "%s/prefix.json", dir);
+    int prefix_ok = 1;
+    for (size_t cut = 0; cut + 1 < n; cut += cut + 64 < n ? 5 : 1) {
+        write_file(path, hand_trace, cut);
+        struct mw_report *r = NULL;
+        int rc = mw_report_load(&r, path, NULL);
+        if (rc != MW_EFORMAT) { prefix_ok = 0; fprintf(stderr, "prefix %zu: rc %d\n", cut, rc); }
+        mw_report_free(r);
+    }
+    CHECK(prefix_ok);
+    char *mut = malloc(n + 1);
+    REQUIRE(mut);
+    int mut_ok = 1;
+    for (size_t i = 0; i < n; i += 7) {
+        memcpy(mut, hand_trace, n);
+        mut[i] = "\"{}[],:x0"[i % 9];
+        write_file(path, mut, n);
+        struct mw_report *r = NULL;
+        int rc = mw_report_load(&r, path, NULL);
+        if (rc != 0 && rc != MW_EFORMAT) { mut_ok = 0; fprintf(stderr, "byte %zu: rc %d\n", i, rc); }
+        mw_report_free(r);
+    }
+    free(mut);
+    CHECK(mut_ok);
     snprintf(path, sizeof path, "%s/garbage.json", dir);
     write_file(path, "hello, world\n", 13);
     expect_error(path, MW_EFORMAT, "not a JSON trace");

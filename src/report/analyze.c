@@ -232,9 +232,9 @@ int rp_analyze(struct mw_report *r, struct rp_trace *t, const struct mw_report_o
     r->n_events = t->n_events;
     r->n_ignored = t->n_ignored;
     r->dropped_events = t->dropped;
-    qsort(t->io, t->nio, sizeof *t->io, cmp_io);
-    qsort(t->mem, t->nmem, sizeof *t->mem, cmp_mem);
-    qsort(t->span, t->nspan, sizeof *t->span, cmp_span);
+    if (t->nio) qsort(t->io, t->nio, sizeof *t->io, cmp_io);
+    if (t->nmem) qsort(t->mem, t->nmem, sizeof *t->mem, cmp_mem);
+    if (t->nspan) qsort(t->span, t->nspan, sizeof *t->span, cmp_span);
     time_range(r, t);
 
     /* Reorder tiers; remap the records' tier indices. */
