@@ -108,6 +108,37 @@ int main(void)
         CHECK_MSG(r->dropped_events >= 100 - 16, "dropped %llu", (unsigned long long)r->dropped_events);
         mw_report_free(r);
     }
+    /* The names producers used before docs/trace-conventions.md are read as their aliases. */
+    REQUIRE(mw_trace_init(&tr, 256) == 0);
+    base = mw_trace_now(tr);
+    span(tr, "train", "step", base, 0, 100, "step", 3, "tokens", 512);
+    span(tr, "offload", "step", base, 60, 100, "step", 3, NULL, 0);         /* = phase update */
+    span(tr, "offload", "sg_read", base, 60, 70, "sg", 5, "bytes", 4096);   /* = offload read */
+    struct mw_trace_arg ua[4] = {{"sg", 5}, {"device", 1}, {"predicted_us", 9}, {"measured_us", 10}};
+    mw_trace_span(tr, "offload", "update", base + 70000, base + 80000, ua, 4);
+    span(tr, "offload", "h2d", base, 70, 72, "sg", 5, "bytes", 8192);       /* = io host->device */
+    span(tr, "offload", "d2h", base, 78, 80, "sg", 5, "bytes", 8192);       /* = io device->host */
+    REQUIRE(mw_trace_write(tr, path) == 0);
+    mw_trace_free(tr);
+    rc = mw_report_load(&r, path, NULL);
+    CHECK_MSG(rc == 0, "%s", mw_error_msg());
+    if (!rc) {
+        CHECK_EQ_INT(r->nsteps, 1);
+        if (r->nsteps) {
+            CHECK_EQ_INT(r->steps[0].tokens, 512);
+            CHECK(NEAR(r->steps[0].phase_s[MW_PHASE_UPDATE], 40e-6));
+            CHECK(NEAR(r->steps[0].io_busy_s, 4e-6));
+            CHECK(NEAR(r->steps[0].overlap, 1.0));
+        }
+        CHECK_EQ_INT(r->npairs, 2);
+        REQUIRE(r->nsubgroups == 1);
+        CHECK_EQ_INT(r->subgroups[0].id, 5);
+        CHECK_EQ_INT(r->subgroups[0].n_device, 1);
+        CHECK_EQ_INT(r->subgroups[0].bytes_read, 4096);
+        CHECK(NEAR(r->subgroups[0].predicted_s, 9e-6));
+        CHECK(NEAR(r->subgroups[0].measured_s, 10e-6));
+        mw_report_free(r);
+    }
     if (!tu_failures) tu_rm_rf(dir);
     TEST_END();
 }

@@ -123,6 +123,31 @@ static const char *const offload_names[] = {"read", "update", "write", "refresh"
 static const char *const decision_names[] = {"cpu", "device"};
 static const char *const cat_names[] = {"phase", "step", "offload", "decision"};
 
+/* A time arg in ns: "<key>_ns", or "<key>_us" * 1000; -1 when absent. */
+static int64_t ns_arg(const cJSON *args, const char *key)
+{
+    char k[48];
+    snprintf(k, sizeof k, "%s_ns", key);
+    double v = num(args, k, -1);
+    if (v >= 0) return (int64_t)v;
+    snprintf(k, sizeof k, "%s_us", key);
+    v = num(args, k, -1);
+    return v >= 0 ? (int64_t)(v * 1000) : -1;
+}
+
+/* An offload h2d/d2h span: a transfer between host and device, counted as I/O of that pair. */
+static int take_transfer(struct rp_trace *t, int h2d, double t0, double t1, const cJSON *args)
+{
+    double bytes = num(args, "bytes", -1);
+    int host = rp_tier_index(t, "host"), dev = rp_tier_index(t, "device");
+    int p = host >= 0 && dev >= 0 ? (h2d ? pair_index(t, host, dev) : pair_index(t, dev, host)) : -1;
+    if (bytes < 0 || p < 0) { t->n_ignored++; return 0; }
+    if (rp_grow((void **)&t->io, &t->capio, t->nio, sizeof *t->io)) return -ENOMEM;
+    struct rp_io *r = &t->io[t->nio++];
+    r->t0 = t0; r->t1 = t1; r->bytes = (uint64_t)bytes; r->pair = p; r->qd = 0;
+    return 0;
+}
+
 /* One event object. Returns 0, -ENOMEM, or 1 for "structurally wrong" (message in *why). */
 static int take_event(struct rp_trace *t, const cJSON *e, const char **why)
 {
@@ -159,22 +184,40 @@ static int take_event(struct rp_trace *t, const cJSON *e, const char **why)
         }
         int c = lookup(cat, cat_names, 4);
         int n = -1;
+        /* Aliases used by producers before docs/trace-conventions.md (see there). */
+        if (cat && !strcmp(cat, "train")) c = name && !strcmp(name, "step") ? RP_CAT_STEP : RP_CAT_PHASE;
+        if (c == RP_CAT_OFFLOAD && name) {
+            if (!strcmp(name, "step")) { c = RP_CAT_PHASE; name = "update"; }
+            else if (!strcmp(name, "sg_read")) name = "read";
+            else if (!strcmp(name, "sg_write")) name = "write";
+            else if (!strcmp(name, "h2d") || !strcmp(name, "d2h"))
+                return take_transfer(t, name[0] == 'h', ts, t1, args);
+        }
         if (c == RP_CAT_PHASE) n = lookup(name, phase_names + 1, MW_PHASE_COUNT - 1) + 1;
         else if (c == RP_CAT_STEP) n = name && !strcmp(name, "step") ? 0 : -1;
         else if (c == RP_CAT_OFFLOAD) n = lookup(name, offload_names, RP_OFF_COUNT);
         else if (c == RP_CAT_DECISION) n = lookup(name, decision_names, 2);
         if (c < 0 || n < 0 || (c == RP_CAT_PHASE && n == 0)) { t->n_ignored++; return 0; }
-        if (rp_grow((void **)&t->span, &t->capspan, t->nspan, sizeof *t->span)) return -ENOMEM;
+        if (rp_grow((void **)&t->span, &t->capspan, t->nspan + 1, sizeof *t->span)) return -ENOMEM;
         struct rp_span *s = &t->span[t->nspan++];
-        s->t0 = ts; s->t1 = t1; s->cat = (int8_t)c; s->name = (int8_t)n;
+        s->t0 = ts; s->t1 = t1; s->cat = (int8_t)c; s->name = (int8_t)n; s->synth = 0;
         const cJSON *tv = cJSON_GetObjectItemCaseSensitive(args, "tier");
         s->tier = (int16_t)(tv ? tier_from_json(t, tv) : -1);
         s->step = inum(args, "step");
         s->tokens = inum(args, "tokens");
-        s->sub = inum(args, "subgroup");
+        s->sub = cJSON_GetObjectItemCaseSensitive(args, "subgroup") ? inum(args, "subgroup") : inum(args, "sg");
         s->bytes = inum(args, "bytes");
-        s->predicted_ns = inum(args, "predicted_ns");
-        s->measured_ns = inum(args, "measured_ns");
+        s->predicted_ns = ns_arg(args, "predicted");
+        s->measured_ns = ns_arg(args, "measured");
+        int64_t dev = inum(args, "device");
+        if (c == RP_CAT_OFFLOAD && n == RP_OFF_UPDATE && dev >= 0) {
+            /* An update span saying where it ran (and predicted/measured): also a decision. */
+            struct rp_span *d = &t->span[t->nspan++];
+            *d = *s;
+            d->cat = RP_CAT_DECISION;
+            d->name = dev ? RP_DEC_DEVICE : RP_DEC_CPU;
+            d->synth = 1;
+        }
         return 0;
     }
     if (!strcmp(ph, "i") || !strcmp(ph, "I")) {

@@ -43,6 +43,7 @@ struct rp_mem {           /* alloc/free (delta) and/or the tier's bytes after it
 struct rp_span {          /* a span of one of the categories above */
     double t0, t1;        /* s */
     int8_t cat, name;     /* rp_cat; MW_PHASE_* / rp_offload / rp_decision / 0 for "step" */
+    int8_t synth;         /* decision derived from an offload "update" span's args.device */
     int16_t tier;         /* arg "tier" resolved to a tier index, or -1 */
     int64_t step, tokens, sub, bytes, predicted_ns, measured_ns; /* -1 when absent */
 };
