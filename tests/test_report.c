@@ -218,6 +218,18 @@ static void test_synth(const char *dir)
     CHECK(NEAR(r->pairs[rd].limit_bw, sg / w / 0.8, 1e-5));
     CHECK(NEAR(r->pairs[wr].limit_bw, sg / w / 0.8, 1e-5));
     CHECK_EQ_INT(r->pairs[rd].hist_count[11], (uint64_t)N * S * n); /* 8 MiB: (4 MiB, 8 MiB] */
+    /* Every write runs at sg / w, so the while-busy rate of every bin with writes is exactly that. */
+    int busy_bins = 0, busy_ok = 1;
+    for (int b = 0; b < r->nbins; b++) {
+        if (r->pairs[wr].bw_busy[b] == 0) continue;
+        busy_bins++;
+        if (!NEAR(r->pairs[wr].bw_busy[b], sg / w, 1e-4)) {
+            busy_ok = 0;
+            fprintf(stderr, "bin %d: %g B/s while busy, want %g\n", b, r->pairs[wr].bw_busy[b], sg / w);
+        }
+    }
+    CHECK(busy_ok && busy_bins > 0);
+    CHECK(r->phases_resolved); /* 800 bins over 6 steps: 133 bins per step */
     REQUIRE(r->nsubgroups == S);
     for (int j = 0; j < S; j++) {
         const struct mw_report_subgroup *g = &r->subgroups[j];

@@ -87,6 +87,8 @@ struct mw_report_pair {
     uint64_t hist_count[MW_REPORT_HIST_BUCKETS];
     uint64_t hist_bytes[MW_REPORT_HIST_BUCKETS];
     double *bw;                     /* [nbins] bytes/s (request bytes spread over its duration) */
+    double *bw_busy;                /* [nbins] bytes/s while busy: bin bytes / busy time in the bin
+                                       (0 when idle); what compares with the limit */
     double *inflight;               /* [nbins] mean requests in flight */
 };
 
@@ -124,6 +126,7 @@ struct mw_report {
 
     int nbins; double bin_s;        /* series resolution: bin width in s, starting at t0_s */
     uint8_t *bin_phase;             /* [nbins] phase covering most of the bin (MW_PHASE_*) */
+    int phases_resolved;            /* bins are short enough (>= 10 per median step) to shade phases */
 
     int ntiers; struct mw_report_tier *tiers;
     int npairs; struct mw_report_pair *pairs;

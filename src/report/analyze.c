@@ -142,7 +142,8 @@ static int pair_series(struct mw_report *r, const struct rp_trace *t)
     for (int p = 0; p < r->npairs; p++) {
         r->pairs[p].bw = calloc((size_t)nb, sizeof(double));
         r->pairs[p].inflight = calloc((size_t)nb, sizeof(double));
-        if (!r->pairs[p].bw || !r->pairs[p].inflight) goto out;
+        r->pairs[p].bw_busy = calloc((size_t)nb, sizeof(double));
+        if (!r->pairs[p].bw || !r->pairs[p].inflight || !r->pairs[p].bw_busy) goto out;
     }
     for (size_t i = 0; i < t->nio; i++) {
         const struct rp_io *io = &t->io[i];
@@ -178,7 +179,10 @@ static int pair_series(struct mw_report *r, const struct rp_trace *t)
         P->busy_s = rp_ivls_total(&busy[p]);
         P->mean_bw = P->busy_s > 0 ? (double)P->bytes / P->busy_s : 0;
         P->mean_qd = P->requests ? qdsum[p] / (double)P->requests : 0;
+        size_t cur = 0;
         for (int b = 0; b < nb; b++) {
+            double busy_b = rp_ivls_measure_in(&busy[p], r->t0_s + b * r->bin_s, r->t0_s + (b + 1) * r->bin_s, &cur);
+            P->bw_busy[b] = busy_b > 0 ? P->bw[b] / busy_b : 0;
             P->bw[b] /= r->bin_s;
             P->inflight[b] /= r->bin_s;
             P->peak_bw = MW_MAX(P->peak_bw, P->bw[b]);
@@ -265,5 +269,6 @@ int rp_analyze(struct mw_report *r, struct rp_trace *t, const struct mw_report_o
     if (!rc) rc = memory_series(r, t);
     if (!rc) rc = pair_series(r, t);
     if (!rc) rc = phase_bins(r, t);
+    r->phases_resolved = !r->nsteps || r->bin_s * 10 <= r->step_wall_median_s;
     return rc;
 }

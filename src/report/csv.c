@@ -94,12 +94,12 @@ int mw_report_write_csv(const struct mw_report *r, const char *dir)
     if ((rc = close_csv(f, path))) return rc;
 
     OPEN("io_bandwidth.csv");
-    fprintf(f, "t_s,pair,bytes_per_s,requests_in_flight,limit_bytes_per_s\n");
+    fprintf(f, "t_s,pair,bytes_per_s,busy_bytes_per_s,requests_in_flight,limit_bytes_per_s\n");
     for (int p = 0; p < r->npairs; p++)
         for (int b = 0; b < r->nbins; b++) {
             const struct mw_report_pair *P = &r->pairs[p];
-            fprintf(f, "%.9g,%s->%s,%.9g,%.6g,%.9g\n", b * r->bin_s, P->from, P->to, P->bw[b], P->inflight[b],
-                    P->limit_bw);
+            fprintf(f, "%.9g,%s->%s,%.9g,%.9g,%.6g,%.9g\n", b * r->bin_s, P->from, P->to, P->bw[b], P->bw_busy[b],
+                    P->inflight[b], P->limit_bw);
         }
     if ((rc = close_csv(f, path))) return rc;
 

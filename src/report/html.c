@@ -105,7 +105,7 @@ static void pairs_table(FILE *f, const struct mw_report *r)
     if (!r->npairs) return;
     char a[32], b[32], c[32], d[32];
     fputs("<table><tr><th>tier pair</th><th>requests</th><th>bytes</th><th>mean request</th><th>busy (s)</th>"
-          "<th>achieved while busy</th><th>peak (per bin)</th><th>calibrated limit</th><th>of limit</th>"
+          "<th>achieved while busy</th><th>peak (bin average)</th><th>calibrated limit</th><th>of limit</th>"
           "<th>mean queue depth</th></tr>\n", f);
     for (int p = 0; p < r->npairs; p++) {
         const struct mw_report_pair *P = &r->pairs[p];
@@ -168,7 +168,7 @@ static void subgroups_table(FILE *f, const struct mw_report *r)
         rp_esc(f, g->tier >= 0 ? r->tiers[g->tier].name : "?");
         fprintf(f, "</td><td>%lld</td><td>%lld</td>", (long long)g->n_cpu, (long long)g->n_device);
         double n = (double)MW_MAX(g->n_decisions, 1);
-        if (g->n_decisions && g->predicted_s > 0)
+        if (g->n_decisions && g->predicted_s > 0 && g->measured_s > 0)
             fprintf(f, "<td>%.3f</td><td>%.3f</td><td>%+.1f %%</td>", g->predicted_s / n * 1e3, g->measured_s / n * 1e3,
                     100 * (g->predicted_s - g->measured_s) / g->measured_s);
         else fputs("<td>-</td><td>-</td><td>-</td>", f);
@@ -192,10 +192,16 @@ int mw_report_write_html(const struct mw_report *r, const char *path)
     summary(f, r);
     fputs("<h2>Bytes per tier over time, by kind of state</h2>\n<p class=\"note\">Stacked by kind; background: "
           "the phase covering most of each time bin. Each point is the bin's highest total, so peaks are kept.</p>\n", f);
+    if (!r->phases_resolved)
+        fprintf(f, "<p class=\"note\">Each point covers %.1f steps, too many to shade phases or show the swing "
+                   "inside a step: see \"Step %lld in detail\" below.</p>\n",
+                r->bin_s / r->step_wall_median_s, (long long)r->detail_step);
     rp_html_memory(f, r);
     tiers_table(f, r);
     fputs("<h2>I/O between tiers</h2>\n", f);
     rp_html_io_timeline(f, r);
+    fputs("<p class=\"note\">Bandwidth: the line is the rate while the pair is busy (bytes in the bin / time "
+          "with a request in flight), the light area the bin average.</p>\n", f);
     rp_html_bandwidth(f, r);
     rp_html_histogram(f, r);
     pairs_table(f, r);

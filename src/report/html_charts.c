@@ -23,6 +23,7 @@ static void time_axis(const struct mw_report *r, struct rp_chart *c, double span
 
 static void shade_phases(const struct mw_report *r, struct rp_chart *c)
 {
+    if (!r->phases_resolved) return; /* a bin spans several steps: see the one-step detail */
     int b = 0;
     while (b < r->nbins) {
         int e = b;
@@ -139,7 +140,10 @@ void rp_html_bandwidth(FILE *f, const struct mw_report *r)
 {
     if (!r->npairs) return;
     double mx = 0;
-    for (int p = 0; p < r->npairs; p++) mx = MW_MAX(mx, MW_MAX(r->pairs[p].peak_bw, r->pairs[p].limit_bw));
+    for (int p = 0; p < r->npairs; p++) {
+        mx = MW_MAX(mx, MW_MAX(r->pairs[p].peak_bw, r->pairs[p].limit_bw));
+        for (int b = 0; b < r->nbins; b++) mx = MW_MAX(mx, r->pairs[p].bw_busy[b]);
+    }
     const char *unit;
     double u = rp_rate_unit(mx, &unit);
     char ylab[48];
@@ -149,19 +153,27 @@ void rp_html_bandwidth(FILE *f, const struct mw_report *r)
     c.y0 = 0;
     c.y1 = mx > 0 ? mx / u * 1.08 : 1;
     c.ylabel = ylab;
-    rp_chart_begin(&c, "bandwidth per tier pair over time, against the calibrated limit");
+    rp_chart_begin(&c, "bandwidth per tier pair over time (line: while busy; area: bin average), against the calibrated limit");
     shade_phases(r, &c);
     rp_chart_axes(&c);
     const char *names[RP_MAX_PAIRS], *colors[RP_MAX_PAIRS];
     static char nb[RP_MAX_PAIRS][72];
     for (int p = 0; p < r->npairs && p < RP_MAX_PAIRS; p++) {
         const struct mw_report_pair *P = &r->pairs[p];
-        fprintf(f, "<path fill=\"none\" stroke=\"%s\" stroke-width=\"1.3\" d=\"M", rp_pair_color(p));
+        /* Bin average as a light area; bandwidth while busy as the line (what meets the limit). */
+        fprintf(f, "<path fill=\"%s\" fill-opacity=\"0.25\" stroke=\"none\" d=\"M%d %.1f", rp_pair_color(p), c.ml,
+                rp_cy(&c, 0));
         for (int b = 0; b < r->nbins; b++) {
             double y = rp_cy(&c, P->bw[b] / u);
+            fprintf(f, " L%.1f %.1f L%.1f %.1f", rp_cx(&c, b * r->bin_s), y, rp_cx(&c, (b + 1) * r->bin_s), y);
+        }
+        fprintf(f, " L%d %.1f Z\"><title>bin average</title></path>\n", W - c.mr, rp_cy(&c, 0));
+        fprintf(f, "<path fill=\"none\" stroke=\"%s\" stroke-width=\"1.3\" d=\"M", rp_pair_color(p));
+        for (int b = 0; b < r->nbins; b++) {
+            double y = rp_cy(&c, P->bw_busy[b] / u);
             fprintf(f, "%s%.1f %.1f L%.1f %.1f", b ? " L" : "", rp_cx(&c, b * r->bin_s), y, rp_cx(&c, (b + 1) * r->bin_s), y);
         }
-        fputs("\"/>\n", f);
+        fputs("\"><title>while busy</title></path>\n", f);
         if (P->limit_bw > 0) {
             double y = rp_cy(&c, P->limit_bw / u);
             fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"%s\" stroke-dasharray=\"7,4\"/>"

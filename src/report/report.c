@@ -42,7 +42,7 @@ void mw_report_free(struct mw_report *r)
 {
     if (!r) return;
     for (int i = 0; i < r->ntiers && r->tiers; i++) { free(r->tiers[i].by_kind); free(r->tiers[i].total); }
-    for (int i = 0; i < r->npairs && r->pairs; i++) { free(r->pairs[i].bw); free(r->pairs[i].inflight); }
+    for (int i = 0; i < r->npairs && r->pairs; i++) { free(r->pairs[i].bw); free(r->pairs[i].inflight); free(r->pairs[i].bw_busy); }
     free(r->tiers);
     free(r->pairs);
     free(r->steps);

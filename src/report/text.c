@@ -127,7 +127,7 @@ int mw_report_write_text(const struct mw_report *r, FILE *f)
             first = 0;
         }
         fprintf(f, "); updates: %lld on cpu, %lld on device", (long long)ncpu, (long long)ndev);
-        if (ndec && pred > 0)
+        if (ndec && pred > 0 && meas > 0)
             fprintf(f, "; predicted %.3f s vs measured %.3f s (%+.1f %%)", pred, meas, 100 * (pred - meas) / meas);
         fputc('\n', f);
     }
