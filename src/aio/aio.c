@@ -57,9 +57,9 @@ int mw_aio_init(struct mw_aio **out, const struct mw_aio_config *cin)
     else mw_aio_config_default(&c);
     if (!c.block_size) c.block_size = (size_t)1 << 20;
     if (!c.queue_depth) c.queue_depth = 32;
-    if (c.block_size % 4096 || c.queue_depth > 4096)
-        return mw_error_set(-EINVAL, "aio: block size %zu must be a multiple of 4096 and queue depth %u at most 4096",
-                            c.block_size, c.queue_depth);
+    if (c.block_size % 4096 || c.block_size > ((size_t)1 << 30) || c.queue_depth > 4096)
+        return mw_error_set(-EINVAL, "aio: block size %zu must be a multiple of 4096 up to 1 GiB and queue depth "
+                                     "%u at most 4096", c.block_size, c.queue_depth);
     enum mw_aio_backend want = c.backend;
     const char *env = getenv("MEMWALL_AIO");
     if (want == MW_AIO_AUTO && env && *env && mw_aio_backend_parse(env, &want))

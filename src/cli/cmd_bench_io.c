@@ -42,6 +42,16 @@ static void slot_done(struct mw_aio_req *r, void *user)
     mw_aio_submit(b->aio, r); /* resubmitting from the callback is allowed (aio.h) */
 }
 
+static void json_str(const char *s)
+{
+    putchar('"');
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\') putchar('\\');
+        if ((unsigned char)*s >= 0x20) putchar(*s);
+    }
+    putchar('"');
+}
+
 /* One sequential pass; returns seconds or a negative code. */
 static int run_pass(struct bench *b, enum mw_aio_op op, unsigned qd, char *buf, double *secs)
 {
@@ -220,11 +230,13 @@ int mw_cmd_bench_io(int argc, char **argv)
     const char *be = mw_aio_backend_name(mw_aio_backend(aio));
     int huge = (buf.flags & MW_BUF_HUGE) != 0;
     if (json) {
-        printf("{\"dir\":\"%s\",\"size_bytes\":%llu,\"block_size_bytes\":%llu,\"queue_depth\":%lld,"
+        printf("{\"dir\":");
+        json_str(dir);
+        printf(",\"size_bytes\":%llu,\"block_size_bytes\":%llu,\"queue_depth\":%lld,"
                "\"backend\":\"%s\",\"direct\":%s,\"huge_pages\":%s,\"write_seconds\":%.4f,\"read_seconds\":%.4f,"
                "\"write_bytes_per_s\":%.0f,\"read_bytes_per_s\":%.0f,\"max_in_flight\":%u,\"short_resubmits\":%llu,"
                "\"eagain_retries\":%llu",
-               dir, (unsigned long long)size, (unsigned long long)block, (long long)qd, be, direct ? "true" : "false",
+               (unsigned long long)size, (unsigned long long)block, (long long)qd, be, direct ? "true" : "false",
                huge ? "true" : "false", tw, trd, wbps, rbps, st.max_in_flight,
                (unsigned long long)st.short_resubmits, (unsigned long long)st.eagain_retries);
         if (overwrite) printf(",\"overwrite_seconds\":%.4f,\"overwrite_bytes_per_s\":%.0f", tow, (double)size / tow);
