@@ -63,8 +63,12 @@ struct rp_trace {
     uint64_t n_events, n_ignored, dropped;
 };
 
-/* load.c */
+/* scan.c: the file, event by event (0, or -errno / MW_EFORMAT with a message naming it) */
 int rp_trace_load(struct rp_trace *t, const char *path);
+/* load.c: one event / the metadata into records */
+struct cJSON;
+int rp_take_event(struct rp_trace *t, const struct cJSON *e, const char **why); /* 0, -ENOMEM, 1 bad */
+void rp_take_metadata(struct rp_trace *t, const struct cJSON *md);
 void rp_trace_free(struct rp_trace *t);
 int rp_tier_index(struct rp_trace *t, const char *name); /* adds it when new; -1 when full */
 
