@@ -240,6 +240,20 @@ static void test_synth(const char *dir)
         CHECK_EQ_INT(g->bytes_written, (uint64_t)N * sg);
     }
     CHECK_EQ_INT(r->detail_step, N - 1);
+    {   /* --step: that step in detail, at full resolution: phases, offload spans, every request. */
+        struct mw_report_opts o;
+        mw_report_opts_default(&o);
+        o.detail_step = 2;
+        struct mw_report *d;
+        REQUIRE(mw_report_load(&d, path, &o) == 0);
+        CHECK_EQ_INT(d->detail_step, 2);
+        CHECK(NEAR(d->detail_t0_s, 1e-3 + 2 * L, tol));
+        int nio = 0;
+        for (int i = 0; i < d->ndetail_rects; i++) nio += d->detail_rects[i].lane >= 6;
+        CHECK_EQ_INT(nio, (int)(2 * S * n)); /* S reads + (S-1) writes + the previous step's last write */
+        CHECK(!d->detail_truncated);
+        mw_report_free(d);
+    }
 
     /* Writers. */
     char out[700];

@@ -56,7 +56,7 @@ const char *mw_report_phase_name(int phase); /* "-", "forward", ..., "validation
 
 struct mw_report_opts {
     int bins;          /* points per time series (charts and CSV); default 800 */
-    int64_t detail_step; /* step shown at full resolution; -1 = the last complete step */
+    int64_t detail_step; /* step shown at full resolution; -1 (or not in the trace) = the last one */
 };
 void mw_report_opts_default(struct mw_report_opts *o);
 

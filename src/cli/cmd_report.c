@@ -21,7 +21,7 @@ int mw_cmd_report(int argc, char **argv)
         {"output", MW_OPT_STRING, &output, "FILE", "the HTML report to write (also -o)", 0, 0, NULL},
         {"csv", MW_OPT_STRING, &csv, "DIR", "also write every series and table as CSV files into DIR", 0, 0, NULL},
         {"text", MW_OPT_FLAG, &text, NULL, "print the plain-text summary (alone: no HTML unless --output is given)", 0, 0, NULL},
-        {"bins", MW_OPT_INT, &bins, "N", "points per time series in the charts and CSV", 10, 100000, NULL},
+        {"bins", MW_OPT_INT, &bins, "N", "points per time series in the charts and CSV", 10, 5000, NULL},
         {"step", MW_OPT_INT, &step, "N", "step shown in detail (-1: the last one in the trace)", -1, 1e15, NULL},
     };
     const struct mw_cmd_spec spec = {
@@ -51,6 +51,9 @@ int mw_cmd_report(int argc, char **argv)
     struct mw_report *r;
     int err = mw_report_load(&r, trace, &ro);
     if (err) { mw_cli_fail("report", err); return 1; }
+    if (step >= 0 && r->detail_step != step)
+        fprintf(stderr, "memwall report: step %lld is not in the trace; showing step %lld in detail\n",
+                (long long)step, (long long)r->detail_step);
     if (want_html && (err = mw_report_write_html(r, output))) goto fail;
     if (csv && (err = mw_report_write_csv(r, csv))) goto fail;
     if (text && (err = mw_report_write_text(r, stdout))) goto fail;

@@ -165,13 +165,14 @@ static int subgroups_table(struct mw_report *r, const struct rp_trace *t)
 static int detail_view(struct mw_report *r, const struct rp_trace *t, const struct mw_report_opts *o)
 {
     r->detail_step = -1;
-    const struct rp_span *pick = NULL;
+    const struct rp_span *pick = NULL, *last = NULL; /* the asked-for step, else the last one */
     for (size_t i = 0; i < t->nspan; i++) {
         const struct rp_span *s = &t->span[i];
         if (s->cat != RP_CAT_STEP) continue;
-        if (o->detail_step >= 0 ? s->step == o->detail_step : 1) pick = s;
-        if (o->detail_step >= 0 && pick) break;
+        last = s;
+        if (o->detail_step >= 0 && s->step == o->detail_step && !pick) pick = s;
     }
+    if (!pick) pick = last;
     if (!pick) return 0;
     r->detail_step = pick->step >= 0 ? pick->step : 0;
     r->detail_t0_s = pick->t0;
