@@ -118,6 +118,7 @@ int main(void)
     mw_trace_span(tr, "offload", "update", base + 70000, base + 80000, ua, 4);
     span(tr, "offload", "h2d", base, 70, 72, "sg", 5, "bytes", 8192);       /* = io host->device */
     span(tr, "offload", "d2h", base, 78, 80, "sg", 5, "bytes", 8192);       /* = io device->host */
+    mw_trace_counter(tr, "offload nvme read bytes", base + 90000, 4096);    /* not a tier */
     REQUIRE(mw_trace_write(tr, path) == 0);
     mw_trace_free(tr);
     rc = mw_report_load(&r, path, NULL);
@@ -131,12 +132,30 @@ int main(void)
             CHECK(NEAR(r->steps[0].overlap, 1.0));
         }
         CHECK_EQ_INT(r->npairs, 2);
+        CHECK_EQ_INT(r->ntiers, 2); /* host, device: from the transfers only */
         REQUIRE(r->nsubgroups == 1);
         CHECK_EQ_INT(r->subgroups[0].id, 5);
         CHECK_EQ_INT(r->subgroups[0].n_device, 1);
         CHECK_EQ_INT(r->subgroups[0].bytes_read, 4096);
         CHECK(NEAR(r->subgroups[0].predicted_s, 9e-6));
         CHECK(NEAR(r->subgroups[0].measured_s, 10e-6));
+        mw_report_free(r);
+    }
+    /* Without step spans, the offload engine's "step" spans are the steps. */
+    REQUIRE(mw_trace_init(&tr, 256) == 0);
+    base = mw_trace_now(tr);
+    span(tr, "offload", "step", base, 0, 50, "step", 1, NULL, 0);
+    span(tr, "offload", "step", base, 60, 100, "step", 2, NULL, 0);
+    REQUIRE(mw_trace_write(tr, path) == 0);
+    mw_trace_free(tr);
+    rc = mw_report_load(&r, path, NULL);
+    CHECK_MSG(rc == 0, "%s", mw_error_msg());
+    if (!rc) {
+        CHECK_EQ_INT(r->nsteps, 2);
+        if (r->nsteps == 2) {
+            CHECK_EQ_INT(r->steps[1].step, 2);
+            CHECK(NEAR(r->steps[1].phase_s[MW_PHASE_UPDATE], 40e-6));
+        }
         mw_report_free(r);
     }
     if (!tu_failures) tu_rm_rf(dir);

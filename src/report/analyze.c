@@ -238,6 +238,13 @@ int rp_analyze(struct mw_report *r, struct rp_trace *t, const struct mw_report_o
     r->dropped_events = t->dropped;
     if (t->nio) qsort(t->io, t->nio, sizeof *t->io, cmp_io);
     if (t->nmem) qsort(t->mem, t->nmem, sizeof *t->mem, cmp_mem);
+    /* Derived steps/decisions (load.c) only stand in when the trace has no real ones. */
+    int real[4] = {0};
+    for (size_t i = 0; i < t->nspan; i++) real[t->span[i].cat] |= !t->span[i].synth;
+    size_t w = 0;
+    for (size_t i = 0; i < t->nspan; i++)
+        if (!(t->span[i].synth && real[t->span[i].cat])) t->span[w++] = t->span[i];
+    t->nspan = w;
     if (t->nspan) qsort(t->span, t->nspan, sizeof *t->span, cmp_span);
     time_range(r, t);
 

@@ -118,9 +118,6 @@ static int subgroups_table(struct mw_report *r, const struct rp_trace *t)
     r->subgroups = calloc(u, sizeof *r->subgroups);
     if (!r->subgroups) { free(ids); return -ENOMEM; }
     r->nsubgroups = (int)u;
-    int canonical = 0; /* decision spans of their own: then updates' args.device are not counted again */
-    for (size_t i = 0; i < t->nspan && !canonical; i++)
-        canonical = t->span[i].cat == RP_CAT_DECISION && !t->span[i].synth;
     for (size_t i = 0; i < u; i++) { r->subgroups[i].id = ids[i]; r->subgroups[i].tier = -1; }
     for (size_t i = 0; i < t->nspan; i++) {
         const struct rp_span *s = &t->span[i];
@@ -130,7 +127,6 @@ static int subgroups_table(struct mw_report *r, const struct rp_trace *t)
         double d = s->t1 - s->t0;
         if (s->tier >= 0) g->tier = s->tier;
         if (s->cat == RP_CAT_DECISION) {
-            if (s->synth && canonical) continue;
             g->n_decisions++;
             if (s->name == RP_DEC_CPU) g->n_cpu++;
             else g->n_device++;

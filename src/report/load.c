@@ -177,11 +177,11 @@ int rp_take_event(struct rp_trace *t, const cJSON *e, const char **why)
             return 0;
         }
         int c = lookup(cat, cat_names, 4);
-        int n = -1;
+        int n = -1, offload_step = 0;
         /* Aliases used by producers before docs/trace-conventions.md (see there). */
         if (cat && !strcmp(cat, "train")) c = name && !strcmp(name, "step") ? RP_CAT_STEP : RP_CAT_PHASE;
         if (c == RP_CAT_OFFLOAD && name) {
-            if (!strcmp(name, "step")) { c = RP_CAT_PHASE; name = "update"; }
+            if (!strcmp(name, "step")) { c = RP_CAT_PHASE; name = "update"; offload_step = 1; }
             else if (!strcmp(name, "sg_read")) name = "read";
             else if (!strcmp(name, "sg_write")) name = "write";
             else if (!strcmp(name, "h2d") || !strcmp(name, "d2h"))
@@ -203,6 +203,16 @@ int rp_take_event(struct rp_trace *t, const cJSON *e, const char **why)
         s->bytes = inum(args, "bytes");
         s->predicted_ns = ns_arg(args, "predicted");
         s->measured_ns = ns_arg(args, "measured");
+        if (offload_step) {
+            /* The optimizer step of the offload engine: a step too, used when the trace has no
+             * step spans of its own (e.g. memwall bench offload --trace). */
+            struct rp_span *d = &t->span[t->nspan++];
+            *d = *s;
+            d->cat = RP_CAT_STEP;
+            d->name = 0;
+            d->synth = 1;
+            return 0;
+        }
         int64_t dev = inum(args, "device");
         if (c == RP_CAT_OFFLOAD && n == RP_OFF_UPDATE && dev >= 0) {
             /* An update span saying where it ran (and predicted/measured): also a decision. */
@@ -235,10 +245,15 @@ int rp_take_event(struct rp_trace *t, const cJSON *e, const char **why)
     }
     if (!strcmp(ph, "C")) {
         size_t nl = name ? strlen(name) : 0;
+        char tn[32] = "";
         if (nl > 6 && !strcmp(name + nl - 6, " bytes") && nl - 6 < 32) {
-            char tn[32];
             memcpy(tn, name, nl - 6);
             tn[nl - 6] = 0;
+        }
+        /* A tier's total: the recorder's cat "mem" counter, or "<device|host|nvme> bytes".
+         * Other "... bytes" counters (e.g. "offload nvme read bytes") are not tiers. */
+        int is_tier = tn[0] && ((cat && !strcmp(cat, "mem")) || lookup(tn, default_tier_names, 3) >= 0);
+        if (is_tier) {
             double v = num(args, "value", num(args, "bytes", -1)); /* recorder: {bytes} */
             int tier = rp_tier_index(t, tn);
             if (v < 0 || tier < 0) { t->n_ignored++; return 0; }

@@ -43,7 +43,9 @@ struct rp_mem {           /* alloc/free (delta) and/or the tier's bytes after it
 struct rp_span {          /* a span of one of the categories above */
     double t0, t1;        /* s */
     int8_t cat, name;     /* rp_cat; MW_PHASE_* / rp_offload / rp_decision / 0 for "step" */
-    int8_t synth;         /* decision derived from an offload "update" span's args.device */
+    int8_t synth;         /* derived: a decision from an offload "update" span's args.device, or
+                             a step from an offload "step" span (used only if the trace has none
+                             of its own); analyze.c drops them when real ones exist */
     int16_t tier;         /* arg "tier" resolved to a tier index, or -1 */
     int64_t step, tokens, sub, bytes, predicted_ns, measured_ns; /* -1 when absent */
 };
