@@ -376,6 +376,28 @@ static void test_errors(const char *dir)
     if (r) { CHECK_EQ_INT(r->nsteps, 0); CHECK(isnan(r->overlap)); mw_report_free(r); }
 }
 
+/* Names from the trace are escaped in the HTML. */
+static void test_escaping(const char *dir)
+{
+    char path[600], out[600];
+    snprintf(path, sizeof path, "%s/esc.json", dir);
+    snprintf(out, sizeof out, "%s/esc.html", dir);
+    const char *tr = "{\"traceEvents\":[{\"ph\":\"X\",\"cat\":\"io\",\"name\":\"read\",\"ts\":1,\"dur\":2,"
+                     "\"args\":{\"bytes\":4096,\"from\":\"<i>x\",\"to\":\"host\"}},"
+                     "{\"ph\":\"i\",\"cat\":\"mem\",\"name\":\"alloc\",\"ts\":1,"
+                     "\"args\":{\"tier\":\"<i>x\",\"kind\":\"staging\",\"bytes\":4096}}]}";
+    write_file(path, tr, strlen(tr));
+    struct mw_report *r;
+    REQUIRE(mw_report_load(&r, path, NULL) == 0);
+    CHECK(mw_report_write_html(r, out) == 0);
+    mw_report_free(r);
+    char *html = read_file(out, NULL);
+    REQUIRE(html);
+    CHECK(!strstr(html, "<i>"));
+    CHECK(strstr(html, "&lt;i&gt;x"));
+    free(html);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 4 && !strcmp(argv[1], "gen")) { /* test_report gen STEPS PATH */
@@ -389,6 +411,7 @@ int main(int argc, char **argv)
     test_hand(dir);
     test_synth(dir);
     test_errors(dir);
+    test_escaping(dir);
     if (!tu_failures) tu_rm_rf(dir);
     TEST_END();
 }

@@ -229,10 +229,13 @@ void rp_html_histogram(FILE *f, const struct mw_report *r)
             uint64_t n = r->pairs[p].hist_count[h];
             if (!n) continue;
             double y = rp_cy(&c, (double)n);
-            fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"><title>%s-&gt;%s, "
-                       "&lt;=%s: %llu requests</title></rect>\n",
-                    x + (rp_cx(&c, 1) - rp_cx(&c, 0)) * 0.1 + p * bw, y, bw, c.h - c.mb - y, rp_pair_color(p),
-                    r->pairs[p].from, r->pairs[p].to, lab, (unsigned long long)n);
+            fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"><title>",
+                    x + (rp_cx(&c, 1) - rp_cx(&c, 0)) * 0.1 + p * bw, y, bw, c.h - c.mb - y, rp_pair_color(p));
+            rp_esc(f, r->pairs[p].from);
+            fputs("-&gt;", f);
+            rp_esc(f, r->pairs[p].to);
+            fprintf(f, ", %s%s: %llu requests</title></rect>\n", h == MW_REPORT_HIST_BUCKETS - 1 ? "&gt;" : "&lt;=",
+                    lab, (unsigned long long)n);
         }
     }
     fprintf(f, "<text x=\"%d\" y=\"%d\" class=\"ax\" text-anchor=\"end\">request size (bytes, power-of-two buckets)</text>\n",
