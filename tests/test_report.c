@@ -275,10 +275,10 @@ static void test_synth(const char *dir)
     snprintf(out, sizeof out, "%s/csv/sub", dir);
     CHECK(mw_report_write_csv(r, out) == 0);
     static const char *const files[] = {"tiers.csv", "memory.csv", "io_pairs.csv", "io_bandwidth.csv",
-                                        "io_sizes.csv", "steps.csv", "subgroups.csv"};
+                                        "io_sizes.csv", "steps.csv", "subgroups.csv", "detail_spans.csv"};
     const int want_lines[] = {1 + 3, 1 + 3 * r->nbins, 1 + 2, 1 + 2 * r->nbins, 1 + 2 * MW_REPORT_HIST_BUCKETS,
-                              1 + N, 1 + S};
-    for (int i = 0; i < 7; i++) {
+                              1 + N, 1 + S, 1 + r->ndetail_rects};
+    for (int i = 0; i < 8; i++) {
         char p[800];
         snprintf(p, sizeof p, "%s/%s", out, files[i]);
         char *c = read_file(p, NULL);

@@ -141,6 +141,32 @@ int mw_report_write_csv(const struct mw_report *r, const char *dir)
         fputc('\n', f);
     }
     if ((rc = close_csv(f, path))) return rc;
+    /* The one-step detail: every span and request, and each tier's bytes at every change. */
+    OPEN("detail_spans.csv");
+    fprintf(f, "step,lane,name,t0_s,t1_s,subgroup,bytes\n");
+    static const char *const off[] = {"read", "update", "write", "refresh", "wait"};
+    for (int i = 0; i < r->ndetail_rects; i++) {
+        const struct mw_report_rect *q = &r->detail_rects[i];
+        fprintf(f, "%lld,", (long long)r->detail_step);
+        if (q->lane == 0) fprintf(f, "phase,%s", mw_report_phase_name(q->kind));
+        else if (q->lane <= RP_OFF_COUNT) fprintf(f, "offload,%s", off[q->lane - 1]);
+        else fprintf(f, "io,%s->%s", r->pairs[q->kind].from, r->pairs[q->kind].to);
+        fprintf(f, ",%.9g,%.9g,", q->t0_s - r->t0_s, q->t1_s - r->t0_s);
+        if (q->sub >= 0) fprintf(f, "%lld", (long long)q->sub);
+        fprintf(f, ",%llu\n", (unsigned long long)q->bytes);
+    }
+    if ((rc = close_csv(f, path))) return rc;
+    OPEN("detail_memory.csv");
+    fprintf(f, "step,t_s,tier");
+    for (int k = 0; k < MW_REPORT_NKINDS; k++) fprintf(f, ",%s_bytes", mw_report_kind_name(k));
+    fputc('\n', f);
+    for (int i = 0; i < r->ndetail_points; i++) {
+        const struct mw_report_point *q = &r->detail_points[i];
+        fprintf(f, "%lld,%.9g,%s", (long long)r->detail_step, q->t_s - r->t0_s, r->tiers[q->tier].name);
+        for (int k = 0; k < MW_REPORT_NKINDS; k++) fprintf(f, ",%llu", (unsigned long long)q->by_kind[k]);
+        fputc('\n', f);
+    }
+    if ((rc = close_csv(f, path))) return rc;
 #undef OPEN
     return 0;
 }
