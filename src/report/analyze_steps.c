@@ -179,7 +179,9 @@ static int detail_view(struct mw_report *r, const struct rp_trace *t, const stru
     for (size_t i = 0; i < t->nspan; i++) {
         const struct rp_span *s = &t->span[i];
         if (s->t0 > pick->t1) break;
-        if (s->t1 < pick->t0 || !(s->cat == RP_CAT_PHASE || s->cat == RP_CAT_OFFLOAD)) continue;
+        /* (a span that merely ends where the step starts is not part of it) */
+        if (s->t1 < pick->t0 || (s->t1 == pick->t0 && s->t0 < s->t1) ||
+            !(s->cat == RP_CAT_PHASE || s->cat == RP_CAT_OFFLOAD)) continue;
         if (r->ndetail_rects >= RP_DETAIL_MAX_RECTS) { r->detail_truncated = 1; break; }
         struct mw_report_rect *q = &r->detail_rects[r->ndetail_rects++];
         q->t0_s = MW_MAX(s->t0, pick->t0);
@@ -192,7 +194,7 @@ static int detail_view(struct mw_report *r, const struct rp_trace *t, const stru
     for (size_t i = 0; i < t->nio; i++) {
         const struct rp_io *io = &t->io[i];
         if (io->t0 > pick->t1) break;
-        if (io->t1 < pick->t0) continue;
+        if (io->t1 < pick->t0 || (io->t1 == pick->t0 && io->t0 < io->t1)) continue;
         if (r->ndetail_rects >= RP_DETAIL_MAX_RECTS) { r->detail_truncated = 1; break; }
         struct mw_report_rect *q = &r->detail_rects[r->ndetail_rects++];
         q->t0_s = MW_MAX(io->t0, pick->t0);
