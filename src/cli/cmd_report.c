@@ -1,10 +1,68 @@
-/* cmd_report.c — placeholder until the report issue (#3) lands: says so and exits 1. */
+/*
+ * cmd_report.c — `memwall report TRACE [-o report.html] [--csv DIR] [--text]`: the I/O and
+ * memory study of a run from its trace (src/report). Writes the HTML report (default
+ * report.html) unless only --text is asked for; prints where it wrote what.
+ * The option table has long options only; "-o" is mapped to "--output" before parsing.
+ */
 #include "cli/commands.h"
+#include "cli/opts.h"
+#include "memwall/report.h"
+
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 int mw_cmd_report(int argc, char **argv)
 {
-    (void)argc; (void)argv;
-    fprintf(stderr, "memwall: 'report' is not implemented yet (issue #3)\n");
+    const char *output = "report.html", *csv = NULL;
+    int text = 0;
+    int64_t bins = 800, step = -1;
+    const struct mw_opt opts[] = {
+        {"output", MW_OPT_STRING, &output, "FILE", "the HTML report to write (also -o)", 0, 0, NULL},
+        {"csv", MW_OPT_STRING, &csv, "DIR", "also write every series and table as CSV files into DIR", 0, 0, NULL},
+        {"text", MW_OPT_FLAG, &text, NULL, "print the plain-text summary (alone: no HTML unless --output is given)", 0, 0, NULL},
+        {"bins", MW_OPT_INT, &bins, "N", "points per time series in the charts and CSV", 10, 5000, NULL},
+        {"step", MW_OPT_INT, &step, "N", "step shown in detail (-1: the last one in the trace)", -1, 1e15, NULL},
+    };
+    const struct mw_cmd_spec spec = {
+        "report", "TRACE",
+        "The I/O-pattern and memory-utilisation study of a run, from its Chrome/Perfetto JSON trace "
+        "(memwall train --trace): bytes per tier over time by kind with the phases shaded, the I/O "
+        "timeline, request sizes and bandwidth per tier pair against the calibrated limit, per-step and "
+        "per-subgroup tables. One self-contained HTML file (inline SVG, no network).",
+        opts, MW_NOPTS(opts), 1, 1};
+
+    char **av = calloc((size_t)argc + 1, sizeof *av);
+    if (!av) { fprintf(stderr, "memwall report: out of memory\n"); return 1; }
+    for (int i = 0; i < argc; i++) av[i] = !strcmp(argv[i], "-o") ? "--output" : argv[i];
+    char *pos[1];
+    int npos = 0;
+    int rc = mw_opts_parse(&spec, argc, av, pos, &npos);
+    free(av);
+    if (rc == MW_OPTS_HELP) return 0;
+    if (rc) return 2;
+    const char *trace = pos[0];
+    int want_html = !text || mw_opts_given(&spec, "output");
+
+    struct mw_report_opts ro;
+    mw_report_opts_default(&ro);
+    ro.bins = (int)bins;
+    ro.detail_step = step;
+    struct mw_report *r;
+    int err = mw_report_load(&r, trace, &ro);
+    if (err) { mw_cli_fail("report", err); return 1; }
+    if (step >= 0 && r->detail_step != step)
+        fprintf(stderr, "memwall report: step %lld is not in the trace; showing step %lld in detail\n",
+                (long long)step, (long long)r->detail_step);
+    if (want_html && (err = mw_report_write_html(r, output))) goto fail;
+    if (csv && (err = mw_report_write_csv(r, csv))) goto fail;
+    if (text && (err = mw_report_write_text(r, stdout))) goto fail;
+    if (want_html) printf("memwall report: wrote %s\n", output);
+    if (csv) printf("memwall report: wrote CSV files into %s/\n", csv);
+    mw_report_free(r);
+    return 0;
+fail:
+    mw_report_free(r);
+    mw_cli_fail("report", err);
     return 1;
 }

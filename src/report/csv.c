@@ -1,0 +1,172 @@
+/*
+ * csv.c — CSV exports of every series and table, for spreadsheets and notebooks. One file per
+ * table, one header row, units in the column names (_bytes, _s, _bytes_per_s); times are
+ * seconds since the first event. Series have the report's resolution (--bins points).
+ */
+#include "report/report_internal.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static int mkdir_p(const char *dir)
+{
+    char p[1024];
+    if (snprintf(p, sizeof p, "%s", dir) >= (int)sizeof p) return -ENAMETOOLONG;
+    for (char *s = p + 1; *s; s++) {
+        if (*s != '/') continue;
+        *s = 0;
+        if (mkdir(p, 0777) && errno != EEXIST) return -errno;
+        *s = '/';
+    }
+    if (mkdir(p, 0777) && errno != EEXIST) return -errno;
+    return 0;
+}
+
+static FILE *open_csv(const char *dir, const char *name, char *path, size_t n)
+{
+    snprintf(path, n, "%s/%s", dir, name);
+    return fopen(path, "w");
+}
+
+static int close_csv(FILE *f, const char *path)
+{
+    int bad = ferror(f);
+    if (fclose(f) || bad) return mw_error_set(-EIO, "%s: write failed", path);
+    return 0;
+}
+
+static void num(FILE *f, double v)
+{
+    if (isnan(v)) fputs(",", f);
+    else fprintf(f, ",%.9g", v);
+}
+
+int mw_report_write_csv(const struct mw_report *r, const char *dir)
+{
+    int rc = mkdir_p(dir);
+    if (rc) return mw_error_set(rc, "%s: cannot create the CSV directory: %s", dir, strerror(-rc));
+    char path[1100];
+    FILE *f;
+#define OPEN(name) do { f = open_csv(dir, name, path, sizeof path); \
+    if (!f) return mw_error_set(-errno, "%s: cannot create: %s", path, strerror(errno)); } while (0)
+
+    OPEN("tiers.csv");
+    fprintf(f, "tier,budget_bytes,peak_bytes,peak_t_s,final_bytes");
+    for (int k = 0; k < MW_REPORT_NKINDS; k++) fprintf(f, ",peak_%s_bytes", mw_report_kind_name(k));
+    fputc('\n', f);
+    for (int i = 0; i < r->ntiers; i++) {
+        const struct mw_report_tier *T = &r->tiers[i];
+        fprintf(f, "%s,%llu,%llu,%.9g,%llu", T->name, (unsigned long long)T->budget_bytes,
+                (unsigned long long)T->peak_bytes, T->peak_t_s - r->t0_s, (unsigned long long)T->final_bytes);
+        for (int k = 0; k < MW_REPORT_NKINDS; k++) fprintf(f, ",%llu", (unsigned long long)T->peak_by_kind[k]);
+        fputc('\n', f);
+    }
+    if ((rc = close_csv(f, path))) return rc;
+
+    OPEN("memory.csv");
+    fprintf(f, "t_s,tier,phase");
+    for (int k = 0; k < MW_REPORT_NKINDS; k++) fprintf(f, ",%s_bytes", mw_report_kind_name(k));
+    fprintf(f, ",total_bytes\n");
+    for (int i = 0; i < r->ntiers; i++) {
+        const struct mw_report_tier *T = &r->tiers[i];
+        for (int b = 0; b < r->nbins; b++) {
+            fprintf(f, "%.9g,%s,%s", b * r->bin_s, T->name, mw_report_phase_name(r->bin_phase[b]));
+            for (int k = 0; k < MW_REPORT_NKINDS; k++)
+                fprintf(f, ",%llu", (unsigned long long)T->by_kind[(size_t)b * MW_REPORT_NKINDS + k]);
+            fprintf(f, ",%llu\n", (unsigned long long)T->total[b]);
+        }
+    }
+    if ((rc = close_csv(f, path))) return rc;
+
+    OPEN("io_pairs.csv");
+    fprintf(f, "pair,requests,bytes,min_request_bytes,max_request_bytes,busy_s,achieved_bytes_per_s,"
+               "peak_bytes_per_s,limit_bytes_per_s,mean_queue_depth\n");
+    for (int p = 0; p < r->npairs; p++) {
+        const struct mw_report_pair *P = &r->pairs[p];
+        fprintf(f, "%s->%s,%llu,%llu,%llu,%llu", P->from, P->to, (unsigned long long)P->requests,
+                (unsigned long long)P->bytes, (unsigned long long)P->min_req, (unsigned long long)P->max_req);
+        num(f, P->busy_s); num(f, P->mean_bw); num(f, P->peak_bw); num(f, P->limit_bw); num(f, P->mean_qd);
+        fputc('\n', f);
+    }
+    if ((rc = close_csv(f, path))) return rc;
+
+    OPEN("io_bandwidth.csv");
+    fprintf(f, "t_s,pair,bytes_per_s,busy_bytes_per_s,requests_in_flight,limit_bytes_per_s\n");
+    for (int p = 0; p < r->npairs; p++)
+        for (int b = 0; b < r->nbins; b++) {
+            const struct mw_report_pair *P = &r->pairs[p];
+            fprintf(f, "%.9g,%s->%s,%.9g,%.9g,%.6g,%.9g\n", b * r->bin_s, P->from, P->to, P->bw[b], P->bw_busy[b],
+                    P->inflight[b], P->limit_bw);
+        }
+    if ((rc = close_csv(f, path))) return rc;
+
+    OPEN("io_sizes.csv");
+    fprintf(f, "pair,min_bytes_exclusive,max_bytes,requests,bytes\n");
+    for (int p = 0; p < r->npairs; p++)
+        for (int h = 0; h < MW_REPORT_HIST_BUCKETS; h++) {
+            const struct mw_report_pair *P = &r->pairs[p];
+            unsigned long long lo = h ? 1ull << (h + MW_REPORT_HIST_MIN_LOG2 - 1) : 0;
+            fprintf(f, "%s->%s,%llu,", P->from, P->to, lo);
+            if (h < MW_REPORT_HIST_BUCKETS - 1) fprintf(f, "%llu", 1ull << (h + MW_REPORT_HIST_MIN_LOG2));
+            fprintf(f, ",%llu,%llu\n", (unsigned long long)P->hist_count[h], (unsigned long long)P->hist_bytes[h]);
+        }
+    if ((rc = close_csv(f, path))) return rc;
+
+    OPEN("steps.csv");
+    fprintf(f, "step,tokens,start_s,wall_s");
+    for (int p = 1; p < MW_PHASE_COUNT; p++) fprintf(f, ",%s_s", mw_report_phase_name(p));
+    fprintf(f, ",compute_s,exposed_io_wait_s,io_busy_s,overlap_s,overlap_fraction,bytes_moved\n");
+    for (int i = 0; i < r->nsteps; i++) {
+        const struct mw_report_step *s = &r->steps[i];
+        fprintf(f, "%lld,%lld,%.9g,%.9g", (long long)s->step, (long long)s->tokens, s->start_s - r->t0_s, s->wall_s);
+        for (int p = 1; p < MW_PHASE_COUNT; p++) num(f, s->phase_s[p]);
+        num(f, s->compute_s); num(f, s->wait_s); num(f, s->io_busy_s); num(f, s->overlap_s); num(f, s->overlap);
+        fprintf(f, ",%llu\n", (unsigned long long)s->bytes_moved);
+    }
+    if ((rc = close_csv(f, path))) return rc;
+
+    OPEN("subgroups.csv");
+    fprintf(f, "subgroup,tier,updates_cpu,updates_device,decisions,predicted_s,measured_s,bytes_read,"
+               "bytes_written,read_s,update_s,write_s,wait_s\n");
+    for (int i = 0; i < r->nsubgroups; i++) {
+        const struct mw_report_subgroup *g = &r->subgroups[i];
+        fprintf(f, "%lld,%s,%lld,%lld,%lld", (long long)g->id, g->tier >= 0 ? r->tiers[g->tier].name : "",
+                (long long)g->n_cpu, (long long)g->n_device, (long long)g->n_decisions);
+        num(f, g->predicted_s); num(f, g->measured_s);
+        fprintf(f, ",%llu,%llu", (unsigned long long)g->bytes_read, (unsigned long long)g->bytes_written);
+        num(f, g->read_s); num(f, g->update_s); num(f, g->write_s); num(f, g->wait_s);
+        fputc('\n', f);
+    }
+    if ((rc = close_csv(f, path))) return rc;
+    /* The one-step detail: every span and request, and each tier's bytes at every change. */
+    OPEN("detail_spans.csv");
+    fprintf(f, "step,lane,name,t0_s,t1_s,subgroup,bytes\n");
+    static const char *const off[] = {"read", "update", "write", "refresh", "wait"};
+    for (int i = 0; i < r->ndetail_rects; i++) {
+        const struct mw_report_rect *q = &r->detail_rects[i];
+        fprintf(f, "%lld,", (long long)r->detail_step);
+        if (q->lane == 0) fprintf(f, "phase,%s", mw_report_phase_name(q->kind));
+        else if (q->lane <= RP_OFF_COUNT) fprintf(f, "offload,%s", off[q->lane - 1]);
+        else fprintf(f, "io,%s->%s", r->pairs[q->kind].from, r->pairs[q->kind].to);
+        fprintf(f, ",%.9g,%.9g,", q->t0_s - r->t0_s, q->t1_s - r->t0_s);
+        if (q->sub >= 0) fprintf(f, "%lld", (long long)q->sub);
+        fprintf(f, ",%llu\n", (unsigned long long)q->bytes);
+    }
+    if ((rc = close_csv(f, path))) return rc;
+    OPEN("detail_memory.csv");
+    fprintf(f, "step,t_s,tier");
+    for (int k = 0; k < MW_REPORT_NKINDS; k++) fprintf(f, ",%s_bytes", mw_report_kind_name(k));
+    fputc('\n', f);
+    for (int i = 0; i < r->ndetail_points; i++) {
+        const struct mw_report_point *q = &r->detail_points[i];
+        fprintf(f, "%lld,%.9g,%s", (long long)r->detail_step, q->t_s - r->t0_s, r->tiers[q->tier].name);
+        for (int k = 0; k < MW_REPORT_NKINDS; k++) fprintf(f, ",%llu", (unsigned long long)q->by_kind[k]);
+        fputc('\n', f);
+    }
+    if ((rc = close_csv(f, path))) return rc;
+#undef OPEN
+    return 0;
+}

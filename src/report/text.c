@@ -1,0 +1,136 @@
+/*
+ * text.c — the plain-text summary: the same figures as the HTML report, for a terminal (the
+ * end of `memwall train`, and `memwall report --text`). Per-step figures are medians over the
+ * steps, because the first steps (allocation, warm-up) are not typical.
+ */
+#include "report/report_internal.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int cmp_double(const void *x, const void *y)
+{
+    double a = *(const double *)x, b = *(const double *)y;
+    return a < b ? -1 : a > b ? 1 : 0;
+}
+
+/* Median over steps of the double field at byte offset off (NaNs skipped). */
+double rp_step_median(const struct mw_report *r, size_t off)
+{
+    if (!r->nsteps) return NAN;
+    double *v = malloc((size_t)r->nsteps * sizeof *v);
+    if (!v) return NAN;
+    int n = 0;
+    for (int i = 0; i < r->nsteps; i++) {
+        double x = *(const double *)(const void *)((const char *)&r->steps[i] + off);
+        if (!isnan(x)) v[n++] = x;
+    }
+    double m = NAN;
+    if (n) {
+        qsort(v, (size_t)n, sizeof *v, cmp_double);
+        m = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    }
+    free(v);
+    return m;
+}
+
+static const char *ms(char *b, size_t n, double s)
+{
+    if (isnan(s)) snprintf(b, n, "-");
+    else if (s >= 10) snprintf(b, n, "%.2f s", s);
+    else snprintf(b, n, "%.3f ms", s * 1e3);
+    return b;
+}
+
+static const char *frac(char *b, size_t n, double f)
+{
+    if (isnan(f)) snprintf(b, n, "-");
+    else snprintf(b, n, "%.1f %%", f * 100);
+    return b;
+}
+
+int mw_report_write_text(const struct mw_report *r, FILE *f)
+{
+    char a[48], b[48], c[48], d[48], e[48];
+    fprintf(f, "memwall report: %s\n", r->path);
+    fprintf(f, "  trace: %llu events, %llu dropped by the recorder, %.3f s, %d steps",
+            (unsigned long long)r->n_events, (unsigned long long)r->dropped_events, r->t1_s - r->t0_s, r->nsteps);
+    if (r->nsteps) fprintf(f, " (median %s per step)", ms(a, sizeof a, r->step_wall_median_s));
+    fputc('\n', f);
+    if (r->dropped_events)
+        fprintf(f, "  note: the recorder dropped the oldest %llu events; early bytes show as 'untracked'\n",
+                (unsigned long long)r->dropped_events);
+
+    fprintf(f, "memory per tier (peak over the run):\n");
+    if (!r->ntiers) fprintf(f, "  (no alloc/free events)\n");
+    for (int i = 0; i < r->ntiers; i++) {
+        const struct mw_report_tier *T = &r->tiers[i];
+        int big = 0;
+        for (int k = 1; k < MW_REPORT_NKINDS; k++)
+            if (T->peak_by_kind[k] > T->peak_by_kind[big]) big = k;
+        fprintf(f, "  %-8s peak %12s", T->name, mw_fmt_bytes(a, sizeof a, T->peak_bytes));
+        if (T->budget_bytes)
+            fprintf(f, " of %s budget (%.1f %%)", mw_fmt_bytes(b, sizeof b, T->budget_bytes),
+                    100.0 * (double)T->peak_bytes / (double)T->budget_bytes);
+        fprintf(f, " at %.3f s; largest kind %s (%s)\n", T->peak_t_s - r->t0_s, mw_report_kind_name(big),
+                mw_fmt_bytes(c, sizeof c, T->peak_by_kind[big]));
+    }
+
+    fprintf(f, "I/O per tier pair (bandwidth while busy; peak of %.3f ms bins):\n", r->bin_s * 1e3);
+    if (!r->npairs) fprintf(f, "  (no I/O events)\n");
+    for (int p = 0; p < r->npairs; p++) {
+        const struct mw_report_pair *P = &r->pairs[p];
+        char pn[72];
+        snprintf(pn, sizeof pn, "%s->%s", P->from, P->to);
+        fprintf(f, "  %-12s %llu requests, %s, mean request %s, busy %.3f s, achieved %s, peak %s", pn,
+                (unsigned long long)P->requests, mw_fmt_bytes(a, sizeof a, P->bytes),
+                mw_fmt_bytes(b, sizeof b, P->requests ? P->bytes / P->requests : 0), P->busy_s,
+                mw_fmt_rate(c, sizeof c, P->mean_bw), mw_fmt_rate(d, sizeof d, P->peak_bw));
+        if (P->limit_bw > 0)
+            fprintf(f, ", limit %s (achieved %.0f %% of it)", mw_fmt_rate(e, sizeof e, P->limit_bw),
+                    100 * P->mean_bw / P->limit_bw);
+        fprintf(f, ", mean queue depth %.1f\n", P->mean_qd);
+    }
+
+    fprintf(f, "time (whole run): compute %.3f s, exposed I/O wait %.3f s, I/O busy %.3f s, overlap fraction %s,"
+            " %s moved\n", r->compute_s, r->wait_s, r->io_busy_s, frac(a, sizeof a, r->overlap),
+            mw_fmt_bytes(b, sizeof b, r->bytes_moved));
+    if (r->nsteps) {
+        fprintf(f, "per step (median of %d): wall %s, compute %s, exposed I/O wait %s, I/O busy %s, overlap %s,",
+                r->nsteps, ms(a, sizeof a, r->step_wall_median_s),
+                ms(b, sizeof b, rp_step_median(r, offsetof(struct mw_report_step, compute_s))),
+                ms(c, sizeof c, rp_step_median(r, offsetof(struct mw_report_step, wait_s))),
+                ms(d, sizeof d, rp_step_median(r, offsetof(struct mw_report_step, io_busy_s))),
+                frac(e, sizeof e, rp_step_median(r, offsetof(struct mw_report_step, overlap))));
+        const struct mw_report_step *last = &r->steps[r->nsteps - 1];
+        fprintf(f, " %s moved in the last step\n", mw_fmt_bytes(a, sizeof a, last->bytes_moved));
+    } else fprintf(f, "per step: (no step spans in the trace)\n");
+
+    if (r->nsubgroups) {
+        int64_t ncpu = 0, ndev = 0, ndec = 0;
+        double pred = 0, meas = 0;
+        int on[RP_MAX_TIERS + 1] = {0};
+        for (int i = 0; i < r->nsubgroups; i++) {
+            const struct mw_report_subgroup *g = &r->subgroups[i];
+            ncpu += g->n_cpu; ndev += g->n_device; ndec += g->n_decisions;
+            pred += g->predicted_s; meas += g->measured_s;
+            on[g->tier >= 0 && g->tier < RP_MAX_TIERS ? g->tier : RP_MAX_TIERS]++;
+        }
+        fprintf(f, "subgroups: %d (", r->nsubgroups);
+        int first = 1;
+        for (int i = 0; i <= RP_MAX_TIERS; i++) {
+            if (!on[i]) continue;
+            fprintf(f, "%s%d on %s", first ? "" : ", ", on[i], i < r->ntiers ? r->tiers[i].name : "?");
+            first = 0;
+        }
+        fprintf(f, "); updates: %lld on cpu, %lld on device", (long long)ncpu, (long long)ndev);
+        if (ndec && pred > 0 && meas > 0)
+            fprintf(f, "; predicted %.3f s vs measured %.3f s (%+.1f %%)", pred, meas, 100 * (pred - meas) / meas);
+        fputc('\n', f);
+    }
+    if (ferror(f)) return mw_error_set(-EIO, "report: writing the text summary failed");
+    return 0;
+}
