@@ -66,6 +66,24 @@ static void test_variant(const struct variant *va)
                         ost_free(&b);
                     }
     printf("%s: %d format/size combinations bitwise equal to scalar\n", va->name, combos);
+    /* the bandwidth-limit pass must leave the state as it was */
+    for (size_t mi = 0; mi < 3; mi++) {
+        struct mw_optim_format f = {MW_OPTIM_BF16, M[mi], MW_OPTIM_NONE};
+        struct ost a, b;
+        ost_init(&a, &f, 4097); ost_init(&b, &f, 4097);
+        ost_fill(&a, 5, 1.0f);
+        run_steps(&mw_optim_kernels_scalar, &a, 0);
+        ost_copy(&b, &a);
+        struct mw_kargs k;
+        memset(&k, 0, sizeof k);
+        k.fmt = f;
+        k.s = ost_slice(&a, 0, a.n);
+        va->k->touch(&k, 0, a.n);
+        const char *what;
+        long d = ost_diff(&a, &b, &what);
+        CHECK_MSG(d < 0, "%s bandwidth pass changed %s[%ld]", va->name, what, d);
+        ost_free(&a); ost_free(&b);
+    }
 }
 
 /* Conversions: scalar element rules against the variant's arrays over a strided sweep of

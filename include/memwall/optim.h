@@ -180,6 +180,14 @@ int mw_sgd_step(const struct mw_optim_format *fmt, const struct mw_sgd_hp *hp,
 
 /* ---------------------------------------------------------------- helpers */
 
+/* Benchmark helper, the physical limit of an AdamW step: moves exactly the bytes one
+ * mw_adamw_step of this format moves (reads master, grad, m, v and Q8 scales; writes master,
+ * m, v, scales and the weight copy), in place, with the same SIMD level and thread split,
+ * but computes nothing: the state keeps its values (a run-time zero is XORed in), the weight
+ * copy gets garbage. Used by `memwall bench adam`. Returns 0, -EINVAL or -ENOTSUP. */
+int mw_optim_bandwidth_pass(const struct mw_optim_format *fmt, const struct mw_optim_slice *s,
+                            const struct mw_optim_exec *ex);
+
 /* Sum of squares of grad[0..n) * scale, accumulated per tile in fp32 lanes and across tiles
  * in double, in a fixed order: the result does not depend on the thread count (it may
  * differ between SIMD levels by rounding; see docs/optim.md). For gradient clipping

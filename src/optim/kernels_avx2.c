@@ -216,6 +216,48 @@ AI void sgd_body(const struct mw_kargs *k, size_t begin, size_t end, int G, int 
     if (i < end) mw_sgd_range_scalar(k, i, end);
 }
 
+/* ---- the bandwidth limit (see kernels_avx512.c) */
+AI __m256i rw(void *a, size_t i, int esz, __m256i z) /* 8 elements of esz bytes at index i */
+{
+    char *p = (char *)a + i * (size_t)esz;
+    if (esz == 4) { __m256i x = _mm256_xor_si256(_mm256_loadu_si256((__m256i *)p), z); _mm256_storeu_si256((__m256i *)p, x); return x; }
+    if (esz == 2) { __m128i x = _mm_xor_si128(_mm_loadu_si128((__m128i *)p), _mm256_castsi256_si128(z));
+                    _mm_storeu_si128((__m128i *)p, x); return _mm256_castsi128_si256(x); }
+    __m128i x = _mm_xor_si128(_mm_loadl_epi64((__m128i *)p), _mm256_castsi256_si128(z));
+    _mm_storel_epi64((__m128i *)p, x);
+    return _mm256_castsi128_si256(x);
+}
+
+AI __m256i rd(const void *a, size_t i, int esz)
+{
+    const char *p = (const char *)a + i * (size_t)esz;
+    if (esz == 4) return _mm256_loadu_si256((const __m256i *)p);
+    return _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)p));
+}
+
+AI void touch_body(const struct mw_kargs *k, size_t begin, size_t end, int G, int M, int W)
+{
+    const struct mw_optim_slice *s = &k->s;
+    const int gs = G == MW_OPTIM_F32 ? 4 : 2, ms = M == MW_OPTIM_F32 ? 4 : M == MW_OPTIM_BF16 ? 2 : 1;
+    __m256i z = I32(mw_optim_zero), acc = _mm256_setzero_si256();
+    size_t i = begin;
+    for (; i + 8 <= end; i += 8) {
+        __m256i p = rw(s->master, i, 4, z);
+        acc = _mm256_add_epi32(acc, rd(s->grad, i, gs));
+        rw(s->m, i, ms, z);
+        rw(s->v, i, ms, z);
+        if (M == MW_OPTIM_Q8 && (i % MW_Q8_BLOCK) == 0) {
+            s->m_scale[i / MW_Q8_BLOCK] += 0.0f * (float)mw_optim_zero;
+            s->v_scale[i / MW_Q8_BLOCK] += 0.0f * (float)mw_optim_zero;
+        }
+        if (W != MW_OPTIM_NONE) _mm_storeu_si128((__m128i *)((uint16_t *)s->weights_out + i), pack16(_mm256_and_si256(p, I32(0xffff))));
+    }
+    int32_t l[8];
+    _mm256_storeu_si256((__m256i *)l, acc);
+    if (l[0] + l[7] == 0x5eed) mw_optim_zero = 0;
+    if (i < end) mw_touch_range_scalar(k, i, end);
+}
+
 #define C3(fn, g, m) \
     if (G == MW_OPTIM_##g && M == MW_OPTIM_##m && W == MW_OPTIM_NONE) { fn(k, b, e, MW_OPTIM_##g, MW_OPTIM_##m, MW_OPTIM_NONE); return; } \
     if (G == MW_OPTIM_##g && M == MW_OPTIM_##m && W == MW_OPTIM_BF16) { fn(k, b, e, MW_OPTIM_##g, MW_OPTIM_##m, MW_OPTIM_BF16); return; } \
@@ -230,6 +272,7 @@ AI void sgd_body(const struct mw_kargs *k, size_t begin, size_t end, int G, int 
     }
 DISPATCH(adamw_avx2, adamw_body, mw_adamw_range_scalar)
 DISPATCH(sgd_avx2, sgd_body, mw_sgd_range_scalar)
+DISPATCH(touch_avx2, touch_body, mw_touch_range_scalar)
 
 /* ---- sum of squares (lanes 0-7 in a0, 8-15 in a1: the scalar lane rule) and conversions */
 static double sumsq(enum mw_optim_dtype dt, const void *g, size_t begin, size_t end, float scale)
@@ -276,4 +319,4 @@ static void from_f16(const uint16_t *src, float *dst, size_t n)
     for (; i < n; i++) dst[i] = mw_f16_f32(src[i]);
 }
 
-const struct mw_optim_kernels mw_optim_kernels_avx2 = {adamw_avx2, sgd_avx2, sumsq, to_bf16, to_f16, from_bf16, from_f16};
+const struct mw_optim_kernels mw_optim_kernels_avx2 = {adamw_avx2, sgd_avx2, touch_avx2, sumsq, to_bf16, to_f16, from_bf16, from_f16};

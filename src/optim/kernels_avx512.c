@@ -221,6 +221,49 @@ AI void sgd_body(const struct mw_kargs *k, size_t begin, size_t end, int G, int 
     if (i < end) mw_sgd_range_scalar(k, i, end);
 }
 
+/* ---- the bandwidth limit: the same bytes as AdamW of this format, in place, XOR a run-time
+ * zero into what is written back; reads of the gradients are folded into an accumulator. */
+AI __m512i rw(void *a, size_t i, int esz, __m512i z) /* 16 elements of esz bytes at index i */
+{
+    char *p = (char *)a + i * (size_t)esz;
+    if (esz == 4) { __m512i x = _mm512_xor_si512(_mm512_loadu_si512(p), z); _mm512_storeu_si512(p, x); return x; }
+    if (esz == 2) { __m256i x = _mm256_xor_si256(_mm256_loadu_si256((__m256i *)p), _mm512_castsi512_si256(z));
+                    _mm256_storeu_si256((__m256i *)p, x); return _mm512_castsi256_si512(x); }
+    __m128i x = _mm_xor_si128(_mm_loadu_si128((__m128i *)p), _mm512_castsi512_si128(z));
+    _mm_storeu_si128((__m128i *)p, x);
+    return _mm512_castsi128_si512(x);
+}
+
+AI __m512i rd(const void *a, size_t i, int esz)
+{
+    const char *p = (const char *)a + i * (size_t)esz;
+    if (esz == 4) return _mm512_loadu_si512(p);
+    if (esz == 2) return _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)p));
+    return _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)p));
+}
+
+AI void touch_body(const struct mw_kargs *k, size_t begin, size_t end, int G, int M, int W, int hw)
+{
+    (void)hw;
+    const struct mw_optim_slice *s = &k->s;
+    const int gs = G == MW_OPTIM_F32 ? 4 : 2, ms = M == MW_OPTIM_F32 ? 4 : M == MW_OPTIM_BF16 ? 2 : 1;
+    __m512i z = _mm512_set1_epi32((int)mw_optim_zero), acc = _mm512_setzero_si512();
+    size_t i = begin;
+    for (; i + 16 <= end; i += 16) {
+        __m512i p = rw(s->master, i, 4, z);
+        acc = _mm512_add_epi32(acc, rd(s->grad, i, gs));
+        rw(s->m, i, ms, z);
+        rw(s->v, i, ms, z);
+        if (M == MW_OPTIM_Q8 && (i % MW_Q8_BLOCK) == 0) {
+            s->m_scale[i / MW_Q8_BLOCK] += 0.0f * (float)mw_optim_zero;
+            s->v_scale[i / MW_Q8_BLOCK] += 0.0f * (float)mw_optim_zero;
+        }
+        if (W != MW_OPTIM_NONE) _mm256_storeu_si256((__m256i *)((uint16_t *)s->weights_out + i), _mm512_cvtepi32_epi16(p));
+    }
+    if (_mm512_reduce_add_epi32(acc) == 0x5eed) mw_optim_zero = 0;
+    if (i < end) mw_touch_range_scalar(k, i, end);
+}
+
 /* ---- instantiation per format combination */
 #define C3(fn, g, m, hw) \
     if (G == MW_OPTIM_##g && M == MW_OPTIM_##m && W == MW_OPTIM_NONE) { fn(k, b, e, MW_OPTIM_##g, MW_OPTIM_##m, MW_OPTIM_NONE, hw); return; } \
@@ -238,6 +281,7 @@ DISPATCH(adamw_hw, adamw_body, 1, mw_adamw_range_scalar)
 DISPATCH(adamw_emu, adamw_body, 0, mw_adamw_range_scalar)
 DISPATCH(sgd_hw, sgd_body, 1, mw_sgd_range_scalar)
 DISPATCH(sgd_emu, sgd_body, 0, mw_sgd_range_scalar)
+DISPATCH(touch, touch_body, 0, mw_touch_range_scalar)
 
 /* ---- sum of squares and conversions */
 static double sumsq(enum mw_optim_dtype dt, const void *g, size_t begin, size_t end, float scale)
@@ -284,7 +328,7 @@ static void from_f16(const uint16_t *src, float *dst, size_t n)
     for (; i < n; i++) dst[i] = mw_f16_f32(src[i]);
 }
 
-static const struct mw_optim_kernels k_hw = {adamw_hw, sgd_hw, sumsq, to_bf16_hw, to_f16, from_bf16, from_f16};
-static const struct mw_optim_kernels k_emu = {adamw_emu, sgd_emu, sumsq, to_bf16_emu, to_f16, from_bf16, from_f16};
+static const struct mw_optim_kernels k_hw = {adamw_hw, sgd_hw, touch, sumsq, to_bf16_hw, to_f16, from_bf16, from_f16};
+static const struct mw_optim_kernels k_emu = {adamw_emu, sgd_emu, touch, sumsq, to_bf16_emu, to_f16, from_bf16, from_f16};
 
 const struct mw_optim_kernels *mw_optim_kernels_avx512(int has_bf16) { return has_bf16 ? &k_hw : &k_emu; }

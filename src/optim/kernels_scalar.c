@@ -124,6 +124,38 @@ void mw_sgd_range_scalar(const struct mw_kargs *k, size_t begin, size_t end)
     }
 }
 
+volatile uint32_t mw_optim_zero;
+
+/* XOR z into bytes [b, e) of an array of elements of esz bytes (in place). */
+static void xor_bytes(void *a, size_t esz, size_t b, size_t e, uint32_t z)
+{
+    if (esz == 4) for (size_t i = b; i < e; i++) ((uint32_t *)a)[i] ^= z;
+    else if (esz == 2) for (size_t i = b; i < e; i++) ((uint16_t *)a)[i] ^= (uint16_t)z;
+    else if (esz == 1) for (size_t i = b; i < e; i++) ((uint8_t *)a)[i] ^= (uint8_t)z;
+}
+
+void mw_touch_range_scalar(const struct mw_kargs *k, size_t begin, size_t end)
+{
+    const struct mw_optim_slice *s = &k->s;
+    const struct mw_optim_format *f = &k->fmt;
+    uint32_t z = mw_optim_zero, acc = 0;
+    size_t gs = mw_optim_array_bytes(f->grad, 1), ms = mw_optim_array_bytes(f->moments, 1);
+    xor_bytes(s->master, 4, begin, end, z);
+    for (size_t i = begin * gs; i < end * gs; i++) acc += ((const uint8_t *)s->grad)[i];
+    xor_bytes(s->m, ms, begin, end, z);
+    xor_bytes(s->v, ms, begin, end, z);
+    if (f->moments == MW_OPTIM_Q8) {
+        size_t b0 = begin / MW_Q8_BLOCK, b1 = (end + MW_Q8_BLOCK - 1) / MW_Q8_BLOCK;
+        xor_bytes(s->m_scale, 4, b0, b1, z);
+        xor_bytes(s->v_scale, 4, b0, b1, z);
+    }
+    size_t ws = mw_optim_array_bytes(f->weights_out, 1);
+    for (size_t i = begin; i < end && ws; i++) {
+        if (ws == 2) ((uint16_t *)s->weights_out)[i] = (uint16_t)(s->master[i] != 0.0f);
+    }
+    if (acc == 0xdeadbeef) mw_optim_zero = acc;   /* keeps the reads of grad */
+}
+
 void mw_sumsq_lanes_scalar(float lanes[16], enum mw_optim_dtype dt, const void *g,
                            size_t begin, size_t i, size_t end, float scale)
 {
@@ -168,6 +200,7 @@ static void f16_to_f32_scalar(const uint16_t *src, float *dst, size_t n)
 const struct mw_optim_kernels mw_optim_kernels_scalar = {
     .adamw = mw_adamw_range_scalar,
     .sgd = mw_sgd_range_scalar,
+    .touch = mw_touch_range_scalar,
     .sumsq = sumsq_scalar,
     .f32_to_bf16 = f32_to_bf16_scalar,
     .f32_to_f16 = f32_to_f16_scalar,

@@ -259,6 +259,22 @@ int mw_sgd_step(const struct mw_optim_format *fmt, const struct mw_sgd_hp *hp,
     return 0;
 }
 
+int mw_optim_bandwidth_pass(const struct mw_optim_format *fmt, const struct mw_optim_slice *s,
+                            const struct mw_optim_exec *ex)
+{
+    const struct mw_optim_kernels *kt;
+    int r = check_format(fmt, 1);
+    if (!r) r = resolve(&ex, &kt);
+    if (!r) r = check_slice(fmt, s, 1, 1);
+    if (r || s->n == 0) return r;
+    struct mw_kargs k;
+    memset(&k, 0, sizeof k);
+    k.fmt = *fmt;
+    k.s = *s;
+    run_tiles(kt->touch, &k, s->n, ex->nthreads);
+    return 0;
+}
+
 /* ---------------------------------------------------------------- conversions */
 
 uint16_t mw_f32_to_bf16(float x) { return mw_bf16_rne(x); }

@@ -48,6 +48,7 @@ typedef void (*mw_cvt_in_fn)(const uint16_t *src, float *dst, size_t n);
 struct mw_optim_kernels {
     mw_range_fn adamw;
     mw_range_fn sgd;
+    mw_range_fn touch;  /* the bandwidth limit: AdamW's bytes, in place, no arithmetic */
     mw_sumsq_fn sumsq;
     mw_cvt_out_fn f32_to_bf16, f32_to_f16;
     mw_cvt_in_fn bf16_to_f32, f16_to_f32;
@@ -62,6 +63,10 @@ const struct mw_optim_kernels *mw_optim_kernels_avx512(int has_bf16);
 /* Scalar range kernels, also used by the SIMD files for tails. */
 void mw_adamw_range_scalar(const struct mw_kargs *k, size_t begin, size_t end);
 void mw_sgd_range_scalar(const struct mw_kargs *k, size_t begin, size_t end);
+void mw_touch_range_scalar(const struct mw_kargs *k, size_t begin, size_t end);
+/* Zero, read at run time: the touch kernels XOR it into what they write back, so they
+ * store every byte they read without the compiler being able to drop the stores. */
+extern volatile uint32_t mw_optim_zero;
 /* Sum-of-squares lane rule: 16 fp32 lanes, element i of the tile goes to lane i % 16,
  * lane += g*g (no FMA); the tile's result is the lanes summed in double, lane 0 first.
  * mw_sumsq_lanes_scalar continues that rule for elements [i, end) (i relative to begin). */
