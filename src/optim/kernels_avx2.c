@@ -252,7 +252,7 @@ AI void touch_body(const struct mw_kargs *k, size_t begin, size_t end, int G, in
         }
         if (W != MW_OPTIM_NONE) _mm_storeu_si128((__m128i *)((uint16_t *)s->weights_out + i), pack16(_mm256_and_si256(p, I32(0xffff))));
     }
-    int32_t l[8];
+    uint32_t l[8];
     _mm256_storeu_si256((__m256i *)l, acc);
     if (l[0] + l[7] == 0x5eed) mw_optim_zero = 0;
     if (i < end) mw_touch_range_scalar(k, i, end);
