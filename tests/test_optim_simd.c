@@ -12,7 +12,8 @@
 struct variant { const char *name; const struct mw_optim_kernels *k; };
 
 static const enum mw_optim_dtype G[] = {MW_OPTIM_F32, MW_OPTIM_BF16, MW_OPTIM_F16};
-static const enum mw_optim_dtype M[] = {MW_OPTIM_F32, MW_OPTIM_BF16, MW_OPTIM_Q8};
+static const enum mw_optim_dtype M[] = {MW_OPTIM_F32, MW_OPTIM_BF16, MW_OPTIM_Q8, MW_OPTIM_BF16_SR};
+#define NM ((int)(sizeof M / sizeof M[0]))
 static const enum mw_optim_dtype W[] = {MW_OPTIM_NONE, MW_OPTIM_BF16, MW_OPTIM_F16};
 static const size_t NS[] = {0, 1, 7, 15, 4097, 2 * MW_OPTIM_TILE + 300};
 
@@ -23,7 +24,9 @@ static void run_steps(const struct mw_optim_kernels *kt, struct ost *s, int sgd)
     memset(&k, 0, sizeof k);
     k.fmt = s->f;
     k.s = ost_slice(s, 0, s->n);
+    k.off32 = 0xfffffff0u;                          /* BF16_SR indices wrap mod 2^32 */
     for (int t = 1; t <= 3; t++) {
+        k.seed = 0x1234567u * (uint32_t)t;
         ost_regrad(s, (uint64_t)t, t == 2 ? 1e-3f : 1.0f);
         k.a = (struct mw_adamw_k){.gscale = t == 3 ? 0.5f : 1.0f, .b1 = 0.9f, .c1 = 0.1f, .b2 = 0.999f,
                                   .c2 = 0.001f, .decay = 0.9999f, .step_size = 1e-3f * t, .isb2 = 3.0f,
@@ -42,11 +45,11 @@ static void test_variant(const struct variant *va)
 {
     int combos = 0;
     for (size_t gi = 0; gi < 3; gi++)
-        for (size_t mi = 0; mi < 3; mi++)
+        for (int mi = 0; mi < NM; mi++)
             for (size_t wi = 0; wi < 3; wi++)
                 for (size_t ni = 0; ni < sizeof NS / sizeof NS[0]; ni++)
                     for (int sgd = 0; sgd < 2; sgd++) {
-                        if (sgd && M[mi] == MW_OPTIM_Q8) continue;
+                        if (sgd && (M[mi] == MW_OPTIM_Q8 || M[mi] == MW_OPTIM_BF16_SR)) continue;
                         struct mw_optim_format f = {G[gi], M[mi], W[wi]};
                         struct ost a, b;
                         ost_init(&a, &f, NS[ni]);
@@ -67,7 +70,7 @@ static void test_variant(const struct variant *va)
                     }
     printf("%s: %d format/size combinations bitwise equal to scalar\n", va->name, combos);
     /* the bandwidth-limit pass must leave the state as it was */
-    for (size_t mi = 0; mi < 3; mi++) {
+    for (int mi = 0; mi < NM; mi++) {
         struct mw_optim_format f = {MW_OPTIM_BF16, M[mi], MW_OPTIM_NONE};
         struct ost a, b;
         ost_init(&a, &f, 4097); ost_init(&b, &f, 4097);
@@ -150,7 +153,7 @@ static void test_sumsq(const struct variant *va)
 static void test_splits(void)
 {
     const size_t n = 3 * MW_OPTIM_TILE + 1000;
-    for (size_t mi = 0; mi < 3; mi++) {
+    for (int mi = 0; mi < NM; mi++) {
         struct mw_optim_format f = {MW_OPTIM_BF16, M[mi], MW_OPTIM_BF16};
         struct ost a, b, c;
         ost_init(&a, &f, n); ost_init(&b, &f, n); ost_init(&c, &f, n);

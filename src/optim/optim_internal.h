@@ -37,6 +37,8 @@ struct mw_kargs {
     struct mw_optim_slice s;
     struct mw_adamw_k a;
     struct mw_sgd_k sg;
+    uint32_t off32;         /* (uint32_t)s.offset: BF16_SR hashes element index off32 + i */
+    uint32_t seed;          /* BF16_SR: per-step seed; element i's hash: low 16 bits round m, high 16 v */
 };
 
 typedef void (*mw_range_fn)(const struct mw_kargs *k, size_t begin, size_t end);
@@ -89,6 +91,27 @@ static inline uint16_t mw_bf16_rne(float x)
     return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 static inline float mw_bf16_f32(uint16_t h) { return mw_u2f((uint32_t)h << 16); }
+
+/* BF16_SR: 32 random bits for element index j (mod 2^32) under a seed (lowbias32 mixer),
+ * and the rounding: add 16 of them below the kept bits, truncate (NaN, denormals as RNE). */
+static inline uint32_t mw_sr_hash(uint32_t j, uint32_t seed)
+{
+    uint32_t x = j ^ seed;
+    x ^= x >> 16; x *= 0x7feb352du; x ^= x >> 15; x *= 0x846ca68bu; x ^= x >> 16;
+    return x;
+}
+static inline uint16_t mw_bf16_sr(float x, uint32_t r)
+{
+    uint32_t u = mw_f2u(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    if ((u & 0x7f800000u) == 0) u &= 0x80000000u;
+    return (uint16_t)((u + (r & 0xffffu)) >> 16);
+}
+/* Bytes per element of an array format (Q8: the code byte). */
+static inline int mw_esz(int dt)
+{
+    return dt == MW_OPTIM_F32 ? 4 : dt == MW_OPTIM_Q8 ? 1 : dt == MW_OPTIM_NONE ? 0 : 2;
+}
 
 static inline uint16_t mw_f16_rne(float x)
 {
