@@ -280,7 +280,8 @@ AI void touch_body(const struct mw_kargs *k, size_t begin, size_t end, int G, in
     }
     uint32_t l[8];
     _mm256_storeu_si256((__m256i *)l, acc);
-    if (l[0] + l[7] == 0x5eed) mw_optim_zero = 0;
+    volatile uint32_t sink = l[0] ^ l[7];   /* keeps the reads of grad */
+    (void)sink;
     if (i < end) mw_touch_range_scalar(k, i, end);
 }
 

@@ -156,7 +156,8 @@ void mw_touch_range_scalar(const struct mw_kargs *k, size_t begin, size_t end)
     for (size_t i = begin; i < end && ws; i++) {
         if (ws == 2) ((uint16_t *)s->weights_out)[i] = (uint16_t)(s->master[i] != 0.0f);
     }
-    if (acc == 0xdeadbeef) mw_optim_zero = acc;   /* keeps the reads of grad */
+    volatile uint32_t sink = acc;                 /* keeps the reads of grad */
+    (void)sink;
 }
 
 void mw_sumsq_lanes_scalar(float lanes[16], enum mw_optim_dtype dt, const void *g,
