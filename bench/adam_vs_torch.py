@@ -10,7 +10,7 @@ memwall fp32 (same 28 bytes/parameter as every torch/DeepSpeed variant here) and
 lean format (bf16 gradients + bf16 moments, 18 bytes/parameter).
 
 Needs torch (and deepspeed for DeepSpeedCPUAdam); missing ones are skipped with a message.
-usage: bench/adam_vs_torch.py [--memwall build/memwall] [--n 16777216] [--threads 1,2] [--reps 7]
+usage: bench/adam_vs_torch.py [--memwall build/memwall] [--n 16777216] [--threads 1,2] [--reps 7] [--rounds 3]
 """
 import argparse
 import json
@@ -74,6 +74,7 @@ def main():
     ap.add_argument("--n", type=int, default=1 << 24)
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--rounds", type=int, default=3, help="alternating torch/memwall rounds (median)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--json", action="store_true", help="print the rows as JSON")
     a = ap.parse_args()
@@ -82,30 +83,43 @@ def main():
         return 0
     rows = []
     for t in [int(x) for x in a.threads.split(",")]:
-        env = dict(os.environ, OMP_NUM_THREADS=str(t), PYTHONWARNINGS="ignore")
-        r = subprocess.run([sys.executable, __file__, "--child", "--n", str(a.n), "--reps", str(a.reps)],
-                           capture_output=True, text=True, env=env)
-        lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
-        if r.returncode != 0 or not lines:
-            print(f"threads={t}: torch child failed:\n{r.stderr[-2000:]}", file=sys.stderr)
-            return 1
-        res = json.loads(lines[-1])
-        if "skip" in res:
-            print("SKIP:", res["skip"])
-            return 0
-        for k, why in res["skipped"].items():
-            print(f"SKIP {k} (threads={t}): {why}")
-        mw = memwall(a.memwall, a.n, t, a.reps)
-        mw32, lean = mw["fp32"]["params_per_s"], mw["bf16-moments"]["params_per_s"]
+        # rounds alternate torch/DeepSpeed and memwall so that load changes hit both alike
+        runs, mws = {}, {"fp32": [], "bf16-moments": []}
+        for _ in range(a.rounds):
+            env = dict(os.environ, OMP_NUM_THREADS=str(t), PYTHONWARNINGS="ignore")
+            r = subprocess.run([sys.executable, __file__, "--child", "--n", str(a.n), "--reps", str(a.reps)],
+                               capture_output=True, text=True, env=env)
+            lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
+            if r.returncode != 0 or not lines:
+                print(f"threads={t}: torch child failed:\n{r.stderr[-2000:]}", file=sys.stderr)
+                return 1
+            res = json.loads(lines[-1])
+            if "skip" in res:
+                print("SKIP:", res["skip"])
+                return 0
+            for k, why in res["skipped"].items():
+                if k not in runs:
+                    print(f"SKIP {k} (threads={t}): {why}")
+                runs.setdefault(k, [])
+            for k, pps in res["results"].items():
+                runs.setdefault(k, []).append(pps)
+            mw = memwall(a.memwall, a.n, t, a.reps)
+            for k in mws:
+                mws[k].append(mw[k]["params_per_s"])
+        mw32, lean = statistics.median(mws["fp32"]), statistics.median(mws["bf16-moments"])
         rows.append(dict(impl="memwall fp32", threads=t, params_per_s=mw32))
         rows.append(dict(impl="memwall bf16-grad+bf16-moments", threads=t, params_per_s=lean))
-        for k, pps in res["results"].items():
+        for k, v in runs.items():
+            if not v:
+                continue
+            pps = statistics.median(v)
             rows.append(dict(impl=k, threads=t, params_per_s=pps, memwall_fp32_speedup=mw32 / pps,
                              memwall_lean_speedup=lean / pps))
     if a.json:
         print(json.dumps(rows, indent=1))
         return 0
-    print(f"AdamW step, n = {a.n} parameters, median of {a.reps}; speed-up = memwall params/s / theirs")
+    print(f"AdamW step, n = {a.n} parameters, median of {a.rounds} rounds x {a.reps} steps; "
+          "speed-up = memwall params/s / theirs")
     print(f"{'implementation':32s} {'threads':>7s} {'Mparams/s':>10s} {'fp32 x':>8s} {'lean x':>8s}")
     for r in rows:
         sp = (f"{r['memwall_fp32_speedup']:8.2f} {r['memwall_lean_speedup']:8.2f}"

@@ -9,6 +9,8 @@
 #include "optim/optim_internal.h"
 #include "optim_state.h"
 
+#include <pthread.h>
+
 struct variant { const char *name; const struct mw_optim_kernels *k; };
 
 static const enum mw_optim_dtype G[] = {MW_OPTIM_F32, MW_OPTIM_BF16, MW_OPTIM_F16};
@@ -149,6 +151,45 @@ static void test_sumsq(const struct variant *va)
         }
 }
 
+/* Several caller threads stepping disjoint slices at once (the offload engine's pattern). */
+struct worker { const struct mw_optim_format *f; const struct mw_adamw_hp *hp; struct mw_optim_slice sl; int rc; };
+static void *worker_main(void *arg)
+{
+    struct worker *w = arg;
+    struct mw_optim_exec ex = {2, MW_SIMD_AUTO, MW_OPTIM_CHECK_FINITE};   /* OpenMP inside, too */
+    w->rc = mw_adamw_step(w->f, w->hp, &w->sl, &ex);
+    return NULL;
+}
+
+static void test_concurrent(void)
+{
+    const size_t n = 4 * MW_OPTIM_TILE + 777, part = MW_OPTIM_TILE + 256;
+    for (int mi = 0; mi < NM; mi++) {
+        struct mw_optim_format f = {MW_OPTIM_F16, M[mi], MW_OPTIM_BF16};
+        struct ost a, b;
+        ost_init(&a, &f, n); ost_init(&b, &f, n);
+        ost_fill(&a, 21, 0.5f);
+        ost_copy(&b, &a);
+        struct mw_adamw_hp hp = mw_adamw_hp_default();
+        hp.step = 3;
+        struct mw_optim_slice whole = ost_slice(&a, 0, n);
+        CHECK_EQ_INT(mw_adamw_step(&f, &hp, &whole, NULL), 0);
+        pthread_t th[8];
+        struct worker w[8];
+        int nw = 0;
+        for (size_t off = 0; off < n; off += part, nw++) {
+            w[nw] = (struct worker){&f, &hp, ost_slice(&b, off, MW_MIN_SZ(part, n - off)), -1};
+            REQUIRE(pthread_create(&th[nw], NULL, worker_main, &w[nw]) == 0);
+        }
+        for (int i = 0; i < nw; i++) { pthread_join(th[i], NULL); CHECK_EQ_INT(w[i].rc, 0); }
+        const char *what;
+        long d = ost_diff(&a, &b, &what);
+        CHECK_MSG(d < 0, "moments=%s: %d concurrent callers differ from one call at %s[%ld]",
+                  mw_optim_dtype_name(f.moments), nw, what, d);
+        ost_free(&a); ost_free(&b);
+    }
+}
+
 /* Public API: threads and slice splits give bitwise the same result as one call. */
 static void test_splits(void)
 {
@@ -215,6 +256,7 @@ int main(void)
         test_sumsq(&v[i]);
     }
     test_splits();
+    test_concurrent();
     CHECK_EQ_INT(mw_f32_to_bf16(1.0f), 0x3f80);
     CHECK_EQ_INT(mw_f32_to_bf16(1.00390625f), 0x3f80);      /* halfway, even stays */
     CHECK_EQ_INT(mw_f32_to_bf16(1.01171875f), 0x3f82);      /* halfway, odd rounds up */
