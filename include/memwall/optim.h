@@ -196,9 +196,9 @@ int mw_sgd_step(const struct mw_optim_format *fmt, const struct mw_sgd_hp *hp,
 int mw_optim_bandwidth_pass(const struct mw_optim_format *fmt, const struct mw_optim_slice *s,
                             const struct mw_optim_exec *ex);
 
-/* Sum of squares of grad[0..n) * scale, accumulated per tile in fp32 lanes and across tiles
- * in double, in a fixed order: the result does not depend on the thread count (it may
- * differ between SIMD levels by rounding; see docs/optim.md). For gradient clipping
+/* Sum of squares of grad[0..n) * scale, accumulated per tile in 16 fp32 lanes and across
+ * tiles in double, in a fixed order: bitwise the same for every thread count and SIMD level
+ * (docs/optim.md). For gradient clipping
  * (global norm = sqrt of the sum over all slices) and the fp16-loss-scaling overflow check:
  * returns MW_EOVERFLOW if any scaled gradient is inf/NaN (*sumsq is then +inf or NaN). */
 int mw_grad_sumsq(enum mw_optim_dtype grad_dtype, const void *grad, size_t n, float scale,
