@@ -42,8 +42,9 @@ extern "C" {
  * Why BF16_SR: with round-to-nearest a bf16 v cannot decay when beta2 > 1 - 2^-9 (0.998):
  * 0.999*v rounds back to v, so v only ever grows (docs/optim.md). BF16_SR rounds up with
  * probability equal to the dropped fraction, using a 32-bit hash of (element index mod
- * 2^32, step) whose low 16 bits round m and high 16 bits round v: unbiased, yet bitwise reproducible on any thread count and any
- * slice split, provided every slice's `offset` is its true index in the tensor. */
+ * 2^32, step) whose low 16 bits round m and high 16 bits round v: unbiased, yet bitwise
+ * reproducible on any thread count and any slice split, provided every slice's `offset`
+ * is its true index in the tensor. */
 enum mw_optim_dtype {
     MW_OPTIM_NONE = 0,
     MW_OPTIM_F32  = 1,
