@@ -212,9 +212,15 @@ void mw_k_crossentropy_fwd(float *losses, float *lse, const float *logits, const
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int r = 0; r < N; r++) {
         const float *x = logits + (size_t)r * (size_t)Vp;
+        /* 16 running maxima (a max is exact, so any order gives the same result). */
+        float m16[16];
+        for (int k = 0; k < 16; k++) m16[k] = -INFINITY;
+        int j = 0;
+        for (; j + 16 <= V; j += 16)
+            for (int k = 0; k < 16; k++) m16[k] = x[j + k] > m16[k] ? x[j + k] : m16[k];
         float mx = -INFINITY;
-#pragma omp simd reduction(max:mx)
-        for (int j = 0; j < V; j++) mx = x[j] > mx ? x[j] : mx;
+        for (int k = 0; k < 16; k++) mx = m16[k] > mx ? m16[k] : mx;
+        for (; j < V; j++) mx = x[j] > mx ? x[j] : mx;
         float s = 0.0f;
 #pragma omp simd reduction(+:s)
         for (int j = 0; j < V; j++) s += mw_expf(x[j] - mx);
