@@ -37,6 +37,12 @@ int main(void)
         CHECK_EQ_INT(mw_comm_init(&c, NULL, NULL, &cfg), -ENOTSUP);
         CHECK(c == NULL);
     }
+    if (!mw_comm_launched()) { /* AUTO without mpirun: one rank, MPI never initialised */
+        cfg.backend = MW_COMM_AUTO;
+        REQUIRE(mw_comm_init(&c, NULL, NULL, &cfg) == 0);
+        CHECK(!mw_comm_is_mpi(c) && mw_comm_size(c, MW_COMM_WORLD) == 1);
+        CHECK(mw_comm_free(c) == 0);
+    }
     struct mw_trace *tr;
     REQUIRE(mw_trace_init(&tr, 1024) == 0);
     cfg.backend = MW_COMM_SINGLE;
