@@ -362,9 +362,12 @@ int main(int argc, char **argv)
         else CHECK_MSG(same(&r, &first), "stage %d differs from stage 0", stage);
         struct mw_zero_volume vol;
         REQUIRE(mw_zero_volume(stage, P, SG, N, mw_comm_rank(c, MW_COMM_SHARD), 1, 1, 4, 4, &vol) == 0);
+        /* Exact for stages 1-3 (the same shard blocks); stage 0's model assumes blocks of exactly
+         * n/N, the layer rounds each bucket's blocks to whole elements. */
+        const double slack = stage == 0 ? 2.0 * N * NL * sizeof(float) : 0;
         for (int t = 0; t < STEPS; t++)
-            CHECK_MSG((double)r.sent[t] == vol.total, "stage %d step %d: sent %llu bytes, model %.0f", stage, t,
-                      (unsigned long long)r.sent[t], vol.total);
+            CHECK_MSG(fabs((double)r.sent[t] - vol.total) <= slack, "stage %d step %d: sent %llu bytes, model %.0f",
+                      stage, t, (unsigned long long)r.sent[t], vol.total);
         if (stage == 3)
             CHECK_MSG(r.peak_gathered <= 2 * LAYER && r.peak_gathered >= LAYER,
                       "ZeRO-3 held %zu gathered elements (layer %d)", r.peak_gathered, LAYER);

@@ -10,6 +10,9 @@
  * Deterministic sums (see comm.h): an MPI_Ialltoallv hands every rank the N copies of the
  * block it owns; once it completes, the owner adds them in rank order (phase 1) and, for an
  * allreduce, an MPI_Iallgatherv shares the sums (phase 2). Each poll advances one phase.
+ * A rank's own block never travels: the sum reads it where it is. Scratch buffers for the
+ * received blocks are kept in a small pool (MW_SCRATCH_POOL, the largest kept): a fresh
+ * malloc of hundreds of MiB per bucket would cost page faults on every call.
  *
  * Ordering: MPI matches collectives on a communicator by the order they are called, which
  * must be the same on every rank. Phase-1 calls happen in program order; phase-2 calls happen
@@ -25,7 +28,12 @@
 
 #include "comm/comm_impl.h"
 
+#define MW_SCRATCH_POOL 8
+
+struct scratch { float *p; size_t cap; /* elements */ };
+
 struct mpi_state {
+    struct scratch pool[MW_SCRATCH_POOL]; /* free scratch buffers (p == NULL: empty slot) */
     MPI_Comm comm[MW_COMM_NGROUPS];
     MPI_Comm comm2[MW_COMM_NGROUPS];  /* phase 2 of deterministic allreduces */
     uint64_t p2_issued[MW_COMM_NGROUPS], p2_started[MW_COMM_NGROUPS];
@@ -41,12 +49,13 @@ struct mpi_req {
     int det;            /* the deterministic two-step path */
     int size, me;
     float *buf;         /* result: allreduce buffer / reduce-scatter recv */
-    float *tmp;         /* [size * n_me] blocks received by the owner (det) */
+    struct scratch tmp; /* [(size-1) * n_me] blocks from the other ranks (det), group order */
+    const float *own;   /* this rank's own block (det) */
     size_t n_me;        /* elements this rank owns (det) / receives */
     size_t own_displ;   /* where this rank's block starts in buf (det allreduce) */
     float scale;        /* 1/size when averaging, else 1 */
     int *cnt, *dsp;     /* [size] block counts and displacements (elements) */
-    int *rcnt, *rdsp;   /* [size] alltoallv receive side */
+    int *scnt, *rcnt, *rdsp; /* [size] alltoallv sides (nothing to or from itself) */
     MPI_Comm comm;
 };
 
@@ -158,6 +167,7 @@ int mw_comm_mpi_free(struct mw_comm *c, int inflight)
             MPI_Comm *cm = k ? &s->comm2[g] : &s->comm[g];
             if (*cm != MPI_COMM_NULL) MPI_Comm_free(cm);
         }
+    for (int i = 0; i < MW_SCRATCH_POOL; i++) free(s->pool[i].p);
     int rc = 0;
     if (s->we_initialised && MPI_Finalize() != MPI_SUCCESS) rc = mw_error_set(-EIO, "MPI_Finalize failed");
     free(s);
@@ -172,10 +182,37 @@ void mw_comm_mpi_abort(struct mw_comm *c, int code)
     exit(code); /* not reached */
 }
 
-static void req_free(struct mpi_req *m)
+static struct scratch scratch_get(struct mpi_state *s, size_t n)
+{
+    int best = -1;
+    for (int i = 0; i < MW_SCRATCH_POOL; i++)
+        if (s->pool[i].p && s->pool[i].cap >= n && (best < 0 || s->pool[i].cap < s->pool[best].cap)) best = i;
+    if (best >= 0) {
+        struct scratch t = s->pool[best];
+        s->pool[best].p = NULL;
+        return t;
+    }
+    struct scratch t = {malloc(n * sizeof(float)), n};
+    return t;
+}
+
+static void scratch_put(struct mpi_state *s, struct scratch t)
+{
+    if (!t.p) return;
+    int slot = -1;
+    for (int i = 0; i < MW_SCRATCH_POOL; i++) {
+        if (!s->pool[i].p) { slot = i; break; }
+        if (slot < 0 || s->pool[i].cap < s->pool[slot].cap) slot = i; /* else evict the smallest */
+    }
+    if (s->pool[slot].p && s->pool[slot].cap >= t.cap) { free(t.p); return; }
+    free(s->pool[slot].p);
+    s->pool[slot] = t;
+}
+
+static void req_free(struct mpi_state *s, struct mpi_req *m)
 {
     if (!m) return;
-    free(m->tmp);
+    scratch_put(s, m->tmp);
     free(m->cnt);
     free(m);
 }
@@ -189,17 +226,25 @@ static int to_int(size_t v, const char *what, int *out)
     return 0;
 }
 
-/* Owner's rank-ordered sum of the blocks in m->tmp into dst[n_me], then scale. */
+/* Owner's sum of the N copies of its block, in group-rank order ((x0 + x1) + x2) ..., times
+ * scale, into dst[n_me]. Chunked so the partial sums stay in L1; dst may be m->own (in place:
+ * each chunk is read before it is written). */
 static void ordered_sum(const struct mpi_req *m, float *dst)
 {
+    enum { CH = 2048 };
+    float acc[CH];
     const size_t n = m->n_me;
-    for (size_t i = 0; i < n; i++) dst[i] = m->tmp[i];
-    for (int j = 1; j < m->size; j++) {
-        const float *b = m->tmp + (size_t)j * n;
-        for (size_t i = 0; i < n; i++) dst[i] += b[i];
+    for (size_t at = 0; at < n; at += CH) {
+        const size_t k = MW_MIN((size_t)CH, n - at);
+        for (int j = 0; j < m->size; j++) {
+            const float *b = j == m->me ? m->own + at : m->tmp.p + (size_t)(j < m->me ? j : j - 1) * n + at;
+            if (j == 0) memcpy(acc, b, k * sizeof(float));
+            else for (size_t i = 0; i < k; i++) acc[i] += b[i];
+        }
+        if (m->scale != 1.0f)
+            for (size_t i = 0; i < k; i++) acc[i] *= m->scale;
+        memcpy(dst + at, acc, k * sizeof(float));
     }
-    if (m->scale != 1.0f)
-        for (size_t i = 0; i < n; i++) dst[i] *= m->scale;
 }
 
 int mw_comm_mpi_start(struct mw_comm *c, struct mw_comm_req *q, const struct mw_comm_args *a)
@@ -217,10 +262,11 @@ int mw_comm_mpi_start(struct mw_comm *c, struct mw_comm_req *q, const struct mw_
     m->phase = 1;
     m->scale = a->avg ? (float)(1.0 / size) : 1.0f;
     m->det = c->cfg.deterministic && (a->op == MW_COMM_ALLREDUCE || a->op == MW_COMM_REDUCE_SCATTER);
-    m->cnt = calloc((size_t)size * 4, sizeof(int));
+    m->cnt = calloc((size_t)size * 5, sizeof(int));
     if (!m->cnt) { rc = mw_error_set(-ENOMEM, "comm: out of memory"); goto err; }
     m->dsp = m->cnt + size;
-    m->rcnt = m->dsp + size;
+    m->scnt = m->dsp + size;
+    m->rcnt = m->scnt + size;
     m->rdsp = m->rcnt + size;
     if ((rc = to_int(a->total, what, &tmp))) goto err; /* displacements must fit too */
 
@@ -242,13 +288,20 @@ int mw_comm_mpi_start(struct mw_comm *c, struct mw_comm_req *q, const struct mw_
         e = MPI_Ibarrier(m->comm, &m->r);
     } else if (m->det) {
         if (m->n_me) {
-            if ((rc = to_int(m->n_me * (size_t)size, what, &tmp))) goto err;
-            m->tmp = malloc(m->n_me * (size_t)size * sizeof(float));
-            if (!m->tmp) { rc = mw_error_set(-ENOMEM, "comm %s: out of memory (%zu elements)", what, m->n_me * (size_t)size); goto err; }
+            const size_t need = m->n_me * (size_t)(size - 1);
+            if ((rc = to_int(need, what, &tmp))) goto err;
+            m->tmp = scratch_get(s, need);
+            if (!m->tmp.p) { rc = mw_error_set(-ENOMEM, "comm %s: out of memory (%zu elements)", what, need); goto err; }
         }
-        for (int r = 0; r < size; r++) { m->rcnt[r] = (int)m->n_me; m->rdsp[r] = r * (int)m->n_me; }
+        for (int r = 0; r < size; r++) {
+            int slot = r < me ? r : r - 1;
+            m->scnt[r] = r == me ? 0 : m->cnt[r];
+            m->rcnt[r] = r == me ? 0 : (int)m->n_me;
+            m->rdsp[r] = r == me ? 0 : slot * (int)m->n_me;
+        }
         const float *src = a->op == MW_COMM_ALLREDUCE ? a->recv : a->send;
-        e = MPI_Ialltoallv(src, m->cnt, m->dsp, MPI_FLOAT, m->tmp, m->rcnt, m->rdsp, MPI_FLOAT, m->comm, &m->r);
+        m->own = src + m->own_displ;
+        e = MPI_Ialltoallv(src, m->scnt, m->dsp, MPI_FLOAT, m->tmp.p, m->rcnt, m->rdsp, MPI_FLOAT, m->comm, &m->r);
     } else if (a->op == MW_COMM_ALLREDUCE) {
         e = MPI_Iallreduce(MPI_IN_PLACE, a->recv, (int)a->n, MPI_FLOAT, MPI_SUM, m->comm, &m->r);
         m->n_me = a->n;
@@ -264,7 +317,7 @@ int mw_comm_mpi_start(struct mw_comm *c, struct mw_comm_req *q, const struct mw_
     q->be = m;
     return 0;
 err:
-    req_free(m);
+    req_free(s, m);
     return rc;
 }
 
@@ -305,7 +358,7 @@ int mw_comm_mpi_poll(struct mw_comm *c, struct mw_comm_req *q, int *done)
     if (e != MPI_SUCCESS) { rc = mpi_err(e, "allreduce (allgather phase)"); goto finish; }
     return 0;
 finish:
-    req_free(m);
+    req_free(s, m);
     q->be = NULL;
     *done = 1;
     return rc;
