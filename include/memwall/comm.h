@@ -85,8 +85,9 @@ int mw_comm_launched(void);
  * argc/argv may be NULL. -EINVAL when the hierarchy needs equal ranks per node and they
  * differ, -ENOTSUP when backend MPI is asked for without MPI support. */
 int mw_comm_init(struct mw_comm **out, int *argc, char ***argv, const struct mw_comm_config *cfg);
-/* Waits for nothing: collectives still in flight are an error (-EBUSY, after freeing them).
- * Finalises MPI when this layer initialised it. */
+/* Waits for nothing: collectives still in flight are an error (-EBUSY; MPI then stays
+ * initialised, as it may still write their buffers). Finalises MPI when this handle
+ * initialised it: with several handles (other configurations), free that one last. */
 int mw_comm_free(struct mw_comm *c);
 /* Ends every rank of the job with `code` (MPI_Abort; exit(code) for a single rank). */
 void mw_comm_abort(struct mw_comm *c, int code) __attribute__((noreturn));

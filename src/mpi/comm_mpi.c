@@ -28,7 +28,7 @@
 
 #include "comm/comm_impl.h"
 
-#define MW_SCRATCH_POOL 8
+#define MW_SCRATCH_POOL 32
 
 struct scratch { float *p; size_t cap; /* elements */ };
 
