@@ -1,0 +1,187 @@
+/*
+ * memwall/gpt2.h — the GPT-2 family on the CPU: forward, backward, safetensors.
+ *
+ * Why this shape of API: the offload engine owns the optimizer state and streams it from
+ * DRAM/NVMe, so the model exposes exactly what the engine needs and nothing more:
+ *  - ONE flat fp32 parameter array and ONE flat fp32 gradient array of the same layout,
+ *    described by a tensor table in a fixed registration order (HF GPT-2 names, shapes,
+ *    element offsets). The engine flattens its state in that order and cuts it into subgroups.
+ *  - a grad-ready callback during backward: layer by layer in reverse order, the model says
+ *    "elements [first, first+n) of the gradient array are final for this micro-batch", so the
+ *    engine can start updating those subgroups while backward continues.
+ *  - byte sizes of params / grads / activations, computable before anything is allocated
+ *    (size first, then allocate), so they can be registered with the memory tiers.
+ *
+ * Architecture: learned positional embeddings, pre-LayerNorm blocks, GELU (tanh approximation),
+ * causal multi-head self-attention, tied input/output embeddings, biases everywhere; exactly HF
+ * "gpt2". All matrix products go through OpenBLAS cblas_sgemm; everything else is OpenMP with a
+ * fixed partitioning, so results are bitwise reproducible run to run (same binary, same thread
+ * count) — no atomics on floats, no reductions whose order depends on scheduling.
+ *
+ * Registration order and layout (element offsets into params/grads, all fp32, row-major):
+ *   wte.weight                [Vp, C]   (rows >= vocab_size are padding, kept at zero)
+ *   wpe.weight                [maxT, C]
+ *   for l in 0..L-1:
+ *     h.l.ln_1.weight         [C]        h.l.ln_1.bias          [C]
+ *     h.l.attn.c_attn.weight  [C, 3C]    h.l.attn.c_attn.bias   [3C]
+ *     h.l.attn.c_proj.weight  [C, C]     h.l.attn.c_proj.bias   [C]
+ *     h.l.ln_2.weight         [C]        h.l.ln_2.bias          [C]
+ *     h.l.mlp.c_fc.weight     [C, 4C]    h.l.mlp.c_fc.bias      [4C]
+ *     h.l.mlp.c_proj.weight   [4C, C]    h.l.mlp.c_proj.bias    [C]
+ *   ln_f.weight               [C]        ln_f.bias              [C]
+ * Linear weights are stored [in, out] exactly like HF's Conv1D (y = x W + b), so a HF
+ * model.safetensors maps 1:1 (no transposes). Each block (and ln_f, and the embeddings) is one
+ * contiguous range, which is what the grad-ready callback reports.
+ *
+ * Threads: every entry point uses opts.n_threads OpenMP threads and sets OpenBLAS to the same
+ * count (openblas_set_num_threads is process-global). Results are bitwise identical for a given
+ * thread count; across thread counts our own kernels are identical, OpenBLAS usually is too.
+ */
+#ifndef MEMWALL_GPT2_H
+#define MEMWALL_GPT2_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct mw_gpt2_config {
+    int n_layer;           /* L: transformer blocks */
+    int n_head;            /* NH: attention heads; n_embd % n_head == 0 */
+    int n_embd;            /* C: model width */
+    int max_seq_len;       /* maxT: rows of wpe, longest sequence the model accepts */
+    int vocab_size;        /* V: real vocabulary (softmax/loss run over these) */
+    int padded_vocab_size; /* Vp: rows of wte (>= V; 0 means = V). Padding rows are zero, never
+                              predicted (their logits are computed but excluded from softmax). */
+};
+
+/* HF "gpt2" (124M): L=12, NH=12, C=768, maxT=1024, V=50257, Vp=0 (= V). */
+void mw_gpt2_config_124m(struct mw_gpt2_config *cfg);
+/* 0 or -EINVAL with mw_error_set detail (non-positive sizes, C % NH, Vp < V, overflow). */
+int mw_gpt2_config_check(const struct mw_gpt2_config *cfg);
+/* Parameter count (elements of the flat array, padding rows included). cfg must be valid. */
+size_t mw_gpt2_num_params(const struct mw_gpt2_config *cfg);
+
+/* One entry of the tensor table. */
+enum mw_gpt2_kind {
+    MW_GPT2_WTE, MW_GPT2_WPE,
+    MW_GPT2_LN1_W, MW_GPT2_LN1_B, MW_GPT2_QKV_W, MW_GPT2_QKV_B, MW_GPT2_ATTPROJ_W, MW_GPT2_ATTPROJ_B,
+    MW_GPT2_LN2_W, MW_GPT2_LN2_B, MW_GPT2_FC_W, MW_GPT2_FC_B, MW_GPT2_FCPROJ_W, MW_GPT2_FCPROJ_B,
+    MW_GPT2_LNF_W, MW_GPT2_LNF_B,
+    MW_GPT2_NKINDS
+};
+struct mw_gpt2_tensor {
+    char name[48];     /* HF name, e.g. "h.3.attn.c_attn.weight" */
+    int kind;          /* enum mw_gpt2_kind */
+    int layer;         /* block index, -1 for wte/wpe/ln_f */
+    int ndim;          /* 1 or 2 */
+    size_t shape[2];   /* elements; shape[1] = 1 for 1-D tensors */
+    size_t offset;     /* first element in params/grads */
+    size_t numel;      /* shape[0] * shape[1] */
+};
+
+struct mw_gpt2_options {
+    int max_batch;     /* B: largest micro-batch forward() will be given (activations sized for it) */
+    int max_seq;       /* T: longest sequence (<= cfg.max_seq_len; 0 means cfg.max_seq_len) */
+    int recompute;     /* 1: keep only block inputs, recompute each block in backward (bitwise
+                          identical gradients, far smaller activations) */
+    int n_threads;     /* OpenMP and OpenBLAS threads; 0 = omp_get_max_threads() */
+};
+
+/* Byte sizes, computable before allocating (mw_gpt2_sizes) and stored in the model. */
+struct mw_gpt2_sizes {
+    size_t n_params;          /* elements of params (= of grads) */
+    size_t params_bytes;      /* n_params * 4 */
+    size_t grads_bytes;       /* n_params * 4 */
+    size_t acts_bytes;        /* activations + backward scratch for (max_batch, max_seq), with
+                                 the chosen recompute setting: one allocation */
+    size_t acts_bytes_full;   /* the same without recomputation (for reporting the saving) */
+};
+int mw_gpt2_sizes(const struct mw_gpt2_config *cfg, const struct mw_gpt2_options *opts,
+                  struct mw_gpt2_sizes *out);
+
+struct mw_gpt2_impl; /* private: activation layout, scratch */
+
+/* A model. Fields are read-only for callers except the CONTENTS of params and grads: an
+ * optimizer (or the offload engine) writes new weights into params and may zero grads. */
+struct mw_gpt2 {
+    struct mw_gpt2_config cfg;
+    struct mw_gpt2_options opts;       /* as given, with 0s resolved */
+    struct mw_gpt2_sizes sizes;
+    int n_tensors;                     /* 2 + 12 * L + 2 */
+    struct mw_gpt2_tensor *tensors;    /* [n_tensors] in registration order */
+    float *params;                     /* [n_params] fp32, 64-byte aligned */
+    float *grads;                      /* [n_params] fp32, 64-byte aligned */
+    float *acts;                       /* [acts_bytes / 4] the single activation allocation */
+    int B, T;                          /* shape of the last forward() */
+    float loss;                        /* mean cross-entropy of the last forward() with targets;
+                                          -1 when it had no targets */
+    struct mw_gpt2_impl *impl;
+};
+
+/* Sizes and allocates params, grads (zeroed) and activations. Weights are zero until
+ * mw_gpt2_init_weights or a load. Returns 0, -EINVAL or -ENOMEM (message set). */
+int mw_gpt2_init(struct mw_gpt2 *m, const struct mw_gpt2_config *cfg, const struct mw_gpt2_options *opts);
+void mw_gpt2_free(struct mw_gpt2 *m);
+
+/* GPT-2 initialisation, deterministic from seed: weights N(0, 0.02), the two residual
+ * projections (attn.c_proj, mlp.c_proj) N(0, 0.02/sqrt(2L)), biases 0, LayerNorm weight 1,
+ * bias 0, wte padding rows 0. Independent of the thread count. */
+void mw_gpt2_init_weights(struct mw_gpt2 *m, uint64_t seed);
+
+/* Finds a tensor by HF name; NULL if absent. */
+const struct mw_gpt2_tensor *mw_gpt2_find_tensor(const struct mw_gpt2 *m, const char *name);
+
+/* Forward of a micro-batch: inputs [B, T] token ids in [0, V), targets [B, T] in [0, V) or NULL.
+ * B <= max_batch, T <= max_seq. With targets, m->loss is the mean cross-entropy over the B*T
+ * positions and backward() may follow. Returns 0 or -EINVAL (bad shape or token, message set). */
+int mw_gpt2_forward(struct mw_gpt2 *m, const int32_t *inputs, const int32_t *targets, int B, int T);
+
+/* Logits of the last forward: [B, T, Vp] fp32 (row stride Vp; columns >= V are padding). Valid
+ * until the next backward() (which turns them into logit gradients in place) or forward(). */
+const float *mw_gpt2_logits(const struct mw_gpt2 *m);
+/* Per-position losses of the last forward with targets: [B, T]. */
+const float *mw_gpt2_losses(const struct mw_gpt2 *m);
+
+/* Called during backward when grads[first_elem, first_elem + n_elems) is final for this
+ * micro-batch. Order: ln_f, h.L-1, ..., h.0, then the embeddings (wte + wpe, which is range
+ * [0, tensors[2].offset)). Together the calls cover the whole array exactly once. Runs on
+ * the calling thread between layers; keep it short (signal a worker, don't compute). */
+typedef void (*mw_gpt2_grad_ready_fn)(size_t first_elem, size_t n_elems, void *user);
+
+/* Backward of the last forward (which must have had targets). ACCUMULATES into m->grads
+ * (+=) the gradient of grad_scale * loss: pass 1.0f for one micro-batch, 1.0f/accum_steps to
+ * average over gradient-accumulation micro-batches. cb may be NULL. Returns 0 or -EINVAL
+ * (no forward with targets before it). */
+int mw_gpt2_backward(struct mw_gpt2 *m, float grad_scale, mw_gpt2_grad_ready_fn cb, void *user);
+
+/* grads = 0 (call between optimizer steps; backward never clears). */
+void mw_gpt2_zero_grad(struct mw_gpt2 *m);
+
+/* ---- safetensors (HF GPT-2 names and layouts) ---- */
+
+/* Reads the config from a safetensors file's header: L from the h.N indices, C and V from
+ * wte, maxT from wpe; NH and Vp from memwall's __metadata__ ("n_head", "padded_vocab_size")
+ * when present, else NH = C / 64 (true for every HF GPT-2 size) and Vp = 0 (= V).
+ * Returns 0, -errno (cannot open/read) or MW_EFORMAT (message says what is wrong). */
+int mw_gpt2_config_from_safetensors(const char *path, struct mw_gpt2_config *cfg);
+
+/* Loads weights into an initialised model. Every model tensor must be present with the exact
+ * shape (wte may have V..Vp rows; missing padding rows are zeroed); dtypes F32, F16, BF16 are
+ * converted to fp32; "lm_head.weight" (tied) and "h.N.attn.bias"/"masked_bias" buffers are
+ * ignored; a "transformer." name prefix is accepted. Truncated or corrupt file, unknown or
+ * missing tensor, wrong shape -> MW_EFORMAT with the detail in mw_error_msg(), model params
+ * unspecified but memory-safe. */
+int mw_gpt2_load_safetensors(struct mw_gpt2 *m, const char *path);
+
+/* Writes all tensors (F32, HF names and shapes; wte with its V real rows, so HF loads it) plus
+ * __metadata__ with n_layer, n_head, n_embd, max_seq_len, vocab_size, padded_vocab_size.
+ * Writes path.tmp, fsyncs, then renames over path. 0 or -errno (message set). */
+int mw_gpt2_save_safetensors(const struct mw_gpt2 *m, const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
