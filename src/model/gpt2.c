@@ -1,0 +1,314 @@
+/*
+ * gpt2.c — configuration, tensor table, sizing and allocation of the GPT-2 model.
+ *
+ * Why one flat array per role: the offload engine cuts parameters, gradients and optimizer
+ * state into subgroups of a single flat index space, and the safetensors loader and the
+ * memory tiers want one pointer + byte count each. So parameters are registered in HF order
+ * into one array, gradients mirror it, and all activations are carved from one allocation
+ * whose size is computed first (mw_gpt2_sizes) — the same arithmetic sizes and places them.
+ */
+#include "gpt2_internal.h"
+#include "memwall/common.h"
+
+#include <errno.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ALIGN_FLOATS 16 /* 64-byte alignment of every carved buffer */
+
+void mw_gpt2_config_124m(struct mw_gpt2_config *cfg)
+{
+    cfg->n_layer = 12;
+    cfg->n_head = 12;
+    cfg->n_embd = 768;
+    cfg->max_seq_len = 1024;
+    cfg->vocab_size = 50257;
+    cfg->padded_vocab_size = 0;
+}
+
+int mw_gpt2_config_check(const struct mw_gpt2_config *c)
+{
+    if (c->n_layer <= 0 || c->n_head <= 0 || c->n_embd <= 0 || c->max_seq_len <= 0 || c->vocab_size <= 0)
+        return mw_error_set(-EINVAL, "gpt2 config: n_layer=%d n_head=%d n_embd=%d max_seq_len=%d "
+                            "vocab_size=%d must all be positive", c->n_layer, c->n_head, c->n_embd,
+                            c->max_seq_len, c->vocab_size);
+    if (c->n_embd % c->n_head)
+        return mw_error_set(-EINVAL, "gpt2 config: n_embd=%d is not a multiple of n_head=%d",
+                            c->n_embd, c->n_head);
+    if (c->padded_vocab_size && c->padded_vocab_size < c->vocab_size)
+        return mw_error_set(-EINVAL, "gpt2 config: padded_vocab_size=%d < vocab_size=%d",
+                            c->padded_vocab_size, c->vocab_size);
+    if (c->n_layer > 100000 || c->n_embd > (1 << 20) || c->max_seq_len > (1 << 20) ||
+        c->vocab_size > (1 << 24) || c->padded_vocab_size > (1 << 24))
+        return mw_error_set(-EINVAL, "gpt2 config: sizes out of range");
+    return 0;
+}
+
+static size_t vp_of(const struct mw_gpt2_config *c)
+{
+    return (size_t)(c->padded_vocab_size ? c->padded_vocab_size : c->vocab_size);
+}
+
+/* Shapes of the 12 block tensors, in registration order. */
+static void block_shape(int kind, size_t C, size_t shape[2], int *ndim)
+{
+    static const char k_in[MW_GPT2_BLOCK_KINDS] = {1, 1, 1, 3, 1, 1, 1, 1, 1, 4, 4, 1};
+    static const char k_out[MW_GPT2_BLOCK_KINDS] = {0, 0, 3, 0, 1, 0, 0, 0, 4, 0, 1, 0};
+    int i = kind - MW_GPT2_LN1_W;
+    if (k_out[i]) { shape[0] = C * (size_t)k_in[i]; shape[1] = C * (size_t)k_out[i]; *ndim = 2; }
+    else { shape[0] = C * (size_t)k_in[i]; shape[1] = 1; *ndim = 1; }
+}
+
+static const char *block_suffix[MW_GPT2_BLOCK_KINDS] = {
+    "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
+    "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
+    "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias",
+};
+
+size_t mw_gpt2_num_params(const struct mw_gpt2_config *c)
+{
+    size_t C = (size_t)c->n_embd;
+    size_t per_block = 2 * C + C * 3 * C + 3 * C + C * C + C + 2 * C + C * 4 * C + 4 * C + 4 * C * C + C;
+    return vp_of(c) * C + (size_t)c->max_seq_len * C + (size_t)c->n_layer * per_block + 2 * C;
+}
+
+/* Walks the activation layout. With base == NULL only counts; returns floats used. */
+static size_t carve(const struct mw_gpt2_config *c, const struct mw_gpt2_options *o, float *base,
+                    struct mw_gpt2_impl *im, int recompute)
+{
+    size_t C = (size_t)c->n_embd, BT = (size_t)o->max_batch * (size_t)o->max_seq, T = (size_t)o->max_seq;
+    size_t NH = (size_t)c->n_head, B = (size_t)o->max_batch, L = (size_t)c->n_layer;
+    size_t used = 0;
+#define TAKE(ptr, n) do { size_t n_ = MW_ALIGN_UP((size_t)(n), ALIGN_FLOATS); \
+        if (base) { (ptr) = base + used; } \
+        used += n_; } while (0)
+    float *dummy;
+    size_t nsets = recompute ? 1 : L;
+    for (size_t l = 0; l < nsets; l++) {
+        struct mw_gpt2_layer_acts a_, *a = base ? &im->layer[l] : &a_;
+        TAKE(a->ln1, BT * C); TAKE(a->ln1_mean, BT); TAKE(a->ln1_rstd, BT);
+        TAKE(a->qkv, BT * 3 * C); TAKE(a->atty, BT * C); TAKE(a->att, B * NH * T * T);
+        TAKE(a->res2, BT * C); TAKE(a->ln2, BT * C); TAKE(a->ln2_mean, BT); TAKE(a->ln2_rstd, BT);
+        TAKE(a->fch, BT * 4 * C); TAKE(a->fch_gelu, BT * 4 * C);
+    }
+    if (base && recompute)
+        for (size_t l = 1; l < L; l++) im->layer[l] = im->layer[0];
+    for (size_t l = 0; l <= L; l++) {
+        if (base) { TAKE(im->res[l], BT * C); } else { TAKE(dummy, BT * C); }
+    }
+    if (base) {
+        TAKE(im->lnf, BT * C); TAKE(im->lnf_mean, BT); TAKE(im->lnf_rstd, BT);
+        TAKE(im->logits, BT * vp_of(c)); TAKE(im->losses, BT); TAKE(im->lse, BT);
+        TAKE(im->dres, BT * C); TAKE(im->dC, BT * C); TAKE(im->dbig, BT * 4 * C);
+        TAKE(im->datt, (size_t)o->n_threads * T * T);
+    } else {
+        TAKE(dummy, BT * C); TAKE(dummy, BT); TAKE(dummy, BT);
+        TAKE(dummy, BT * vp_of(c)); TAKE(dummy, BT); TAKE(dummy, BT);
+        TAKE(dummy, BT * C); TAKE(dummy, BT * C); TAKE(dummy, BT * 4 * C);
+        TAKE(dummy, (size_t)o->n_threads * T * T);
+    }
+    (void)dummy;
+#undef TAKE
+    return used;
+}
+
+static int resolve_opts(const struct mw_gpt2_config *c, const struct mw_gpt2_options *in,
+                        struct mw_gpt2_options *o)
+{
+    *o = *in;
+    if (o->max_seq == 0) o->max_seq = c->max_seq_len;
+    if (o->n_threads <= 0) o->n_threads = omp_get_max_threads();
+    if (o->max_batch <= 0 || o->max_seq <= 0 || o->max_seq > c->max_seq_len)
+        return mw_error_set(-EINVAL, "gpt2 options: max_batch=%d must be > 0 and max_seq=%d in 1..%d",
+                            in->max_batch, o->max_seq, c->max_seq_len);
+    if ((size_t)o->max_batch * (size_t)o->max_seq > (size_t)1 << 31)
+        return mw_error_set(-EINVAL, "gpt2 options: max_batch * max_seq too large");
+    return 0;
+}
+
+int mw_gpt2_sizes(const struct mw_gpt2_config *cfg, const struct mw_gpt2_options *opts,
+                  struct mw_gpt2_sizes *out)
+{
+    int rc = mw_gpt2_config_check(cfg);
+    if (rc) return rc;
+    struct mw_gpt2_options o;
+    if ((rc = resolve_opts(cfg, opts, &o))) return rc;
+    memset(out, 0, sizeof *out);
+    out->n_params = mw_gpt2_num_params(cfg);
+    out->params_bytes = out->n_params * sizeof(float);
+    out->grads_bytes = out->params_bytes;
+    out->acts_bytes = carve(cfg, &o, NULL, NULL, o.recompute) * sizeof(float);
+    out->acts_bytes_full = carve(cfg, &o, NULL, NULL, 0) * sizeof(float);
+    return 0;
+}
+
+static void *alloc_floats(size_t n)
+{
+    size_t bytes = MW_ALIGN_UP(n * sizeof(float), 64);
+    void *p = NULL;
+    if (bytes == 0) bytes = 64;
+    if (posix_memalign(&p, 64, bytes)) return NULL;
+    return p;
+}
+
+int mw_gpt2_init(struct mw_gpt2 *m, const struct mw_gpt2_config *cfg, const struct mw_gpt2_options *opts)
+{
+    memset(m, 0, sizeof *m);
+    int rc = mw_gpt2_sizes(cfg, opts, &m->sizes);
+    if (rc) return rc;
+    m->cfg = *cfg;
+    resolve_opts(cfg, opts, &m->opts);
+    size_t C = (size_t)cfg->n_embd, L = (size_t)cfg->n_layer;
+    m->n_tensors = 2 + MW_GPT2_BLOCK_KINDS * cfg->n_layer + 2;
+    m->tensors = calloc((size_t)m->n_tensors, sizeof *m->tensors);
+    m->impl = calloc(1, sizeof *m->impl);
+    if (!m->tensors || !m->impl) goto nomem;
+    struct mw_gpt2_impl *im = m->impl;
+    im->off = calloc(L * MW_GPT2_BLOCK_KINDS, sizeof *im->off);
+    im->layer = calloc(L, sizeof *im->layer);
+    im->res = calloc(L + 1, sizeof *im->res);
+    im->inputs = calloc((size_t)m->opts.max_batch * (size_t)m->opts.max_seq, sizeof(int32_t));
+    im->targets = calloc((size_t)m->opts.max_batch * (size_t)m->opts.max_seq, sizeof(int32_t));
+    if (!im->off || !im->layer || !im->res || !im->inputs || !im->targets) goto nomem;
+
+    /* Tensor table in registration order. */
+    size_t off = 0;
+    int n = 0;
+    struct mw_gpt2_tensor *t;
+#define ADD(nm, k, lay, d, s0, s1) do { t = &m->tensors[n++]; snprintf(t->name, sizeof t->name, "%s", nm); \
+        t->kind = (k); t->layer = (lay); t->ndim = (d); t->shape[0] = (s0); t->shape[1] = (s1); \
+        t->offset = off; t->numel = (s0) * (s1); off += t->numel; } while (0)
+    ADD("wte.weight", MW_GPT2_WTE, -1, 2, vp_of(cfg), C);
+    im->off_wte = t->offset;
+    ADD("wpe.weight", MW_GPT2_WPE, -1, 2, (size_t)cfg->max_seq_len, C);
+    im->off_wpe = t->offset;
+    for (size_t l = 0; l < L; l++) {
+        for (int k = 0; k < MW_GPT2_BLOCK_KINDS; k++) {
+            char nm[48];
+            size_t sh[2];
+            int nd;
+            snprintf(nm, sizeof nm, "h.%zu.%s", l, block_suffix[k]);
+            block_shape(MW_GPT2_LN1_W + k, C, sh, &nd);
+            ADD(nm, MW_GPT2_LN1_W + k, (int)l, nd, sh[0], sh[1]);
+            im->off[l * MW_GPT2_BLOCK_KINDS + (size_t)k] = t->offset;
+        }
+    }
+    ADD("ln_f.weight", MW_GPT2_LNF_W, -1, 1, C, 1);
+    im->off_lnfw = t->offset;
+    ADD("ln_f.bias", MW_GPT2_LNF_B, -1, 1, C, 1);
+    im->off_lnfb = t->offset;
+#undef ADD
+    MW_ASSERT(n == m->n_tensors && off == m->sizes.n_params);
+
+    m->params = alloc_floats(m->sizes.n_params);
+    m->grads = alloc_floats(m->sizes.n_params);
+    m->acts = alloc_floats(m->sizes.acts_bytes / sizeof(float));
+    if (!m->params || !m->grads || !m->acts) goto nomem;
+    memset(m->params, 0, m->sizes.params_bytes);
+    memset(m->grads, 0, m->sizes.grads_bytes);
+    size_t used = carve(cfg, &m->opts, m->acts, im, m->opts.recompute);
+    MW_ASSERT(used * sizeof(float) == m->sizes.acts_bytes);
+    m->loss = -1.0f;
+    return 0;
+nomem:;
+    char b1[32], b2[32];
+    mw_gpt2_free(m);
+    return mw_error_set(-ENOMEM, "gpt2: cannot allocate params+grads %s and activations %s",
+                        mw_fmt_bytes(b1, sizeof b1, 2 * mw_gpt2_num_params(cfg) * sizeof(float)),
+                        mw_fmt_bytes(b2, sizeof b2, m->sizes.acts_bytes));
+}
+
+void mw_gpt2_free(struct mw_gpt2 *m)
+{
+    if (m->impl) {
+        free(m->impl->off);
+        free(m->impl->layer);
+        free(m->impl->res);
+        free(m->impl->inputs);
+        free(m->impl->targets);
+        free(m->impl);
+    }
+    free(m->tensors);
+    free(m->params);
+    free(m->grads);
+    free(m->acts);
+    struct mw_gpt2_sizes s = m->sizes;
+    memset(m, 0, sizeof *m);
+    m->sizes = s; /* keep the sizes readable for error messages */
+}
+
+const struct mw_gpt2_tensor *mw_gpt2_find_tensor(const struct mw_gpt2 *m, const char *name)
+{
+    for (int i = 0; i < m->n_tensors; i++)
+        if (!strcmp(m->tensors[i].name, name)) return &m->tensors[i];
+    return NULL;
+}
+
+void mw_gpt2_zero_grad(struct mw_gpt2 *m)
+{
+    size_t n = m->sizes.n_params;
+    int nt = m->opts.n_threads;
+    /* Fixed chunks; the order does not matter for a store, only that each byte is written once. */
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (size_t i = 0; i < n; i += 65536) {
+        size_t e = MW_MIN(i + 65536, n);
+        memset(m->grads + i, 0, (e - i) * sizeof(float));
+    }
+}
+
+/* splitmix64 + Box-Muller: a deterministic normal stream, one state per tensor so the
+ * initialisation of one tensor does not depend on the others' sizes. */
+static uint64_t splitmix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static void fill_normal(float *p, size_t n, float std, uint64_t seed)
+{
+    uint64_t s = seed;
+    for (size_t i = 0; i < n; i += 2) {
+        double u1 = ((double)(splitmix(&s) >> 11) + 1.0) / 9007199254740993.0; /* (0, 1] */
+        double u2 = (double)(splitmix(&s) >> 11) / 9007199254740992.0;
+        double r = sqrt(-2.0 * log(u1));
+        p[i] = (float)(r * cos(6.283185307179586 * u2) * std);
+        if (i + 1 < n) p[i + 1] = (float)(r * sin(6.283185307179586 * u2) * std);
+    }
+}
+
+void mw_gpt2_init_weights(struct mw_gpt2 *m, uint64_t seed)
+{
+    float resid_std = 0.02f / sqrtf(2.0f * (float)m->cfg.n_layer);
+    size_t V = (size_t)m->cfg.vocab_size, C = (size_t)m->cfg.n_embd;
+    for (int i = 0; i < m->n_tensors; i++) {
+        const struct mw_gpt2_tensor *t = &m->tensors[i];
+        float *p = m->params + t->offset;
+        uint64_t ts = seed * 0x2545F4914F6CDD1Dull + (uint64_t)i * 0x9E3779B97F4A7C15ull + 1;
+        switch (t->kind) {
+        case MW_GPT2_WTE:
+            fill_normal(p, V * C, 0.02f, ts);
+            memset(p + V * C, 0, (t->numel - V * C) * sizeof(float));
+            break;
+        case MW_GPT2_WPE: case MW_GPT2_QKV_W: case MW_GPT2_FC_W:
+            fill_normal(p, t->numel, 0.02f, ts);
+            break;
+        case MW_GPT2_ATTPROJ_W: case MW_GPT2_FCPROJ_W:
+            fill_normal(p, t->numel, resid_std, ts);
+            break;
+        case MW_GPT2_LN1_W: case MW_GPT2_LN2_W: case MW_GPT2_LNF_W:
+            for (size_t j = 0; j < t->numel; j++) p[j] = 1.0f;
+            break;
+        default: /* biases */
+            memset(p, 0, t->numel * sizeof(float));
+            break;
+        }
+    }
+}
+
+const float *mw_gpt2_logits(const struct mw_gpt2 *m) { return m->impl->logits; }
+const float *mw_gpt2_losses(const struct mw_gpt2 *m) { return m->impl->losses; }

@@ -1,0 +1,86 @@
+/*
+ * gpt2_backward.c — the backward pass, accumulating into the flat gradient array and telling
+ * the caller, block by block in reverse order, when a contiguous gradient range is final.
+ *
+ * Why the order of the callbacks: the LM head and ln_f are done first, then blocks L-1..0,
+ * and wte last (the tied embedding collects gradient from the LM head at the start AND from
+ * the token lookup at the end), so wte + wpe form the final range. Each block's 12 tensors are
+ * contiguous in the flat array, so each callback is a single (first, count) range.
+ * Activation gradients need only three scratch buffers (dres [BT,C] along the residual
+ * stream, dC [BT,C], dbig [BT,4C]) reused by every block; logits become dlogits in place.
+ */
+#include "gpt2_internal.h"
+#include "memwall/common.h"
+
+#include <cblas.h>
+#include <errno.h>
+#include <string.h>
+
+void mw_gpt2_block_fwd(struct mw_gpt2 *m, int l, int B, int T, int keep_out); /* gpt2_forward.c */
+
+static void block_bwd(struct mw_gpt2 *m, int l, int B, int T)
+{
+    struct mw_gpt2_impl *im = m->impl;
+    struct mw_gpt2_layer_acts *a = &im->layer[l];
+    const float *p = m->params;
+    float *g = m->grads;
+    int C = m->cfg.n_embd, N = B * T, nt = m->opts.n_threads;
+    float *dres = im->dres, *dC = im->dC, *dbig = im->dbig;
+
+    /* out = res2 + gelu(fc(ln2(res2))) @ Wfp + bfp */
+    mw_k_matmul_bwd(dbig, mw_gpt2_p(m, g, l, MW_GPT2_FCPROJ_W), mw_gpt2_p(m, g, l, MW_GPT2_FCPROJ_B),
+                    dres, a->fch_gelu, mw_gpt2_p(m, p, l, MW_GPT2_FCPROJ_W), N, 4 * C, C, nt);
+    mw_k_gelu_bwd(dbig, a->fch, (size_t)N * 4 * (size_t)C, nt);
+    mw_k_matmul_bwd(dC, mw_gpt2_p(m, g, l, MW_GPT2_FC_W), mw_gpt2_p(m, g, l, MW_GPT2_FC_B),
+                    dbig, a->ln2, mw_gpt2_p(m, p, l, MW_GPT2_FC_W), N, C, 4 * C, nt);
+    mw_k_layernorm_bwd(dres, mw_gpt2_p(m, g, l, MW_GPT2_LN2_W), mw_gpt2_p(m, g, l, MW_GPT2_LN2_B),
+                       dC, a->res2, mw_gpt2_p(m, p, l, MW_GPT2_LN2_W), a->ln2_mean, a->ln2_rstd, N, C, nt);
+    /* res2 = x + attn(ln1(x)) @ Wap + bap; dres now holds d(res2) */
+    mw_k_matmul_bwd(dC, mw_gpt2_p(m, g, l, MW_GPT2_ATTPROJ_W), mw_gpt2_p(m, g, l, MW_GPT2_ATTPROJ_B),
+                    dres, a->atty, mw_gpt2_p(m, p, l, MW_GPT2_ATTPROJ_W), N, C, C, nt);
+    mw_k_attention_bwd(dbig, im->datt, dC, a->qkv, a->att, B, T, C, m->cfg.n_head, nt);
+    mw_k_matmul_bwd(dC, mw_gpt2_p(m, g, l, MW_GPT2_QKV_W), mw_gpt2_p(m, g, l, MW_GPT2_QKV_B),
+                    dbig, a->ln1, mw_gpt2_p(m, p, l, MW_GPT2_QKV_W), N, C, 3 * C, nt);
+    mw_k_layernorm_bwd(dres, mw_gpt2_p(m, g, l, MW_GPT2_LN1_W), mw_gpt2_p(m, g, l, MW_GPT2_LN1_B),
+                       dC, im->res[l], mw_gpt2_p(m, p, l, MW_GPT2_LN1_W), a->ln1_mean, a->ln1_rstd, N, C, nt);
+}
+
+int mw_gpt2_backward(struct mw_gpt2 *m, float grad_scale, mw_gpt2_grad_ready_fn cb, void *user)
+{
+    struct mw_gpt2_impl *im = m->impl;
+    if (!im->have_targets)
+        return mw_error_set(-EINVAL, "gpt2 backward: needs a forward with targets just before it");
+    int B = m->B, T = m->T, N = B * T;
+    int C = m->cfg.n_embd, V = m->cfg.vocab_size, L = m->cfg.n_layer, nt = m->opts.n_threads;
+    int Vp = m->cfg.padded_vocab_size ? m->cfg.padded_vocab_size : V;
+    const float *p = m->params;
+    float *g = m->grads;
+    openblas_set_num_threads(nt);
+
+    /* Loss -> logits -> ln_f output, and wte's LM-head share. */
+    float *dlogits = im->logits;
+    mw_k_crossentropy_bwd(dlogits, im->lse, im->targets, grad_scale / (float)N, N, V, Vp, nt);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, Vp, 1.0f, dlogits, Vp,
+                p + im->off_wte, C, 0.0f, im->dC, C);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Vp, C, N, 1.0f, dlogits, Vp, im->lnf, C,
+                1.0f, g + im->off_wte, C);
+    memset(im->dres, 0, (size_t)N * (size_t)C * sizeof(float));
+    mw_k_layernorm_bwd(im->dres, g + im->off_lnfw, g + im->off_lnfb, im->dC, im->res[L],
+                       p + im->off_lnfw, im->lnf_mean, im->lnf_rstd, N, C, nt);
+    im->have_targets = 0; /* logits are gone */
+    if (cb) cb(im->off_lnfw, 2 * (size_t)C, user);
+
+    size_t block_numel = im->off[MW_GPT2_BLOCK_KINDS] - im->off[0];
+    if (L == 1) block_numel = im->off_lnfw - im->off[0];
+    for (int l = L - 1; l >= 0; l--) {
+        if (m->opts.recompute && !(l == L - 1 && im->last_layer_live))
+            mw_gpt2_block_fwd(m, l, B, T, 0);
+        block_bwd(m, l, B, T);
+        if (cb) cb(im->off[(size_t)l * MW_GPT2_BLOCK_KINDS], block_numel, user);
+    }
+    im->last_layer_live = 0;
+
+    mw_k_encoder_bwd(g + im->off_wte, g + im->off_wpe, im->dres, im->inputs, B, T, C, nt);
+    if (cb) cb(0, im->off[0], user);
+    return 0;
+}
