@@ -27,11 +27,7 @@ if "$cli" train "${common[@]}" --steps 3 --val-every 3 --log-json "$dir/a.jsonl"
   grep -q '^step      3/3 | loss ' "$dir/a.out" && ok || bad "no progress line for step 3"
   grep -q 'tok/s' "$dir/a.out" && grep -q 'DRAM MiB params/grads/optim/acts' "$dir/a.out" && ok || bad "progress line lacks tok/s or tier bytes"
   grep -q '^sample' "$dir/a.out" && ok || bad "no sample printed"
-  python3 - "$dir/a.jsonl" <<'PY' && ok || bad "log lines are not JSON objects"
-import json, sys
-for line in open(sys.argv[1]):
-    assert isinstance(json.loads(line), dict)
-PY
+  [ "$(grep -vc '^{"step":[0-9]*,.*}$' "$dir/a.jsonl")" = 0 ] && ok || bad "log lines are not one JSON object each"
 else
   bad "3-step run failed"; cat "$dir/a.out"
 fi

@@ -105,11 +105,11 @@ uint64_t mw_data_val_windows(const struct mw_data *d, int T);
  * training windows using *rng (advanced by exactly B draws). starts (optional, B entries)
  * receives each window's global token index. Requires mw_data_check(d, T) == 0. */
 void mw_data_train_batch(const struct mw_data *d, uint64_t *rng, int B, int T,
-                         int *inputs, int *targets, uint64_t *starts);
+                         int32_t *inputs, int32_t *targets, uint64_t *starts);
 
 /* Validation batch k: windows (k*B + b) mod mw_data_val_windows(d, T), b in [0, B). */
 void mw_data_val_batch(const struct mw_data *d, uint64_t k, int B, int T,
-                       int *inputs, int *targets, uint64_t *starts);
+                       int32_t *inputs, int32_t *targets, uint64_t *starts);
 
 /* ---- the RNG every seeded part of training uses (splitmix64) ---- */
 

@@ -230,8 +230,10 @@ static void print_sample(const int32_t *tok, int n, enum mw_tokenizer kind)
 {
     char buf[32];
     for (int i = 0; i < n; i++) {
-        if (kind == MW_TOKENIZER_BYTES) { mw_tok_decode(tok[i], buf, sizeof buf); fputs(buf, stdout); }
-        else printf("%s%d", i ? " " : "", tok[i]);
+        if (kind != MW_TOKENIZER_BYTES) printf("%s%d", i ? " " : "", tok[i]);
+        else if (tok[i] < 256 && (tok[i] == '\n' || (tok[i] >= 32 && tok[i] < 127))) putchar(tok[i]);
+        else if (tok[i] < 256) printf("\\x%02x", tok[i]); /* not printable ASCII: escaped */
+        else { mw_tok_decode(tok[i], buf, sizeof buf); fputs(buf, stdout); }
     }
     putchar('\n');
 }

@@ -265,7 +265,7 @@ int mw_data_check(const struct mw_data *d, int T)
     return 0;
 }
 
-static void fill_row(const uint16_t *w, int T, int *in, int *tg)
+static void fill_row(const uint16_t *w, int T, int32_t *in, int32_t *tg)
 {
     for (int t = 0; t < T; t++) {
         in[t] = w[t];
@@ -274,7 +274,7 @@ static void fill_row(const uint16_t *w, int T, int *in, int *tg)
 }
 
 void mw_data_train_batch(const struct mw_data *d, uint64_t *rng, int B, int T,
-                         int *inputs, int *targets, uint64_t *starts)
+                         int32_t *inputs, int32_t *targets, uint64_t *starts)
 {
     uint64_t total = mw_data_train_windows(d, T);
     MW_ASSERT(total > 0);
@@ -288,7 +288,7 @@ void mw_data_train_batch(const struct mw_data *d, uint64_t *rng, int B, int T,
 }
 
 void mw_data_val_batch(const struct mw_data *d, uint64_t k, int B, int T,
-                       int *inputs, int *targets, uint64_t *starts)
+                       int32_t *inputs, int32_t *targets, uint64_t *starts)
 {
     uint64_t total = mw_data_val_windows(d, T);
     MW_ASSERT(total > 0);
