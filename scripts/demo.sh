@@ -5,7 +5,7 @@
 # The optimizer state is in DRAM for now; it moves to the NVMe tier in ./run/ when the offload
 # engine lands (then: --optimizer-tier nvme --nvme-dir run/nvme).
 set -euo pipefail
-cli=${1:-build/memwall}
+cli=$(realpath "${1:-build/memwall}")
 cd "$(dirname "$0")/.."
 out=run
 mkdir -p "$out"

@@ -79,7 +79,8 @@ struct mw_data {
     uint64_t n_tokens;       /* all segments */
     uint64_t n_train_tokens; /* sum of train parts */
     uint64_t n_val_tokens;   /* sum of validation parts */
-    int max_token;           /* largest token id present (vocabulary must exceed it) */
+    int max_token;           /* largest token id seen (vocabulary must exceed it): all of a
+                                text; the first 2^20 tokens of each shard */
     char path[512];          /* what was opened, for messages */
 };
 

@@ -35,7 +35,7 @@ struct preset {
 
 static const struct preset presets[] = {
     /* A few million parameters that learn English spelling and verse structure in two minutes. */
-    {"demo", 4, 4, 256, 256, MW_TOK_BYTE_VOCAB, 16, 128, 400, 20, 50, 8, 300, 2e-3},
+    {"demo", 4, 4, 256, 256, MW_TOK_BYTE_VOCAB, 8, 128, 400, 20, 50, 8, 300, 2e-3},
     /* HF gpt2 (124M) shapes; the step count is for measuring, not for converging. */
     {"gpt2-124m", 12, 12, 768, 1024, 50257, 4, 256, 20, 5, 0, 4, 64, 6e-4},
     /* For tests: trains in milliseconds. */

@@ -203,7 +203,10 @@ int mw_data_open(struct mw_data *d, const char *path, const struct mw_data_opts 
         else s->train_end = s->n - (size_t)llround((double)s->n * o->val_frac);
         d->n_train_tokens += s->train_end;
         d->n_val_tokens += s->n - s->train_end;
-        for (size_t k = 0; k < s->n; k++)
+        /* Text is scanned whole; a shard only at its start, so that opening 10B tokens of
+         * shards does not read 20 GB (the model rejects an out-of-range token anyway). */
+        size_t scan = nshard ? MW_MIN(s->n, (size_t)1 << 20) : s->n;
+        for (size_t k = 0; k < scan; k++)
             if (s->tok[k] > d->max_token) d->max_token = s->tok[k];
     }
     for (int i = 0; i < nfiles; i++) free(files[i]);
