@@ -23,9 +23,9 @@ int mw_train_opt_init(struct mw_train_opt *o, const struct mw_gpt2 *m, const str
     int err = 0;
     o->tier = c->tier;
     o->n_params = m->sizes.n_params;
-    o->beta1 = (float)c->beta1;
-    o->beta2 = (float)c->beta2;
-    o->eps = (float)c->eps;
+    o->beta1 = c->beta1;
+    o->beta2 = c->beta2;
+    o->eps = c->eps;
     o->threads = c->threads;
     size_t bytes = MW_ALIGN_UP(o->n_params * sizeof(float), 64);
     o->m = aligned_alloc(64, bytes);
@@ -39,7 +39,7 @@ int mw_train_opt_init(struct mw_train_opt *o, const struct mw_gpt2 *m, const str
     memset(o->v, 0, bytes);
     for (int i = 0; i < m->n_tensors; i++) {
         const struct mw_gpt2_tensor *t = &m->tensors[i];
-        float wd = t->ndim == 2 ? (float)c->weight_decay : 0.0f;
+        double wd = t->ndim == 2 ? c->weight_decay : 0.0;
         struct mw_train_opt_range *last = o->nranges ? &o->ranges[o->nranges - 1] : NULL;
         if (last && last->weight_decay == wd && last->first + last->n == t->offset) last->n += t->numel;
         else o->ranges[o->nranges++] = (struct mw_train_opt_range){t->offset, t->numel, wd};
@@ -58,7 +58,7 @@ void mw_train_opt_free(struct mw_train_opt *o)
     memset(o, 0, sizeof *o);
 }
 
-int mw_train_opt_step(struct mw_train_opt *o, float *params, const float *grads, float lr,
+int mw_train_opt_step(struct mw_train_opt *o, float *params, const float *grads, double lr,
                       float grad_scale, int64_t t)
 {
     const struct mw_optim_format fmt = {MW_OPTIM_F32, MW_OPTIM_F32, MW_OPTIM_NONE};

@@ -17,7 +17,7 @@
 
 struct mw_train_opt_range {
     size_t first, n;       /* elements of the flat parameter array */
-    float weight_decay;    /* decay for this range (2-D tensors: cfg.weight_decay, else 0) */
+    double weight_decay;   /* decay for this range (2-D tensors: cfg.weight_decay, else 0) */
 };
 
 struct mw_train_opt {
@@ -26,7 +26,7 @@ struct mw_train_opt {
     float *m, *v;                      /* [n_params] fp32 AdamW moments (DRAM tier) */
     struct mw_train_opt_range *ranges; /* contiguous runs of tensors with one decay */
     int nranges;
-    float beta1, beta2, eps;
+    double beta1, beta2, eps;
     int threads;
 };
 
@@ -36,7 +36,7 @@ int mw_train_opt_init(struct mw_train_opt *o, const struct mw_gpt2 *m, const str
 void mw_train_opt_free(struct mw_train_opt *o);
 
 /* One AdamW step t (1-based) on params with grads multiplied by grad_scale first. */
-int mw_train_opt_step(struct mw_train_opt *o, float *params, const float *grads, float lr,
+int mw_train_opt_step(struct mw_train_opt *o, float *params, const float *grads, double lr,
                       float grad_scale, int64_t t);
 
 /* State bytes on each tier. */

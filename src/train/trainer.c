@@ -110,7 +110,7 @@ int mw_trainer_step(struct mw_trainer *tr, struct mw_train_step_stats *st)
             scale = (float)(c->clip / st->grad_norm);
             st->clipped = 1;
         }
-        if ((err = mw_train_opt_step(tr->opt, tr->model.params, tr->model.grads, (float)st->lr, scale, step)))
+        if ((err = mw_train_opt_step(tr->opt, tr->model.params, tr->model.grads, st->lr, scale, step)))
             return err;
     }
     tr->step = step;
