@@ -338,6 +338,9 @@ static int run(const char *data_path, const struct mw_gpt2_config *mc, const str
     struct mw_data_opts dopt;
     mw_data_opts_default(&dopt);
     if ((err = mw_data_open(&s.data, data_path, &dopt))) { mw_cli_fail("opening the data", err); return 1; }
+    /* Checkpoints record the absolute path, so --resume works from any directory. */
+    char abs_data[PATH_MAX];
+    if (realpath(data_path, abs_data)) data_path = abs_data;
     if ((err = mw_trainer_init(&s.tr, mc, tc, &s.data))) { mw_cli_fail("building the model", err); goto out; }
     if (A.init_st && (err = mw_gpt2_load_safetensors(&s.tr.model, A.init_st))) {
         mw_cli_fail("loading --init-safetensors", err);
@@ -350,9 +353,12 @@ static int run(const char *data_path, const struct mw_gpt2_config *mc, const str
         mw_cli_fail("opening --log-json", -errno);
         goto out;
     }
-    /* TRACE HOOK (branch io): when the recorder lands, open it here with A.trace, register
-     * params/grads/acts (DRAM) and the optimizer state (its tier) with their byte sizes from
-     * mw_trainer_bytes(), and close it after the loop. Until then the path is only recorded. */
+    /* TRACE HOOK (memwall/trace.h, branch io): when the recorder is merged, here:
+     *   mw_trace_init(&trace, 0) if A.trace; mw_trace_set_tier() for DRAM (and NVMe);
+     *   mw_trace_alloc() for params, grads, acts and the optimizer state with the byte sizes
+     *   of mw_trainer_bytes(); in the loop one mw_trace_span("train", "step", ...) per step
+     *   (args: step, tokens) and mw_trace_counter("loss"); after it mw_trace_write(trace,
+     *   A.trace) and mw_trace_free(). Until then the path is only recorded and reported. */
     struct mw_train_bytes tb;
     mw_trainer_bytes(&s.tr, &tb);
     fmt_tiers(s.tiers, sizeof s.tiers, &tb);
