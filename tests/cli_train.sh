@@ -53,6 +53,18 @@ got=$(losses "$dir/res.jsonl")
 # Weights and optimizer state at the end are bitwise the same too.
 cmp -s "$dir/full/ckpt_00000008.mwck" "$dir/res/ckpt_00000008.mwck" && ok || bad "final checkpoints differ"
 
+# 3b. --init-safetensors: the weights saved at the end of the full run, loaded into a fresh
+# run, give bitwise the validation loss that run logged at its last step.
+"$cli" train --preset tiny --data "$data" --threads 2 --sample-len 0 --init-safetensors "$dir/full/model.safetensors" \
+    --steps 0 --val-every 1 --log-json "$dir/init.jsonl" >"$dir/init.out" 2>&1 || { bad "--init-safetensors run failed"; cat "$dir/init.out"; }
+want=$(grep '"step":8,' "$dir/full.jsonl" | grep -o '"val_loss":[^,]*')
+got=$(grep '"step":0,' "$dir/init.jsonl" 2>/dev/null | grep -o '"val_loss":[^,}]*')
+[ -n "$want" ] && [ "$want" = "$got" ] && ok || bad "val loss from the saved weights: '$got', want '$want'"
+head -c 300 "$dir/full/model.safetensors" >"$dir/cut.safetensors"
+expect1st() { "$cli" train --preset tiny --data "$data" --steps 0 --sample-len 0 --init-safetensors "$1" >"$dir/c.out" 2>&1
+  local rc=$?; [ $rc = 1 ] && ok || { bad "truncated safetensors exited $rc, want 1"; cat "$dir/c.out"; }; }
+expect1st "$dir/cut.safetensors"
+
 # 4. Bad options exit 2.
 expect2() { "$cli" train "$@" >"$dir/u.out" 2>&1; local rc=$?
   [ $rc = 2 ] && ok || { bad "'train $*' exited $rc, want 2"; cat "$dir/u.out"; }; }

@@ -98,8 +98,8 @@ static const struct mw_cmd_spec train_spec = {
     "train", "",
     "Train a GPT-2-family model on the CPU: micro-batches with gradient accumulation, AdamW with "
     "warm-up + cosine learning rate and global-norm clipping, validation, checkpoints that resume "
-    "bitwise, and a generated sample at the end. Defaults follow --preset (put it first to see "
-    "them in --help).",
+    "bitwise, and a generated sample at the end. Defaults follow --preset ('--preset tiny --help' "
+    "shows tiny's).",
     train_opts, MW_NOPTS(train_opts), 0, 0,
 };
 
