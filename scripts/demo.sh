@@ -7,6 +7,9 @@
 set -euo pipefail
 cli=$(realpath "${1:-build/memwall}")
 cd "$(dirname "$0")/.."
+# OpenMP threads that sleep at barriers instead of spinning: on a 2-core machine where anything
+# else runs, spinning threads (OpenMP's and OpenBLAS's) steal the cores and a step takes 3x longer.
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 out=run
 mkdir -p "$out"
 rm -f "$out"/ckpt_*.mwck "$out"/log.jsonl

@@ -3,6 +3,7 @@
 # the same seed gives bitwise identical losses; a resumed run continues bitwise identically;
 # bad options exit 2; corrupt or truncated checkpoints exit 1 with a clear message.
 set -u
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive} # ctest runs tests side by side on 2 cores
 cli=${MW_CLI:?}
 src=${MW_SOURCE_DIR:?}
 dir=${MW_BUILD_DIR:-/tmp}/test-scratch/cli_train-$$
