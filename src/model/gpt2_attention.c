@@ -1,7 +1,7 @@
 /*
  * gpt2_attention.c — causal multi-head self-attention, forward and backward.
  *
- * Why sgemm per (batch, head) with OpenBLAS held at one thread: the products are small
+ * Why sgemm per (batch, head) (OpenBLAS is held at one thread, see gpt2_layers.c): the products are small
  * (T x T x head_size) and there are B * NH of them, so running independent heads on the
  * OpenMP threads is better than splitting each little product across threads. Each (b, h)
  * writes only its own slice of the output, so there are no races and no float atomics, and
@@ -20,7 +20,6 @@ void mw_k_attention_fwd(float *out, float *att, const float *qkv, int B, int T, 
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
     size_t C3 = 3 * (size_t)C, TT = (size_t)T * (size_t)T;
-    openblas_set_num_threads(1);
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int bh = 0; bh < B * NH; bh++) {
         int b = bh / NH, h = bh % NH;
@@ -43,7 +42,6 @@ void mw_k_attention_fwd(float *out, float *att, const float *qkv, int B, int T, 
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, S, T, v, (int)C3,
                     0.0f, out + (size_t)b * (size_t)T * (size_t)C + (size_t)h * (size_t)hs, C);
     }
-    openblas_set_num_threads(nt);
 }
 
 void mw_k_attention_bwd(float *dqkv, float *scratch, const float *dout, const float *qkv,
@@ -52,7 +50,6 @@ void mw_k_attention_bwd(float *dqkv, float *scratch, const float *dout, const fl
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
     size_t C3 = 3 * (size_t)C, TT = (size_t)T * (size_t)T;
-    openblas_set_num_threads(1);
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int bh = 0; bh < B * NH; bh++) {
         int b = bh / NH, h = bh % NH;
@@ -80,5 +77,4 @@ void mw_k_attention_bwd(float *dqkv, float *scratch, const float *dout, const fl
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, P, T, dy, C,
                     0.0f, dv, (int)C3);
     }
-    openblas_set_num_threads(nt);
 }

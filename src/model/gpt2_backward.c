@@ -55,15 +55,13 @@ int mw_gpt2_backward(struct mw_gpt2 *m, float grad_scale, mw_gpt2_grad_ready_fn 
     int Vp = m->cfg.padded_vocab_size ? m->cfg.padded_vocab_size : V;
     const float *p = m->params;
     float *g = m->grads;
-    openblas_set_num_threads(nt);
+    openblas_set_num_threads(1); /* we split products over our own threads: mw_k_sgemm */
 
     /* Loss -> logits -> ln_f output, and wte's LM-head share. */
     float *dlogits = im->logits;
     mw_k_crossentropy_bwd(dlogits, im->lse, im->targets, grad_scale / (float)N, N, V, Vp, nt);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, Vp, 1.0f, dlogits, Vp,
-                p + im->off_wte, C, 0.0f, im->dC, C);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Vp, C, N, 1.0f, dlogits, Vp, im->lnf, C,
-                1.0f, g + im->off_wte, C);
+    mw_k_sgemm(0, 0, N, C, Vp, 1.0f, dlogits, Vp, p + im->off_wte, C, 0.0f, im->dC, C, nt);
+    mw_k_sgemm(1, 0, Vp, C, N, 1.0f, dlogits, Vp, im->lnf, C, 1.0f, g + im->off_wte, C, nt);
     memset(im->dres, 0, (size_t)N * (size_t)C * sizeof(float));
     mw_k_layernorm_bwd(im->dres, g + im->off_lnfw, g + im->off_lnfb, im->dC, im->res[L],
                        p + im->off_lnfw, im->lnf_mean, im->lnf_rstd, N, C, nt);

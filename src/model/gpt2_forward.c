@@ -66,15 +66,14 @@ int mw_gpt2_forward(struct mw_gpt2 *m, const int32_t *inputs, const int32_t *tar
     if (targets) memcpy(im->targets, targets, N * sizeof(int32_t));
     m->B = B;
     m->T = T;
-    openblas_set_num_threads(nt);
+    openblas_set_num_threads(1); /* we split products over our own threads: mw_k_sgemm */
 
     const float *p = m->params;
     mw_k_encoder_fwd(im->res[0], im->inputs, p + im->off_wte, p + im->off_wpe, B, T, C, nt);
     for (int l = 0; l < L; l++) mw_gpt2_block_fwd(m, l, B, T, 1);
     mw_k_layernorm_fwd(im->lnf, im->lnf_mean, im->lnf_rstd, im->res[L], p + im->off_lnfw,
                        p + im->off_lnfb, (int)N, C, nt);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, Vp, C, 1.0f, im->lnf, C,
-                p + im->off_wte, C, 0.0f, im->logits, Vp);
+    mw_k_sgemm(0, 1, (int)N, Vp, C, 1.0f, im->lnf, C, p + im->off_wte, C, 0.0f, im->logits, Vp, nt);
     if (!targets) {
         m->loss = -1.0f;
         return 0;

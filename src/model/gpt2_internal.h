@@ -50,6 +50,11 @@ static inline float *mw_gpt2_p(const struct mw_gpt2 *m, const float *base, int l
     return (float *)base + m->impl->off[(size_t)layer * MW_GPT2_BLOCK_KINDS + (kind - MW_GPT2_LN1_W)];
 }
 
+/* C[M, N] = alpha * op(A) @ op(B) + beta * C, row-major, split over nt OpenMP threads by
+ * rows or columns of C, each piece a single-threaded OpenBLAS sgemm (gpt2_layers.c). */
+void mw_k_sgemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
+                const float *B, int ldb, float beta, float *C, int ldc, int nt);
+
 /* Layer kernels (gpt2_layers.c, gpt2_attention.c). N rows of width C; nt = OpenMP threads. */
 void mw_k_encoder_fwd(float *out, const int32_t *inp, const float *wte, const float *wpe,
                       int B, int T, int C, int nt);

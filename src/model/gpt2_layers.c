@@ -8,12 +8,20 @@
  * of columns and walks all rows in order, so every gradient element is summed in one fixed
  * order (bitwise reproducible for any thread count) and no two threads write the same float.
  * Sums inside a row use `omp simd` reductions: a fixed (compile-time) vector order.
+ *
+ * Why mw_k_sgemm splits the product itself and keeps OpenBLAS at one thread: with the pthread
+ * OpenBLAS, its worker threads spin (sched_yield) after each call while our OpenMP threads run
+ * the element-wise layers, and the OpenMP threads spin while OpenBLAS runs: on 2 cores the two
+ * pools steal time from each other. One pool (OpenMP) running one single-threaded sgemm per
+ * thread on a slice of C avoids that, and each element of C is still computed by exactly one
+ * kernel call in one fixed K order.
  */
 #include "gpt2_internal.h"
 #include "memwall/common.h"
 
 #include <cblas.h>
 #include <math.h>
+#include <omp.h>
 #include <string.h>
 
 #define CB 64 /* column block of the fixed-order column reductions */
@@ -106,6 +114,35 @@ void mw_k_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, co
     }
 }
 
+void mw_k_sgemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
+                const float *B, int ldb, float beta, float *C, int ldc, int nt)
+{
+    enum CBLAS_TRANSPOSE ta = transA ? CblasTrans : CblasNoTrans, tb = transB ? CblasTrans : CblasNoTrans;
+    int split_rows = M >= N;
+    int dim = split_rows ? M : N;
+    if (nt > 1 && dim < 64 * nt) nt = MW_MAX(1, dim / 64);
+    if (nt <= 1) {
+        cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+#pragma omp parallel num_threads(nt)
+    {
+        int tid = omp_get_thread_num(), n = omp_get_num_threads();
+        int chunk = MW_ALIGN_UP((dim + n - 1) / n, 16);
+        int s = MW_MIN(dim, tid * chunk), e = MW_MIN(dim, s + chunk);
+        if (e > s) {
+            if (split_rows) {
+                const float *a = transA ? A + s : A + (size_t)s * (size_t)lda;
+                cblas_sgemm(CblasRowMajor, ta, tb, e - s, N, K, alpha, a, lda, B, ldb, beta,
+                            C + (size_t)s * (size_t)ldc, ldc);
+            } else {
+                const float *b = transB ? B + (size_t)s * (size_t)ldb : B + s;
+                cblas_sgemm(CblasRowMajor, ta, tb, M, e - s, K, alpha, A, lda, b, ldb, beta, C + s, ldc);
+            }
+        }
+    }
+}
+
 void mw_k_matmul_fwd(float *out, const float *inp, const float *w, const float *b, const float *resid,
                      int N, int IC, int OC, int nt)
 {
@@ -118,8 +155,7 @@ void mw_k_matmul_fwd(float *out, const float *inp, const float *w, const float *
             else memcpy(o, x ? x : b, (size_t)OC * sizeof(float));
         }
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, OC, IC, 1.0f, inp, IC, w, OC,
-                (b || resid) ? 1.0f : 0.0f, out, OC);
+    mw_k_sgemm(0, 0, N, OC, IC, 1.0f, inp, IC, w, OC, (b || resid) ? 1.0f : 0.0f, out, OC, nt);
 }
 
 static void colsum_add(float *db, const float *d, int N, int OC, int nt)
@@ -140,11 +176,8 @@ static void colsum_add(float *db, const float *d, int N, int OC, int nt)
 void mw_k_matmul_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                      const float *w, int N, int IC, int OC, int nt)
 {
-    if (dinp)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, IC, OC, 1.0f, dout, OC, w, OC,
-                    0.0f, dinp, IC);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, IC, OC, N, 1.0f, inp, IC, dout, OC,
-                1.0f, dw, OC);
+    if (dinp) mw_k_sgemm(0, 1, N, IC, OC, 1.0f, dout, OC, w, OC, 0.0f, dinp, IC, nt);
+    mw_k_sgemm(1, 0, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f, dw, OC, nt);
     if (db) colsum_add(db, dout, N, OC, nt);
 }
 
@@ -179,9 +212,15 @@ void mw_k_crossentropy_fwd(float *losses, float *lse, const float *logits, const
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int r = 0; r < N; r++) {
         const float *x = logits + (size_t)r * (size_t)Vp;
+        /* 16 running maxima (a max is exact, so any order gives the same result). */
+        float m16[16];
+        for (int k = 0; k < 16; k++) m16[k] = -INFINITY;
+        int j = 0;
+        for (; j + 16 <= V; j += 16)
+            for (int k = 0; k < 16; k++) m16[k] = x[j + k] > m16[k] ? x[j + k] : m16[k];
         float mx = -INFINITY;
-#pragma omp simd reduction(max:mx)
-        for (int j = 0; j < V; j++) mx = x[j] > mx ? x[j] : mx;
+        for (int k = 0; k < 16; k++) mx = m16[k] > mx ? m16[k] : mx;
+        for (; j < V; j++) mx = x[j] > mx ? x[j] : mx;
         float s = 0.0f;
 #pragma omp simd reduction(+:s)
         for (int j = 0; j < V; j++) s += mw_expf(x[j] - mx);
