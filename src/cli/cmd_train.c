@@ -262,9 +262,15 @@ int mw_cmd_train(int argc, char **argv)
         return usage_error("--optimizer-tier nvme is not available yet: it needs the offload engine (%s); use dram",
                            "issue #8 / branch offload");
     if (A.ckpt_every > 0 && !A.out_dir) return usage_error("--ckpt-every needs --out-dir%s", "");
-    if (A.seq > A.context) return usage_error("--seq is longer than the model's --context%s", "");
-    if (A.width % A.heads) return usage_error("--width must be a multiple of --heads%s", "");
     if (A.resume && A.init_st) return usage_error("--init-safetensors cannot be combined with --resume%s", "");
+    if (A.init_st) {
+        static const char *const shape[] = {"layers", "heads", "width", "context", "vocab"};
+        for (size_t i = 0; i < sizeof shape / sizeof shape[0]; i++)
+            if (GIVEN(shape[i])) return usage_error("--%s cannot be combined with --init-safetensors (the file fixes the model)", shape[i]);
+    } else {
+        if (A.seq > A.context) return usage_error("--seq is longer than the model's --context%s", "");
+        if (A.width % A.heads) return usage_error("--width must be a multiple of --heads%s", "");
+    }
 
     struct mw_gpt2_config mc = {(int)A.layers, (int)A.heads, (int)A.width, (int)A.context, (int)A.vocab, 0};
     if (A.init_st) {
