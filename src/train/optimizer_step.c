@@ -11,6 +11,7 @@
 #include "memwall/optim.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -56,6 +57,33 @@ void mw_train_opt_free(struct mw_train_opt *o)
     free(o->v);
     free(o->ranges);
     memset(o, 0, sizeof *o);
+}
+
+int mw_train_opt_backward_begin(struct mw_train_opt *o, int last)
+{
+    (void)last; /* DRAM: the update runs after backward, in mw_train_opt_step */
+    o->err = 0;
+    return 0;
+}
+
+void mw_train_opt_grad_ready(size_t first_elem, size_t n_elems, void *user)
+{
+    (void)first_elem; (void)n_elems; (void)user; /* offload engine: mw_offload_grad_ready here */
+}
+
+int mw_train_opt_backward_end(struct mw_train_opt *o)
+{
+    return o->err;
+}
+
+int mw_train_opt_grad_norm(struct mw_train_opt *o, const float *grads, double *norm)
+{
+    const struct mw_optim_exec ex = {o->threads, MW_SIMD_AUTO, 0};
+    double sumsq = 0;
+    int err = mw_grad_sumsq(MW_OPTIM_F32, grads, o->n_params, 1.0f, &ex, &sumsq);
+    *norm = sqrt(sumsq);
+    if (err == 0 && !isfinite(*norm)) err = MW_EOVERFLOW;
+    return err;
 }
 
 int mw_train_opt_step(struct mw_train_opt *o, float *params, const float *grads, double lr,

@@ -28,12 +28,27 @@ struct mw_train_opt {
     int nranges;
     double beta1, beta2, eps;
     int threads;
+    int err;                           /* first error of a grad_ready callback, or 0 */
 };
 
 /* Sizes and allocates the state for model m (zeroed moments). MW_OPT_TIER_NVME: -ENOTSUP
  * until the offload engine lands. */
 int mw_train_opt_init(struct mw_train_opt *o, const struct mw_gpt2 *m, const struct mw_train_config *c);
 void mw_train_opt_free(struct mw_train_opt *o);
+
+/* The backward pass of each micro-batch is bracketed, so that an engine that updates
+ * subgroups while backward still runs (the offload engine: mw_offload_backward_begin /
+ * grad_ready / backward_end) can hook in; with the state in DRAM all three do nothing.
+ * last: the optimizer step follows this micro-batch. mw_train_opt_grad_ready has the model's
+ * mw_gpt2_grad_ready_fn signature (user = the struct mw_train_opt); it cannot return an error,
+ * so one is kept and returned by mw_train_opt_backward_end. */
+int mw_train_opt_backward_begin(struct mw_train_opt *o, int last);
+void mw_train_opt_grad_ready(size_t first_elem, size_t n_elems, void *user);
+int mw_train_opt_backward_end(struct mw_train_opt *o);
+
+/* Global L2 norm of the accumulated gradients (for clipping); MW_EOVERFLOW when one is
+ * inf/NaN (then the step is skipped). */
+int mw_train_opt_grad_norm(struct mw_train_opt *o, const float *grads, double *norm);
 
 /* One AdamW step t (1-based) on params with grads multiplied by grad_scale first. */
 int mw_train_opt_step(struct mw_train_opt *o, float *params, const float *grads, double lr,

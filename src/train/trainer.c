@@ -7,7 +7,6 @@
  */
 #include "memwall/train.h"
 #include "memwall/common.h"
-#include "memwall/optim.h"
 #include "train/optimizer_step.h"
 
 #include <errno.h>
@@ -89,18 +88,18 @@ int mw_trainer_step(struct mw_trainer *tr, struct mw_train_step_stats *st)
         mw_data_train_batch(tr->data, &tr->data_rng, c->batch, c->seq, tr->inputs, tr->targets, NULL);
         if ((err = mw_gpt2_forward(&tr->model, tr->inputs, tr->targets, c->batch, c->seq))) return err;
         loss_sum += tr->model.loss;
-        if ((err = mw_gpt2_backward(&tr->model, 1.0f / (float)c->grad_accum, NULL, NULL))) return err;
+        if ((err = mw_train_opt_backward_begin(tr->opt, a == c->grad_accum - 1))) return err;
+        err = mw_gpt2_backward(&tr->model, 1.0f / (float)c->grad_accum, mw_train_opt_grad_ready, tr->opt);
+        int err2 = mw_train_opt_backward_end(tr->opt);
+        if (err || (err = err2)) return err;
     }
     int64_t step = tr->step + 1;
     st->step = step;
     st->loss = loss_sum / (float)c->grad_accum;
     st->lr = mw_train_lr(c, step);
     st->tokens = (uint64_t)c->batch * (uint64_t)c->seq * (uint64_t)c->grad_accum;
-    const struct mw_optim_exec ex = {c->threads, MW_SIMD_AUTO, 0};
-    double sumsq = 0;
-    err = mw_grad_sumsq(MW_OPTIM_F32, tr->model.grads, tr->model.sizes.n_params, 1.0f, &ex, &sumsq);
-    st->grad_norm = sqrt(sumsq);
-    if (err == MW_EOVERFLOW || !isfinite(st->grad_norm)) {
+    err = mw_train_opt_grad_norm(tr->opt, tr->model.grads, &st->grad_norm);
+    if (err == MW_EOVERFLOW) {
         st->skipped = 1; /* keep the weights; the step still counts for the schedule */
     } else if (err) {
         return err;
