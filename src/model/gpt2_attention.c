@@ -9,6 +9,12 @@
  * computed and the upper triangle zeroed: attention is a few percent of GPT-2's FLOPs at
  * T = 256, so the 2x waste on this part is cheaper than a triangular kernel.
  */
+#if defined(__GNUC__) && !defined(__clang__)
+/* The clamps in mw_expf are float compares; under gcc's default -ftrapping-math they may not be
+ * if-converted, which leaves the GELU / softmax / loss loops scalar. memwall never relies on FP
+ * exceptions, so allow it here (clang vectorises these loops without being told). */
+#pragma GCC optimize("no-trapping-math")
+#endif
 #include "gpt2_internal.h"
 
 #include <cblas.h>

@@ -16,6 +16,12 @@
  * thread on a slice of C avoids that, and each element of C is still computed by exactly one
  * kernel call in one fixed K order.
  */
+#if defined(__GNUC__) && !defined(__clang__)
+/* The clamps in mw_expf are float compares; under gcc's default -ftrapping-math they may not be
+ * if-converted, which leaves the GELU / softmax / loss loops scalar. memwall never relies on FP
+ * exceptions, so allow it here (clang vectorises these loops without being told). */
+#pragma GCC optimize("no-trapping-math")
+#endif
 #include "gpt2_internal.h"
 #include "memwall/common.h"
 
