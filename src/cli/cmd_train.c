@@ -1,10 +1,450 @@
-/* cmd_train.c — placeholder until the GPT training issue (#8) lands: says so and exits 1. */
+/*
+ * cmd_train.c — `memwall train`: options, presets, progress lines, the JSON log, checkpoints
+ * and the final sample, around the library trainer (memwall/train.h).
+ * Why presets are applied before parsing: the option table prints its defaults from the
+ * destination variables, so `memwall train --preset tiny --help` shows tiny's real defaults.
+ * On --resume the checkpoint's settings replace every default that the command line did not
+ * give, so `memwall train --resume FILE` alone continues the run exactly.
+ */
 #include "cli/commands.h"
+#include "cli/opts.h"
+#include "memwall/common.h"
+#include "memwall/data.h"
+#include "memwall/gpt2.h"
+#include "memwall/train.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <omp.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define BUNDLED_CORPUS "data/kjv_excerpt.txt"
+
+struct preset {
+    const char *name;
+    int64_t layers, heads, width, context, vocab;
+    int64_t batch, seq, steps, warmup, val_every, val_batches, sample_len;
+    double lr;
+};
+
+static const struct preset presets[] = {
+    /* A few million parameters that learn English spelling and verse structure in two minutes. */
+    {"demo", 4, 4, 256, 256, MW_TOK_BYTE_VOCAB, 8, 128, 400, 20, 50, 8, 300, 2e-3},
+    /* HF gpt2 (124M) shapes; the step count is for measuring, not for converging. */
+    {"gpt2-124m", 12, 12, 768, 1024, 50257, 4, 256, 20, 5, 0, 4, 64, 6e-4},
+    /* For tests: trains in milliseconds. */
+    {"tiny", 2, 2, 32, 64, MW_TOK_BYTE_VOCAB, 4, 32, 20, 2, 10, 2, 32, 1e-3},
+};
+
+struct args {
+    const char *preset, *data, *out_dir, *resume, *init_st, *log_json, *trace, *tier, *nvme_dir;
+    int64_t layers, heads, width, context, vocab;
+    int64_t batch, seq, accum, steps, warmup, val_every, val_batches, ckpt_every, threads, sample_len, top_k;
+    int64_t print_every, seed;
+    double lr, min_lr_frac, wd, clip, beta1, beta2, temperature;
+    int recompute;
+};
+
+static const char *const preset_names[] = {"demo", "gpt2-124m", "tiny", NULL};
+static const char *const tier_names[] = {"dram", "nvme", NULL};
+
+static struct args A;
+
+static const struct mw_opt train_opts[] = {
+    {"preset", MW_OPT_CHOICE, &A.preset, NULL, "model size and run length; the defaults below follow it", 0, 0, preset_names},
+    {"layers", MW_OPT_INT, &A.layers, "N", "transformer blocks", 1, 1000, NULL},
+    {"heads", MW_OPT_INT, &A.heads, "N", "attention heads (width must divide by it)", 1, 1000, NULL},
+    {"width", MW_OPT_INT, &A.width, "N", "model width (channels)", 1, 65536, NULL},
+    {"context", MW_OPT_INT, &A.context, "N", "the model's maximum sequence length, tokens", 1, 1 << 20, NULL},
+    {"vocab", MW_OPT_INT, &A.vocab, "N", "vocabulary size, tokens (bytes: 257)", 2, 1 << 20, NULL},
+    {"batch", MW_OPT_INT, &A.batch, "N", "sequences per micro-batch", 1, 1 << 20, NULL},
+    {"seq", MW_OPT_INT, &A.seq, "N", "tokens per sequence (<= context)", 1, 1 << 20, NULL},
+    {"grad-accum", MW_OPT_INT, &A.accum, "N", "micro-batches per optimizer step", 1, 1 << 20, NULL},
+    {"steps", MW_OPT_INT, &A.steps, "N", "optimizer steps of the run", 0, 1e12, NULL},
+    {"lr", MW_OPT_DOUBLE, &A.lr, "X", "peak learning rate", 0, 10, NULL},
+    {"warmup", MW_OPT_INT, &A.warmup, "N", "linear warm-up, steps", 0, 1e12, NULL},
+    {"min-lr-frac", MW_OPT_DOUBLE, &A.min_lr_frac, "X", "cosine decays to lr * X at the last step", 0, 1, NULL},
+    {"weight-decay", MW_OPT_DOUBLE, &A.wd, "X", "AdamW decoupled weight decay (2-D tensors)", 0, 10, NULL},
+    {"beta1", MW_OPT_DOUBLE, &A.beta1, "X", "AdamW first-moment decay", 0, 0.999999, NULL},
+    {"beta2", MW_OPT_DOUBLE, &A.beta2, "X", "AdamW second-moment decay", 0, 0.999999, NULL},
+    {"clip", MW_OPT_DOUBLE, &A.clip, "X", "global gradient-norm clip; 0 = off", 0, 1e9, NULL},
+    {"val-every", MW_OPT_INT, &A.val_every, "N", "validation loss every N steps (and at start and end); 0 = never", 0, 1e12, NULL},
+    {"val-batches", MW_OPT_INT, &A.val_batches, "N", "micro-batches per validation", 1, 1e9, NULL},
+    {"ckpt-every", MW_OPT_INT, &A.ckpt_every, "N", "checkpoint every N steps (and at the end) into --out-dir; 0 = never", 0, 1e12, NULL},
+    {"out-dir", MW_OPT_STRING, &A.out_dir, "DIR", "checkpoints and the final model.safetensors go here (none if unset)", 0, 0, NULL},
+    {"resume", MW_OPT_STRING, &A.resume, "FILE", "continue the run saved in this checkpoint (its settings are the defaults)", 0, 0, NULL},
+    {"init-safetensors", MW_OPT_STRING, &A.init_st, "FILE", "start from these weights (HF gpt2 model.safetensors); sets the model shape", 0, 0, NULL},
+    {"data", MW_OPT_STRING, &A.data, "FILE|DIR", "text file(s) or llm.c .bin shards (default: the bundled corpus " BUNDLED_CORPUS ")", 0, 0, NULL},
+    {"seed", MW_OPT_INT, &A.seed, "N", "seed of the weights and the batch order (same seed: bitwise same run)", 0, 9.2e18, NULL},
+    {"threads", MW_OPT_INT, &A.threads, "N", "CPU threads (OpenMP and OpenBLAS); 0 = all cores", 0, 4096, NULL},
+    {"recompute", MW_OPT_FLAG, &A.recompute, NULL, "recompute activations in backward (less memory, same gradients)", 0, 0, NULL},
+    {"log-json", MW_OPT_STRING, &A.log_json, "FILE", "one JSON object per step (step, loss, val_loss, tokens_per_s, ms, ...)", 0, 0, NULL},
+    {"trace", MW_OPT_STRING, &A.trace, "FILE", "trace of the run (Chrome/Perfetto JSON; recorder pending, see docs/train.md)", 0, 0, NULL},
+    {"optimizer-tier", MW_OPT_CHOICE, &A.tier, NULL, "where the AdamW state lives (nvme: needs the offload engine, not yet built)", 0, 0, tier_names},
+    {"nvme-dir", MW_OPT_STRING, &A.nvme_dir, "DIR", "directory for the NVMe tier's files", 0, 0, NULL},
+    {"sample-len", MW_OPT_INT, &A.sample_len, "N", "tokens of text generated at the end; 0 = none", 0, 1 << 20, NULL},
+    {"temperature", MW_OPT_DOUBLE, &A.temperature, "X", "sampling temperature", 0.01, 100, NULL},
+    {"top-k", MW_OPT_INT, &A.top_k, "N", "sample among the k likeliest tokens; 0 = all", 0, 1 << 20, NULL},
+    {"print-every", MW_OPT_INT, &A.print_every, "N", "a progress line every N steps", 1, 1e12, NULL},
+};
+
+static const struct mw_cmd_spec train_spec = {
+    "train", "",
+    "Train a GPT-2-family model on the CPU: micro-batches with gradient accumulation, AdamW with "
+    "warm-up + cosine learning rate and global-norm clipping, validation, checkpoints that resume "
+    "bitwise, and a generated sample at the end. Defaults follow --preset ('--preset tiny --help' "
+    "shows tiny's).",
+    train_opts, MW_NOPTS(train_opts), 0, 0,
+};
+
+static void set_defaults(const struct preset *p)
+{
+    A.layers = p->layers; A.heads = p->heads; A.width = p->width; A.context = p->context; A.vocab = p->vocab;
+    A.batch = p->batch; A.seq = p->seq; A.steps = p->steps; A.warmup = p->warmup;
+    A.val_every = p->val_every; A.val_batches = p->val_batches; A.sample_len = p->sample_len; A.lr = p->lr;
+    A.accum = 1; A.min_lr_frac = 0.1; A.wd = 0.1; A.clip = 1.0; A.beta1 = 0.9; A.beta2 = 0.95;
+    A.ckpt_every = 0; A.seed = 1337; A.threads = 0; A.temperature = 0.8; A.top_k = 40; A.print_every = 1;
+    A.tier = "dram";
+}
+
+static const struct preset *find_preset(const char *name)
+{
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
+        if (!strcmp(presets[i].name, name)) return &presets[i];
+    return NULL;
+}
+
+/* The preset named on the command line (last one wins), before the real parse. */
+static const struct preset *prescan_preset(int argc, char **argv)
+{
+    const struct preset *p = &presets[0];
+    for (int i = 0; i < argc; i++) {
+        const char *v = NULL;
+        if (!strcmp(argv[i], "--")) break;
+        if (!strcmp(argv[i], "--preset") && i + 1 < argc) v = argv[i + 1];
+        else if (!strncmp(argv[i], "--preset=", 9)) v = argv[i] + 9;
+        if (v && find_preset(v)) p = find_preset(v);
+    }
+    return p;
+}
+
+static int usage_error(const char *fmt, const char *a)
+{
+    fprintf(stderr, "memwall train: ");
+    fprintf(stderr, fmt, a);
+    fprintf(stderr, "\nrun 'memwall train --help' for the options\n");
+    return 2;
+}
+
+#define GIVEN(name) mw_opts_given(&train_spec, name)
+
+/* The checkpoint's settings for every option the command line did not give. */
+static int apply_checkpoint(const struct mw_ckpt_info *ci)
+{
+    static const char *const shape[] = {"layers", "heads", "width", "context", "vocab", "preset", "init-safetensors"};
+    for (size_t i = 0; i < sizeof shape / sizeof shape[0]; i++)
+        if (GIVEN(shape[i])) return usage_error("--%s cannot be combined with --resume (the checkpoint fixes the model)", shape[i]);
+    A.layers = ci->model.n_layer; A.heads = ci->model.n_head; A.width = ci->model.n_embd;
+    A.context = ci->model.max_seq_len; A.vocab = ci->model.vocab_size;
+    const struct mw_train_config *t = &ci->train;
+    if (!GIVEN("batch")) A.batch = t->batch;
+    if (!GIVEN("seq")) A.seq = t->seq;
+    if (!GIVEN("grad-accum")) A.accum = t->grad_accum;
+    if (!GIVEN("steps")) A.steps = t->steps;
+    if (!GIVEN("lr")) A.lr = t->lr;
+    if (!GIVEN("warmup")) A.warmup = t->warmup;
+    if (!GIVEN("min-lr-frac")) A.min_lr_frac = t->min_lr_frac;
+    if (!GIVEN("weight-decay")) A.wd = t->weight_decay;
+    if (!GIVEN("beta1")) A.beta1 = t->beta1;
+    if (!GIVEN("beta2")) A.beta2 = t->beta2;
+    if (!GIVEN("clip")) A.clip = t->clip;
+    if (!GIVEN("val-every")) A.val_every = t->val_every;
+    if (!GIVEN("val-batches")) A.val_batches = t->val_batches;
+    if (!GIVEN("ckpt-every")) A.ckpt_every = A.out_dir ? t->ckpt_every : 0;
+    if (!GIVEN("seed")) A.seed = (int64_t)t->seed;
+    if (!GIVEN("threads")) A.threads = t->threads;
+    if (!GIVEN("recompute")) A.recompute = t->recompute;
+    if (!GIVEN("data") && ci->data_path[0]) A.data = ci->data_path;
+    return 0;
+}
+
+/* The bundled corpus: ./data/..., else next to the binary (build/memwall -> ../data/...). */
+static const char *find_bundled_corpus(char *buf, size_t n)
+{
+    if (access(BUNDLED_CORPUS, R_OK) == 0) return BUNDLED_CORPUS;
+    char exe[PATH_MAX];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len > 0) {
+        exe[len] = 0;
+        for (int up = 0; up < 3; up++) {
+            char *slash = strrchr(exe, '/');
+            if (!slash) break;
+            *slash = 0;
+            if ((size_t)snprintf(buf, n, "%s/%s", exe, BUNDLED_CORPUS) < n && access(buf, R_OK) == 0) return buf;
+        }
+    }
+    return NULL;
+}
+
+static int mkdir_p(const char *dir)
+{
+    char p[PATH_MAX];
+    snprintf(p, sizeof p, "%s", dir);
+    for (char *s = p + 1; *s; s++) {
+        if (*s != '/') continue;
+        *s = 0;
+        if (mkdir(p, 0755) != 0 && errno != EEXIST) return mw_error_set(-errno, "cannot create %s: %s", p, strerror(errno));
+        *s = '/';
+    }
+    if (mkdir(p, 0755) != 0 && errno != EEXIST) return mw_error_set(-errno, "cannot create %s: %s", p, strerror(errno));
+    return 0;
+}
+
+static void fmt_mib(char *b, size_t n, uint64_t bytes, int gib)
+{
+    if (gib) snprintf(b, n, "%.2f", (double)bytes / 1073741824.0);
+    else snprintf(b, n, "%.1f", (double)bytes / 1048576.0);
+}
+
+/* "DRAM MiB params/grads/optim/acts 12.6/12.6/25.2/210.0 | NVMe -" */
+static void fmt_tiers(char *out, size_t n, const struct mw_train_bytes *b)
+{
+    uint64_t dram = b->params + b->grads + b->opt_dram + b->acts;
+    int gib = dram >= 10ull << 30;
+    char p[32], g[32], o[32], a[32], nv[48];
+    fmt_mib(p, sizeof p, b->params, gib); fmt_mib(g, sizeof g, b->grads, gib);
+    fmt_mib(o, sizeof o, b->opt_dram, gib); fmt_mib(a, sizeof a, b->acts, gib);
+    if (b->opt_nvme) mw_fmt_bytes(nv, sizeof nv, b->opt_nvme);
+    else snprintf(nv, sizeof nv, "-");
+    snprintf(out, n, "DRAM %s params/grads/optim/acts %s/%s/%s/%s | NVMe optim %s",
+             gib ? "GiB" : "MiB", p, g, o, a, nv);
+}
+
+static void print_sample(const int32_t *tok, int n, enum mw_tokenizer kind)
+{
+    char buf[32];
+    for (int i = 0; i < n; i++) {
+        if (kind != MW_TOKENIZER_BYTES) printf("%s%d", i ? " " : "", tok[i]);
+        else if (tok[i] < 256 && (tok[i] == '\n' || (tok[i] >= 32 && tok[i] < 127))) putchar(tok[i]);
+        else if (tok[i] < 256) printf("\\x%02x", tok[i]); /* not printable ASCII: escaped */
+        else { mw_tok_decode(tok[i], buf, sizeof buf); fputs(buf, stdout); }
+    }
+    putchar('\n');
+}
+
+static int run(const char *data_path, const struct mw_gpt2_config *mc, const struct mw_train_config *tc,
+               const struct mw_ckpt_info *resume_info);
 
 int mw_cmd_train(int argc, char **argv)
 {
-    (void)argc; (void)argv;
-    fprintf(stderr, "memwall: 'train' is not implemented yet (issue #8)\n");
-    return 1;
+    memset(&A, 0, sizeof A);
+    A.preset = prescan_preset(argc, argv)->name;
+    set_defaults(find_preset(A.preset));
+    char *pos[1];
+    int npos = 0;
+    int r = mw_opts_parse(&train_spec, argc, argv, pos, &npos);
+    if (r == MW_OPTS_HELP) return 0;
+    if (r != MW_OPTS_OK) return 2;
+
+    struct mw_ckpt_info ci;
+    if (A.resume) {
+        int err = mw_ckpt_read_info(A.resume, &ci);
+        if (err) { mw_cli_fail("reading the checkpoint", err); return 1; }
+        if ((r = apply_checkpoint(&ci))) return r;
+    }
+    if (!strcmp(A.tier, "nvme"))
+        return usage_error("--optimizer-tier nvme is not available yet: it needs the offload engine (%s); use dram",
+                           "issue #8 / branch offload");
+    if (A.ckpt_every > 0 && !A.out_dir) return usage_error("--ckpt-every needs --out-dir%s", "");
+    if (A.resume && A.init_st) return usage_error("--init-safetensors cannot be combined with --resume%s", "");
+    if (A.init_st) {
+        static const char *const shape[] = {"layers", "heads", "width", "context", "vocab"};
+        for (size_t i = 0; i < sizeof shape / sizeof shape[0]; i++)
+            if (GIVEN(shape[i])) return usage_error("--%s cannot be combined with --init-safetensors (the file fixes the model)", shape[i]);
+    } else {
+        if (A.seq > A.context) return usage_error("--seq is longer than the model's --context%s", "");
+        if (A.width % A.heads) return usage_error("--width must be a multiple of --heads%s", "");
+    }
+
+    struct mw_gpt2_config mc = {(int)A.layers, (int)A.heads, (int)A.width, (int)A.context, (int)A.vocab, 0};
+    if (A.init_st) {
+        int err = mw_gpt2_config_from_safetensors(A.init_st, &mc);
+        if (err) { mw_cli_fail("reading --init-safetensors", err); return 1; }
+        if (A.seq > mc.max_seq_len) return usage_error("--seq is longer than the context of %s", A.init_st);
+    } else if (A.resume) {
+        mc.padded_vocab_size = ci.model.padded_vocab_size;
+    } else {
+        /* Pad the output rows to a multiple of 128 (GPT-2: 50257 -> 50304) for the matmuls;
+         * a byte vocabulary gets 8. */
+        mc.padded_vocab_size = (int)(mc.vocab_size > 1024 ? MW_ALIGN_UP(mc.vocab_size, 128) : MW_ALIGN_UP(mc.vocab_size, 8));
+    }
+    struct mw_train_config tc = {
+        .batch = (int)A.batch, .seq = (int)A.seq, .grad_accum = (int)A.accum, .steps = A.steps, .lr = A.lr,
+        .warmup = A.warmup, .min_lr_frac = A.min_lr_frac, .weight_decay = A.wd, .beta1 = A.beta1,
+        .beta2 = A.beta2, .eps = 1e-8, .clip = A.clip, .val_every = A.val_every, .val_batches = A.val_batches,
+        .ckpt_every = A.ckpt_every, .seed = (uint64_t)A.seed, .threads = (int)A.threads,
+        .recompute = A.recompute, .tier = MW_OPT_TIER_DRAM,
+    };
+    if (tc.threads == 0) tc.threads = omp_get_max_threads();
+    char corpus[PATH_MAX];
+    const char *data_path = A.data;
+    if (!data_path) {
+        data_path = find_bundled_corpus(corpus, sizeof corpus);
+        if (!data_path) {
+            mw_error_set(-ENOENT, "the bundled corpus %s was found neither in the current directory nor next to "
+                         "the memwall binary; run from the source tree or give --data FILE", BUNDLED_CORPUS);
+            mw_cli_fail("finding the training data", -ENOENT);
+            return 1;
+        }
+    }
+    if (A.nvme_dir && !strcmp(A.tier, "dram"))
+        mw_log(MW_LOG_WARN, "--nvme-dir is unused with --optimizer-tier dram");
+    return run(data_path, &mc, &tc, A.resume ? &ci : NULL);
+}
+
+struct run_state {
+    FILE *log;
+    struct mw_trainer tr;
+    struct mw_data data;
+    char tiers[256];
+};
+
+static int do_eval(struct run_state *s, int64_t step, float *val)
+{
+    int err = mw_trainer_eval(&s->tr, val);
+    if (err) { mw_cli_fail("validation", err); return 1; }
+    printf("val   step %6" PRId64 " | val_loss %.6f\n", step, *val);
+    fflush(stdout);
+    return 0;
+}
+
+static int save_ckpt(struct run_state *s, const char *data_path)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/ckpt_%08" PRId64 ".mwck", A.out_dir, s->tr.step);
+    uint64_t t0 = mw_now_ns();
+    int err = mw_trainer_save(&s->tr, data_path, path);
+    if (err) { mw_cli_fail("writing the checkpoint", err); return 1; }
+    printf("ckpt  step %6" PRId64 " | %s (%.1f s)\n", s->tr.step, path, (double)(mw_now_ns() - t0) / 1e9);
+    return 0;
+}
+
+static int run(const char *data_path, const struct mw_gpt2_config *mc, const struct mw_train_config *tc,
+               const struct mw_ckpt_info *resume_info)
+{
+    struct run_state s;
+    memset(&s, 0, sizeof s);
+    int rc = 1, err;
+    struct mw_data_opts dopt;
+    mw_data_opts_default(&dopt);
+    if ((err = mw_data_open(&s.data, data_path, &dopt))) { mw_cli_fail("opening the data", err); return 1; }
+    /* Checkpoints record the absolute path, so --resume works from any directory. */
+    char abs_data[PATH_MAX];
+    if (realpath(data_path, abs_data)) data_path = abs_data;
+    if ((err = mw_trainer_init(&s.tr, mc, tc, &s.data))) { mw_cli_fail("building the model", err); goto out; }
+    if (A.init_st && (err = mw_gpt2_load_safetensors(&s.tr.model, A.init_st))) {
+        mw_cli_fail("loading --init-safetensors", err);
+        goto out;
+    }
+    if (resume_info && (err = mw_trainer_load(&s.tr, A.resume))) { mw_cli_fail("resuming from the checkpoint", err); goto out; }
+    if (A.out_dir && (err = mkdir_p(A.out_dir))) { mw_cli_fail("creating --out-dir", err); goto out; }
+    if (A.log_json && !(s.log = fopen(A.log_json, resume_info ? "a" : "w"))) {
+        mw_error_set(-errno, "cannot open %s: %s", A.log_json, strerror(errno));
+        mw_cli_fail("opening --log-json", -errno);
+        goto out;
+    }
+    /* TRACE HOOK (memwall/trace.h, branch io): when the recorder is merged, here:
+     *   mw_trace_init(&trace, 0) if A.trace; mw_trace_set_tier() for DRAM (and NVMe);
+     *   mw_trace_alloc() for params, grads, acts and the optimizer state with the byte sizes
+     *   of mw_trainer_bytes(); in the loop one mw_trace_span("train", "step", ...) per step
+     *   (args: step, tokens) and mw_trace_counter("loss"); after it mw_trace_write(trace,
+     *   A.trace) and mw_trace_free(). Until then the path is only recorded and reported. */
+    struct mw_train_bytes tb;
+    mw_trainer_bytes(&s.tr, &tb);
+    fmt_tiers(s.tiers, sizeof s.tiers, &tb);
+    char b1[32], b2[32];
+    printf("memwall train: GPT-2 L=%d heads=%d width=%d context=%d vocab=%d (%zu params, %s fp32)\n",
+           mc->n_layer, mc->n_head, mc->n_embd, mc->max_seq_len, mc->vocab_size, s.tr.model.sizes.n_params,
+           mw_fmt_bytes(b1, sizeof b1, tb.params));
+    printf("  data %s: %" PRIu64 " tokens (%s), %" PRIu64 " train / %" PRIu64 " validation\n", data_path,
+           s.data.n_tokens, s.data.tokenizer == MW_TOKENIZER_BYTES ? "byte tokenizer" : "pre-tokenised shards",
+           s.data.n_train_tokens, s.data.n_val_tokens);
+    printf("  batch %d x seq %d x grad-accum %d = %d tokens/step, %" PRId64 " steps, lr %g (warm-up %" PRId64
+           ", cosine to %g), threads %d, optimizer AdamW in %s%s\n",
+           tc->batch, tc->seq, tc->grad_accum, tc->batch * tc->seq * tc->grad_accum, tc->steps, tc->lr,
+           tc->warmup, tc->lr * tc->min_lr_frac, tc->threads, A.tier, tc->recompute ? ", recompute" : "");
+    printf("  memory: %s (activations %s)\n", s.tiers, mw_fmt_bytes(b2, sizeof b2, tb.acts));
+    if (A.trace) printf("  trace: %s requested; the trace recorder is not built yet, nothing is written\n", A.trace);
+    if (resume_info) printf("  resumed from %s at step %" PRId64 "\n", A.resume, s.tr.step);
+    fflush(stdout);
+
+    float val = 0;
+    if (tc->val_every > 0 && s.tr.step == 0) {
+        if (do_eval(&s, 0, &val)) goto out;
+        if (s.log) { fprintf(s.log, "{\"step\":0,\"val_loss\":%.9g}\n", val); fflush(s.log); }
+    }
+    uint64_t t_run = mw_now_ns(), tokens_run = 0;
+    while (s.tr.step < tc->steps) {
+        struct mw_train_step_stats st;
+        if ((err = mw_trainer_step(&s.tr, &st))) { mw_cli_fail("the training step", err); goto out; }
+        tokens_run += st.tokens;
+        double ms = (double)st.ns / 1e6, tps = (double)st.tokens / ((double)st.ns / 1e9);
+        int last = st.step == tc->steps;
+        int have_val = tc->val_every > 0 && (st.step % tc->val_every == 0 || last);
+        if (st.step % A.print_every == 0 || last || st.step == 1 || st.skipped)
+            printf("step %6" PRId64 "/%" PRId64 " | loss %.6f | lr %.2e | norm %6.3f%s | %7.0f tok/s | %8.1f ms | %s\n",
+                   st.step, tc->steps, st.loss, st.lr, st.grad_norm,
+                   st.skipped ? " (inf/NaN: skipped)" : st.clipped ? " (clipped)" : "", tps, ms, s.tiers);
+        fflush(stdout);
+        if (have_val && do_eval(&s, st.step, &val)) goto out;
+        if (s.log) {
+            fprintf(s.log, "{\"step\":%" PRId64 ",\"loss\":%.9g,", st.step, st.loss);
+            if (have_val) fprintf(s.log, "\"val_loss\":%.9g,", val);
+            fprintf(s.log, "\"lr\":%.9g,\"grad_norm\":%.9g,\"clipped\":%s,\"skipped\":%s,\"tokens\":%" PRIu64
+                    ",\"tokens_per_s\":%.1f,\"ms\":%.3f,\"dram_bytes\":%" PRIu64 ",\"nvme_bytes\":%" PRIu64 "}\n",
+                    st.lr, st.grad_norm, st.clipped ? "true" : "false", st.skipped ? "true" : "false", st.tokens,
+                    tps, ms, tb.params + tb.grads + tb.opt_dram + tb.acts, tb.opt_nvme);
+            if (ferror(s.log)) {
+                mw_error_set(-EIO, "writing %s failed", A.log_json);
+                mw_cli_fail("writing --log-json", -EIO);
+                goto out;
+            }
+            fflush(s.log);
+        }
+        if (tc->ckpt_every > 0 && (st.step % tc->ckpt_every == 0 || last) && save_ckpt(&s, data_path)) goto out;
+    }
+    double secs = (double)(mw_now_ns() - t_run) / 1e9;
+    if (tokens_run) printf("done: %" PRIu64 " tokens in %.1f s, %.0f tokens/s\n", tokens_run, secs, (double)tokens_run / secs);
+    if (A.out_dir) {
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%s/model.safetensors", A.out_dir);
+        if ((err = mw_gpt2_save_safetensors(&s.tr.model, path))) { mw_cli_fail("writing the model", err); goto out; }
+        printf("model: %s\n", path);
+    }
+    if (A.sample_len > 0) {
+        int32_t prompt = s.data.tokenizer == MW_TOKENIZER_BYTES ? MW_TOK_EOT : (mc->vocab_size > 50256 ? 50256 : 0);
+        int32_t *out = malloc((size_t)A.sample_len * sizeof *out);
+        if (!out) { mw_error_set(-ENOMEM, "no memory"); mw_cli_fail("sampling", -ENOMEM); goto out; }
+        err = mw_trainer_sample(&s.tr, &prompt, 1, (int)A.sample_len, (float)A.temperature, (int)A.top_k,
+                                (uint64_t)A.seed, out);
+        if (err) { free(out); mw_cli_fail("sampling", err); goto out; }
+        printf("sample (%" PRId64 " tokens, temperature %g, top-k %" PRId64 ", seed %" PRId64 "):\n"
+               "----------------------------------------\n", A.sample_len, A.temperature, A.top_k, A.seed);
+        print_sample(out, (int)A.sample_len, s.data.tokenizer);
+        printf("----------------------------------------\n");
+        free(out);
+    }
+    if (A.log_json) printf("log: %s\n", A.log_json);
+    rc = 0;
+out:
+    if (s.log) fclose(s.log);
+    mw_trainer_free(&s.tr);
+    mw_data_free(&s.data);
+    return rc;
 }

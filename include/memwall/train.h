@@ -1,0 +1,141 @@
+/*
+ * memwall/train.h — the training loop around the GPT-2 model: micro-batches with gradient
+ * accumulation, global-norm clipping, warm-up + cosine learning rate, AdamW, validation,
+ * sampling, and checkpoints that resume bitwise identically.
+ *
+ * Why a library part and a CLI part: the loop is what tests, benches and (later) the offload
+ * engine drive; `memwall train` (src/cli/cmd_train.c) only parses options, prints progress
+ * and writes the JSON log. Nothing here prints.
+ *
+ * Determinism: everything random comes from splitmix64 states (data.h) derived from the seed:
+ * the weights from `seed`, the batches from one data-RNG word that the checkpoint stores. The
+ * model and optimizer kernels are bitwise reproducible for a given thread count, so a run and
+ * its resumption from any checkpoint produce bitwise identical losses.
+ *
+ * Checkpoint file (all integers little-endian; docs/train.md has the field list):
+ *   header   "MWCKPT01", version, header bytes, model config, training config, step,
+ *            data-RNG state, data path, element counts, section byte sizes
+ *   params   n_params fp32
+ *   opt      the optimizer state as its tier writes it (DRAM AdamW: m then v, fp32)
+ *   trailer  "MWCKEND1", crc32c of everything before it, total file bytes
+ * written to PATH.tmp, fsynced, then renamed: a file without its trailer was never complete.
+ */
+#ifndef MEMWALL_TRAIN_H
+#define MEMWALL_TRAIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "memwall/data.h"
+#include "memwall/gpt2.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Where the optimizer state lives. NVMe arrives with the offload engine. */
+enum mw_opt_tier { MW_OPT_TIER_DRAM = 0, MW_OPT_TIER_NVME = 1 };
+
+struct mw_train_config {
+    int batch;             /* B: sequences per micro-batch */
+    int seq;               /* T: tokens per sequence */
+    int grad_accum;        /* micro-batches per optimizer step */
+    int64_t steps;         /* optimizer steps of the whole run */
+    double lr;             /* peak learning rate */
+    int64_t warmup;        /* steps of linear warm-up from lr/warmup to lr */
+    double min_lr_frac;    /* the cosine decays to lr * min_lr_frac at the last step */
+    double weight_decay;   /* AdamW decoupled decay, applied to 2-D tensors only */
+    double beta1, beta2, eps;
+    double clip;           /* global gradient-norm limit; 0 = no clipping */
+    int64_t val_every;     /* validate every N steps (and at step 0 and the last); 0 = never */
+    int64_t val_batches;   /* micro-batches of B x T per validation */
+    int64_t ckpt_every;    /* checkpoint every N steps (and at the last); 0 = never */
+    uint64_t seed;         /* weights and data order */
+    int threads;           /* OpenMP / OpenBLAS threads; 0 = all */
+    int recompute;         /* activation recomputation in backward */
+    enum mw_opt_tier tier; /* optimizer-state tier */
+};
+
+/* Learning rate at optimizer step `step` (1-based): linear warm-up over `warmup` steps to lr,
+ * then cosine from lr down to lr*min_lr_frac at step == steps. */
+double mw_train_lr(const struct mw_train_config *c, int64_t step);
+
+/* Statistics of one optimizer step. */
+struct mw_train_step_stats {
+    int64_t step;          /* 1-based number of the step just taken */
+    float loss;            /* mean training loss over the step's micro-batches */
+    double lr;             /* learning rate used */
+    double grad_norm;      /* global L2 norm of the (averaged) gradient before clipping */
+    int clipped;           /* 1 if the gradient was scaled down to cfg.clip */
+    int skipped;           /* 1 if the gradient held inf/NaN and no update was made */
+    uint64_t tokens;       /* B * T * grad_accum */
+    uint64_t ns;           /* wall time of the step */
+};
+
+/* Bytes each part of the training state occupies, per tier (for the progress line and the
+ * trace). */
+struct mw_train_bytes {
+    uint64_t params, grads, acts;  /* DRAM */
+    uint64_t opt_dram, opt_nvme;   /* optimizer state (AdamW m and v) */
+};
+
+struct mw_train_opt;   /* src/train/optimizer_step.h: the optimizer behind a small interface */
+
+struct mw_trainer {
+    struct mw_train_config cfg;
+    struct mw_gpt2 model;
+    const struct mw_data *data;    /* borrowed: must outlive the trainer */
+    struct mw_train_opt *opt;
+    int64_t step;                  /* optimizer steps completed */
+    uint64_t data_rng;             /* state of the batch sampler */
+    int32_t *inputs, *targets;     /* [B * T] the current micro-batch */
+};
+
+/* Builds the model (weights initialised from cfg->seed), the optimizer and the batch buffers.
+ * The data must hold windows of cfg->seq + 1 tokens (mw_data_check) with tokens < vocab.
+ * Returns 0 or a negative code with the message set. */
+int mw_trainer_init(struct mw_trainer *tr, const struct mw_gpt2_config *mcfg,
+                    const struct mw_train_config *cfg, const struct mw_data *data);
+void mw_trainer_free(struct mw_trainer *tr);
+
+/* One optimizer step: grad_accum micro-batches of forward + backward, clipping, AdamW. */
+int mw_trainer_step(struct mw_trainer *tr, struct mw_train_step_stats *st);
+
+/* Mean validation loss over cfg.val_batches fixed batches (the same ones every call). */
+int mw_trainer_eval(struct mw_trainer *tr, float *val_loss);
+
+/* Generates n tokens after the prompt tokens (n_prompt >= 1), feeding at most the model's
+ * context; seeded sampling with temperature (> 0) and top-k (0 = all). out receives the n
+ * new tokens. */
+int mw_trainer_sample(struct mw_trainer *tr, const int32_t *prompt, int n_prompt, int n,
+                      float temperature, int top_k, uint64_t seed, int32_t *out);
+
+void mw_trainer_bytes(const struct mw_trainer *tr, struct mw_train_bytes *b);
+
+/* ---- checkpoints ---- */
+
+/* What a checkpoint says about its run, readable without building a model. */
+struct mw_ckpt_info {
+    uint32_t version;
+    struct mw_gpt2_config model;
+    struct mw_train_config train;
+    int64_t step;
+    uint64_t data_rng;
+    char data_path[512];
+    uint64_t n_params;
+    uint64_t opt_bytes;
+};
+
+/* Writes the trainer's state to path (path.tmp, fsync, rename). */
+int mw_trainer_save(const struct mw_trainer *tr, const char *data_path, const char *path);
+/* Reads and validates the header only (magic, version, sizes against the file length). */
+int mw_ckpt_read_info(const char *path, struct mw_ckpt_info *info);
+/* Restores params, optimizer state, step and data-RNG state into a trainer built with the
+ * checkpoint's model config. Verifies the trailer and crc32c; MW_EFORMAT / MW_ECHECKSUM with
+ * a message on any mismatch (the trainer is then unusable). */
+int mw_trainer_load(struct mw_trainer *tr, const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

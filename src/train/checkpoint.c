@@ -1,0 +1,284 @@
+/*
+ * checkpoint.c — training checkpoints: header, fp32 weights, optimizer state, trailer.
+ * Why a trailer with a crc32c and the file length: a checkpoint is written over minutes for
+ * a large model; a crash, a full disk or a copy cut short must never resume silently from a
+ * half file. Writing goes to PATH.tmp, is fsynced and renamed, and loading checks the size,
+ * the trailer magic and the checksum before the run continues. Fields are serialized one by
+ * one in little-endian at fixed offsets (no struct dumps), so the layout is the format.
+ */
+#include "memwall/train.h"
+#include "memwall/common.h"
+#include "train/optimizer_step.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define CKPT_MAGIC "MWCKPT01"
+#define CKPT_END "MWCKEND1"
+#define CKPT_VERSION 1u
+#define CKPT_HEADER_BYTES 1024u
+#define CKPT_TRAILER_BYTES 24u
+
+/* ---- crc32c (Castagnoli), slicing by 8 ---- */
+
+static uint32_t crc_tab[8][256];
+static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
+
+static void crc_init(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) c = c & 1 ? (c >> 1) ^ 0x82f63b78u : c >> 1;
+        crc_tab[0][i] = c;
+    }
+    for (uint32_t i = 0; i < 256; i++)
+        for (int t = 1; t < 8; t++) crc_tab[t][i] = (crc_tab[t - 1][i] >> 8) ^ crc_tab[0][crc_tab[t - 1][i] & 0xff];
+}
+
+static uint32_t crc32c(uint32_t crc, const void *buf, size_t n)
+{
+    pthread_once(&crc_once, crc_init);
+    const uint8_t *p = buf;
+    crc = ~crc;
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        w ^= crc;
+        crc = crc_tab[7][w & 0xff] ^ crc_tab[6][(w >> 8) & 0xff] ^ crc_tab[5][(w >> 16) & 0xff] ^
+              crc_tab[4][(w >> 24) & 0xff] ^ crc_tab[3][(w >> 32) & 0xff] ^ crc_tab[2][(w >> 40) & 0xff] ^
+              crc_tab[1][(w >> 48) & 0xff] ^ crc_tab[0][w >> 56];
+        p += 8;
+        n -= 8;
+    }
+    while (n--) crc = (crc >> 8) ^ crc_tab[0][(crc ^ *p++) & 0xff];
+    return ~crc;
+}
+
+/* ---- little-endian fields ---- */
+
+static void put32(uint8_t *b, size_t off, uint32_t v) { for (int i = 0; i < 4; i++) b[off + i] = (uint8_t)(v >> (8 * i)); }
+static void put64(uint8_t *b, size_t off, uint64_t v) { for (int i = 0; i < 8; i++) b[off + i] = (uint8_t)(v >> (8 * i)); }
+static void putf64(uint8_t *b, size_t off, double d) { uint64_t v; memcpy(&v, &d, 8); put64(b, off, v); }
+static uint32_t get32(const uint8_t *b, size_t off) { uint32_t v = 0; for (int i = 0; i < 4; i++) v |= (uint32_t)b[off + i] << (8 * i); return v; }
+static uint64_t get64(const uint8_t *b, size_t off) { uint64_t v = 0; for (int i = 0; i < 8; i++) v |= (uint64_t)b[off + i] << (8 * i); return v; }
+static double getf64(const uint8_t *b, size_t off) { uint64_t v = get64(b, off); double d; memcpy(&d, &v, 8); return d; }
+
+/* Header offsets (bytes). */
+enum {
+    H_MAGIC = 0, H_VERSION = 8, H_HDRBYTES = 12,
+    H_L = 16, H_NH = 20, H_C = 24, H_MAXT = 28, H_V = 32, H_VP = 36,
+    H_NPARAMS = 40, H_PBYTES = 48, H_OBYTES = 56, H_STEP = 64, H_RNG = 72, H_TIER = 80,
+    H_BATCH = 88, H_SEQ = 92, H_ACCUM = 96, H_THREADS = 100, H_RECOMP = 104,
+    H_STEPS = 112, H_LR = 120, H_WARMUP = 128, H_MINLR = 136, H_WD = 144, H_B1 = 152, H_B2 = 160,
+    H_EPS = 168, H_CLIP = 176, H_VALEVERY = 184, H_VALB = 192, H_CKEVERY = 200, H_SEED = 208,
+    H_DATAPATH = 216, H_DATAPATH_LEN = 512,
+};
+
+static void encode_header(uint8_t *h, const struct mw_ckpt_info *in)
+{
+    memset(h, 0, CKPT_HEADER_BYTES);
+    memcpy(h + H_MAGIC, CKPT_MAGIC, 8);
+    put32(h, H_VERSION, CKPT_VERSION);
+    put32(h, H_HDRBYTES, CKPT_HEADER_BYTES);
+    const struct mw_gpt2_config *m = &in->model;
+    put32(h, H_L, (uint32_t)m->n_layer); put32(h, H_NH, (uint32_t)m->n_head); put32(h, H_C, (uint32_t)m->n_embd);
+    put32(h, H_MAXT, (uint32_t)m->max_seq_len); put32(h, H_V, (uint32_t)m->vocab_size);
+    put32(h, H_VP, (uint32_t)m->padded_vocab_size);
+    put64(h, H_NPARAMS, in->n_params);
+    put64(h, H_PBYTES, in->n_params * 4);
+    put64(h, H_OBYTES, in->opt_bytes);
+    put64(h, H_STEP, (uint64_t)in->step);
+    put64(h, H_RNG, in->data_rng);
+    const struct mw_train_config *t = &in->train;
+    put32(h, H_TIER, (uint32_t)t->tier);
+    put32(h, H_BATCH, (uint32_t)t->batch); put32(h, H_SEQ, (uint32_t)t->seq); put32(h, H_ACCUM, (uint32_t)t->grad_accum);
+    put32(h, H_THREADS, (uint32_t)t->threads); put32(h, H_RECOMP, (uint32_t)t->recompute);
+    put64(h, H_STEPS, (uint64_t)t->steps); putf64(h, H_LR, t->lr); put64(h, H_WARMUP, (uint64_t)t->warmup);
+    putf64(h, H_MINLR, t->min_lr_frac); putf64(h, H_WD, t->weight_decay); putf64(h, H_B1, t->beta1);
+    putf64(h, H_B2, t->beta2); putf64(h, H_EPS, t->eps); putf64(h, H_CLIP, t->clip);
+    put64(h, H_VALEVERY, (uint64_t)t->val_every); put64(h, H_VALB, (uint64_t)t->val_batches);
+    put64(h, H_CKEVERY, (uint64_t)t->ckpt_every); put64(h, H_SEED, t->seed);
+    snprintf((char *)h + H_DATAPATH, H_DATAPATH_LEN, "%s", in->data_path);
+}
+
+static int decode_header(const uint8_t *h, struct mw_ckpt_info *out, const char *path)
+{
+    memset(out, 0, sizeof *out);
+    if (memcmp(h + H_MAGIC, CKPT_MAGIC, 8))
+        return mw_error_set(MW_EFORMAT, "%s is not a memwall checkpoint (bad magic)", path);
+    out->version = get32(h, H_VERSION);
+    if (out->version != CKPT_VERSION || get32(h, H_HDRBYTES) != CKPT_HEADER_BYTES)
+        return mw_error_set(MW_EFORMAT, "checkpoint %s has version %u (header %u bytes); this memwall reads version %u",
+                            path, out->version, get32(h, H_HDRBYTES), CKPT_VERSION);
+    struct mw_gpt2_config *m = &out->model;
+    m->n_layer = (int)get32(h, H_L); m->n_head = (int)get32(h, H_NH); m->n_embd = (int)get32(h, H_C);
+    m->max_seq_len = (int)get32(h, H_MAXT); m->vocab_size = (int)get32(h, H_V);
+    m->padded_vocab_size = (int)get32(h, H_VP);
+    out->n_params = get64(h, H_NPARAMS);
+    out->opt_bytes = get64(h, H_OBYTES);
+    out->step = (int64_t)get64(h, H_STEP);
+    out->data_rng = get64(h, H_RNG);
+    struct mw_train_config *t = &out->train;
+    t->tier = (enum mw_opt_tier)get32(h, H_TIER);
+    t->batch = (int)get32(h, H_BATCH); t->seq = (int)get32(h, H_SEQ); t->grad_accum = (int)get32(h, H_ACCUM);
+    t->threads = (int)get32(h, H_THREADS); t->recompute = (int)get32(h, H_RECOMP);
+    t->steps = (int64_t)get64(h, H_STEPS); t->lr = getf64(h, H_LR); t->warmup = (int64_t)get64(h, H_WARMUP);
+    t->min_lr_frac = getf64(h, H_MINLR); t->weight_decay = getf64(h, H_WD); t->beta1 = getf64(h, H_B1);
+    t->beta2 = getf64(h, H_B2); t->eps = getf64(h, H_EPS); t->clip = getf64(h, H_CLIP);
+    t->val_every = (int64_t)get64(h, H_VALEVERY); t->val_batches = (int64_t)get64(h, H_VALB);
+    t->ckpt_every = (int64_t)get64(h, H_CKEVERY); t->seed = get64(h, H_SEED);
+    memcpy(out->data_path, h + H_DATAPATH, H_DATAPATH_LEN);
+    out->data_path[sizeof out->data_path - 1] = 0;
+    if (mw_gpt2_config_check(m) != 0)
+        return mw_error_set(MW_EFORMAT, "checkpoint %s: invalid model config in the header (%s)", path, mw_error_msg());
+    if (out->n_params != mw_gpt2_num_params(m) || get64(h, H_PBYTES) != out->n_params * 4 || out->step < 0)
+        return mw_error_set(MW_EFORMAT, "checkpoint %s: header sizes disagree with its model config", path);
+    return 0;
+}
+
+/* ---- writing ---- */
+
+struct wctx { FILE *f; uint32_t crc; uint64_t bytes; const char *path; };
+
+static int w_fn(void *user, void *buf, size_t n)
+{
+    struct wctx *w = user;
+    if (n && fwrite(buf, 1, n, w->f) != n)
+        return mw_error_set(errno ? -errno : -EIO, "writing checkpoint %s failed: %s", w->path, strerror(errno ? errno : EIO));
+    w->crc = crc32c(w->crc, buf, n);
+    w->bytes += n;
+    return 0;
+}
+
+int mw_trainer_save(const struct mw_trainer *tr, const char *data_path, const char *path)
+{
+    struct mw_ckpt_info in;
+    memset(&in, 0, sizeof in);
+    in.version = CKPT_VERSION;
+    in.model = tr->model.cfg;
+    in.train = tr->cfg;
+    in.step = tr->step;
+    in.data_rng = tr->data_rng;
+    snprintf(in.data_path, sizeof in.data_path, "%s", data_path ? data_path : "");
+    in.n_params = tr->model.sizes.n_params;
+    in.opt_bytes = mw_train_opt_state_bytes(tr->opt);
+    char tmp[1100];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
+        return mw_error_set(-ENAMETOOLONG, "checkpoint path too long: %s", path);
+    struct wctx w = {fopen(tmp, "wb"), 0, 0, tmp};
+    if (!w.f) return mw_error_set(-errno, "cannot create checkpoint %s: %s", tmp, strerror(errno));
+    uint8_t hdr[CKPT_HEADER_BYTES], trl[CKPT_TRAILER_BYTES];
+    encode_header(hdr, &in);
+    int err = w_fn(&w, hdr, sizeof hdr);
+    if (!err) err = w_fn(&w, tr->model.params, in.n_params * 4);
+    if (!err) err = mw_train_opt_save(tr->opt, w_fn, &w);
+    if (!err) {
+        memcpy(trl, CKPT_END, 8);
+        put64(trl, 8, w.crc);
+        put64(trl, 16, w.bytes + CKPT_TRAILER_BYTES);
+        err = w_fn(&w, trl, sizeof trl);
+    }
+    if (!err && (fflush(w.f) != 0 || fsync(fileno(w.f)) != 0))
+        err = mw_error_set(-errno, "flushing checkpoint %s failed: %s", tmp, strerror(errno));
+    if (fclose(w.f) != 0 && !err) err = mw_error_set(-errno, "closing checkpoint %s failed: %s", tmp, strerror(errno));
+    if (!err && rename(tmp, path) != 0) err = mw_error_set(-errno, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+    if (err) remove(tmp);
+    return err;
+}
+
+/* ---- reading ---- */
+
+static uint64_t expected_size(const struct mw_ckpt_info *in)
+{
+    return CKPT_HEADER_BYTES + in->n_params * 4 + in->opt_bytes + CKPT_TRAILER_BYTES;
+}
+
+static int open_checked(const char *path, FILE **fp, struct mw_ckpt_info *info)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return mw_error_set(-errno, "cannot open checkpoint %s: %s", path, strerror(errno));
+    struct stat st;
+    uint8_t hdr[CKPT_HEADER_BYTES];
+    int err = 0;
+    if (fstat(fileno(f), &st) != 0) { err = mw_error_set(-errno, "cannot stat %s", path); goto err; }
+    if ((uint64_t)st.st_size < CKPT_HEADER_BYTES + CKPT_TRAILER_BYTES) {
+        err = mw_error_set(MW_EFORMAT, "checkpoint %s is truncated: %lld bytes, less than a header and trailer",
+                           path, (long long)st.st_size);
+        goto err;
+    }
+    if (fread(hdr, 1, sizeof hdr, f) != sizeof hdr) { err = mw_error_set(-EIO, "cannot read %s", path); goto err; }
+    if ((err = decode_header(hdr, info, path))) goto err;
+    if ((uint64_t)st.st_size != expected_size(info)) {
+        err = mw_error_set(MW_EFORMAT, "checkpoint %s is %s: %lld bytes, its header describes %llu "
+                           "(was the write interrupted?)", path,
+                           (uint64_t)st.st_size < expected_size(info) ? "truncated" : "too long",
+                           (long long)st.st_size, (unsigned long long)expected_size(info));
+        goto err;
+    }
+    *fp = f;
+    return 0;
+err:
+    fclose(f);
+    return err;
+}
+
+int mw_ckpt_read_info(const char *path, struct mw_ckpt_info *info)
+{
+    FILE *f;
+    int err = open_checked(path, &f, info);
+    if (!err) fclose(f);
+    return err;
+}
+
+struct rctx { FILE *f; uint32_t crc; const char *path; };
+
+static int r_fn(void *user, void *buf, size_t n)
+{
+    struct rctx *r = user;
+    if (n && fread(buf, 1, n, r->f) != n)
+        return mw_error_set(MW_EFORMAT, "checkpoint %s ended early", r->path);
+    r->crc = crc32c(r->crc, buf, n);
+    return 0;
+}
+
+int mw_trainer_load(struct mw_trainer *tr, const char *path)
+{
+    struct mw_ckpt_info in;
+    FILE *f;
+    int err = open_checked(path, &f, &in);
+    if (err) return err;
+    const struct mw_gpt2_config *a = &in.model, *b = &tr->model.cfg;
+    if (a->n_layer != b->n_layer || a->n_head != b->n_head || a->n_embd != b->n_embd ||
+        a->max_seq_len != b->max_seq_len || a->vocab_size != b->vocab_size ||
+        a->padded_vocab_size != b->padded_vocab_size || in.opt_bytes != mw_train_opt_state_bytes(tr->opt)) {
+        err = mw_error_set(-EINVAL, "checkpoint %s holds a different model (L=%d NH=%d C=%d T=%d V=%d) or optimizer "
+                           "state than this run", path, a->n_layer, a->n_head, a->n_embd, a->max_seq_len, a->vocab_size);
+        goto out;
+    }
+    uint8_t hdr[CKPT_HEADER_BYTES], trl[CKPT_TRAILER_BYTES];
+    struct rctx r = {f, 0, path};
+    rewind(f);
+    if ((err = r_fn(&r, hdr, sizeof hdr))) goto out;
+    if ((err = r_fn(&r, tr->model.params, in.n_params * 4))) goto out;
+    if ((err = mw_train_opt_load(tr->opt, r_fn, &r))) goto out;
+    uint32_t crc = r.crc;
+    if (fread(trl, 1, sizeof trl, f) != sizeof trl || memcmp(trl, CKPT_END, 8)) {
+        err = mw_error_set(MW_EFORMAT, "checkpoint %s has no completion marker: it was not written to the end", path);
+        goto out;
+    }
+    if (get64(trl, 8) != crc || get64(trl, 16) != expected_size(&in)) {
+        err = mw_error_set(MW_ECHECKSUM, "checkpoint %s is corrupt: crc32c %08x, the trailer says %08llx",
+                           path, crc, (unsigned long long)get64(trl, 8));
+        goto out;
+    }
+    tr->step = in.step;
+    tr->data_rng = in.data_rng;
+out:
+    fclose(f);
+    return err;
+}

@@ -1,0 +1,199 @@
+/*
+ * trainer.c — one optimizer step = grad_accum micro-batches of forward/backward, a global
+ * gradient norm, clipping folded into the optimizer's grad_scale (no extra pass over the
+ * gradients), warm-up + cosine learning rate, and AdamW; plus validation and sampling.
+ * Why clipping as a scale: the norm needs one read of the gradients anyway; scaling them in
+ * place would be a second read and write of 4 bytes/parameter, the kernel multiplies for free.
+ */
+#include "memwall/train.h"
+#include "memwall/common.h"
+#include "train/optimizer_step.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+double mw_train_lr(const struct mw_train_config *c, int64_t step)
+{
+    if (c->warmup > 0 && step <= c->warmup) return c->lr * (double)step / (double)c->warmup;
+    if (c->steps <= c->warmup) return c->lr;
+    double ratio = (double)(step - c->warmup) / (double)(c->steps - c->warmup);
+    if (ratio > 1) ratio = 1;
+    double min_lr = c->lr * c->min_lr_frac;
+    return min_lr + 0.5 * (1.0 + cos(M_PI * ratio)) * (c->lr - min_lr);
+}
+
+static int check_config(const struct mw_gpt2_config *mc, const struct mw_train_config *c, const struct mw_data *d)
+{
+    if (c->batch < 1 || c->seq < 1 || c->grad_accum < 1 || c->steps < 0)
+        return mw_error_set(-EINVAL, "batch (%d), sequence (%d) and grad-accum (%d) must be >= 1, steps >= 0",
+                            c->batch, c->seq, c->grad_accum);
+    if (c->seq > mc->max_seq_len)
+        return mw_error_set(-EINVAL, "sequence length %d exceeds the model's context %d", c->seq, mc->max_seq_len);
+    if (!(c->lr >= 0) || !(c->beta1 >= 0 && c->beta1 < 1) || !(c->beta2 >= 0 && c->beta2 < 1) || !(c->eps > 0))
+        return mw_error_set(-EINVAL, "bad AdamW hyper-parameters (lr %g, betas %g %g, eps %g)",
+                            c->lr, c->beta1, c->beta2, c->eps);
+    if (d->max_token >= mc->vocab_size)
+        return mw_error_set(-EINVAL, "data %s holds token %d but the model's vocabulary is %d; use --vocab %d or more",
+                            d->path, d->max_token, mc->vocab_size, d->max_token + 1);
+    return mw_data_check(d, c->seq);
+}
+
+int mw_trainer_init(struct mw_trainer *tr, const struct mw_gpt2_config *mcfg,
+                    const struct mw_train_config *cfg, const struct mw_data *data)
+{
+    memset(tr, 0, sizeof *tr);
+    int err = mw_gpt2_config_check(mcfg);
+    if (err) return err;
+    if ((err = check_config(mcfg, cfg, data))) return err;
+    tr->cfg = *cfg;
+    tr->data = data;
+    struct mw_gpt2_options mo = {cfg->batch, cfg->seq, cfg->recompute, cfg->threads};
+    if ((err = mw_gpt2_init(&tr->model, mcfg, &mo))) return err;
+    mw_gpt2_init_weights(&tr->model, cfg->seed);
+    size_t n = (size_t)cfg->batch * (size_t)cfg->seq;
+    tr->inputs = malloc(n * sizeof *tr->inputs);
+    tr->targets = malloc(n * sizeof *tr->targets);
+    tr->opt = calloc(1, sizeof *tr->opt);
+    if (!tr->inputs || !tr->targets || !tr->opt) { err = mw_error_set(-ENOMEM, "no memory for the batch"); goto err; }
+    if ((err = mw_train_opt_init(tr->opt, &tr->model, cfg))) goto err;
+    /* The sampler's stream is derived from the seed but distinct from the weights' stream. */
+    tr->data_rng = cfg->seed ^ 0xda7a5eedda7a5eedull;
+    return 0;
+err:
+    mw_trainer_free(tr);
+    return err;
+}
+
+void mw_trainer_free(struct mw_trainer *tr)
+{
+    if (tr->opt) mw_train_opt_free(tr->opt);
+    free(tr->opt);
+    free(tr->inputs);
+    free(tr->targets);
+    if (tr->model.params) mw_gpt2_free(&tr->model);
+    memset(tr, 0, sizeof *tr);
+}
+
+int mw_trainer_step(struct mw_trainer *tr, struct mw_train_step_stats *st)
+{
+    const struct mw_train_config *c = &tr->cfg;
+    uint64_t t0 = mw_now_ns();
+    memset(st, 0, sizeof *st);
+    mw_gpt2_zero_grad(&tr->model);
+    float loss_sum = 0;
+    int err;
+    for (int a = 0; a < c->grad_accum; a++) {
+        mw_data_train_batch(tr->data, &tr->data_rng, c->batch, c->seq, tr->inputs, tr->targets, NULL);
+        if ((err = mw_gpt2_forward(&tr->model, tr->inputs, tr->targets, c->batch, c->seq))) return err;
+        loss_sum += tr->model.loss;
+        if ((err = mw_train_opt_backward_begin(tr->opt, a == c->grad_accum - 1))) return err;
+        err = mw_gpt2_backward(&tr->model, 1.0f / (float)c->grad_accum, mw_train_opt_grad_ready, tr->opt);
+        int err2 = mw_train_opt_backward_end(tr->opt);
+        if (err || (err = err2)) return err;
+    }
+    int64_t step = tr->step + 1;
+    st->step = step;
+    st->loss = loss_sum / (float)c->grad_accum;
+    st->lr = mw_train_lr(c, step);
+    st->tokens = (uint64_t)c->batch * (uint64_t)c->seq * (uint64_t)c->grad_accum;
+    err = mw_train_opt_grad_norm(tr->opt, tr->model.grads, &st->grad_norm);
+    if (err == MW_EOVERFLOW) {
+        st->skipped = 1; /* keep the weights; the step still counts for the schedule */
+    } else if (err) {
+        return err;
+    } else {
+        float scale = 1.0f;
+        if (c->clip > 0 && st->grad_norm > c->clip) {
+            scale = (float)(c->clip / st->grad_norm);
+            st->clipped = 1;
+        }
+        if ((err = mw_train_opt_step(tr->opt, tr->model.params, tr->model.grads, st->lr, scale, step)))
+            return err;
+    }
+    tr->step = step;
+    st->ns = mw_now_ns() - t0;
+    return 0;
+}
+
+int mw_trainer_eval(struct mw_trainer *tr, float *val_loss)
+{
+    const struct mw_train_config *c = &tr->cfg;
+    int64_t nb = c->val_batches > 0 ? c->val_batches : 1;
+    double sum = 0;
+    for (int64_t k = 0; k < nb; k++) {
+        mw_data_val_batch(tr->data, (uint64_t)k, c->batch, c->seq, tr->inputs, tr->targets, NULL);
+        int err = mw_gpt2_forward(&tr->model, tr->inputs, tr->targets, c->batch, c->seq);
+        if (err) return err;
+        sum += tr->model.loss;
+    }
+    *val_loss = (float)(sum / (double)nb);
+    return 0;
+}
+
+struct cand { float logit; int id; };
+
+static int cmp_cand(const void *a, const void *b)
+{
+    const struct cand *x = a, *y = b;
+    if (x->logit != y->logit) return x->logit < y->logit ? 1 : -1;
+    return x->id - y->id;
+}
+
+/* Draws one token from logits[0..V) with temperature and top-k. */
+static int32_t pick(const float *logits, int V, float temperature, int top_k, uint64_t *rng, struct cand *c)
+{
+    for (int i = 0; i < V; i++) c[i] = (struct cand){logits[i], i};
+    int k = V;
+    if (top_k > 0 && top_k < V) {
+        qsort(c, (size_t)V, sizeof *c, cmp_cand);
+        k = top_k;
+    }
+    float mx = c[0].logit;
+    for (int i = 1; i < k; i++) mx = c[i].logit > mx ? c[i].logit : mx;
+    double sum = 0;
+    for (int i = 0; i < k; i++) sum += exp(((double)c[i].logit - mx) / temperature);
+    double u = (double)mw_rng_f32(rng) * sum, acc = 0;
+    for (int i = 0; i < k; i++) {
+        acc += exp(((double)c[i].logit - mx) / temperature);
+        if (u < acc) return c[i].id;
+    }
+    return c[k - 1].id;
+}
+
+int mw_trainer_sample(struct mw_trainer *tr, const int32_t *prompt, int n_prompt, int n,
+                      float temperature, int top_k, uint64_t seed, int32_t *out)
+{
+    if (n_prompt < 1 || n < 0 || !(temperature > 0))
+        return mw_error_set(-EINVAL, "sampling needs a prompt of >= 1 token and a temperature > 0");
+    const int V = tr->model.cfg.vocab_size;
+    const int Vp = tr->model.cfg.padded_vocab_size ? tr->model.cfg.padded_vocab_size : V;
+    const int ctx = tr->model.opts.max_seq;
+    int32_t *seq = malloc(((size_t)n_prompt + (size_t)n) * sizeof *seq);
+    struct cand *cand = malloc((size_t)V * sizeof *cand);
+    int err = 0;
+    if (!seq || !cand) { err = mw_error_set(-ENOMEM, "no memory for sampling"); goto out; }
+    memcpy(seq, prompt, (size_t)n_prompt * sizeof *seq);
+    uint64_t rng = seed;
+    int len = n_prompt;
+    for (int i = 0; i < n; i++) {
+        int w = len < ctx ? len : ctx;
+        if ((err = mw_gpt2_forward(&tr->model, seq + len - w, NULL, 1, w))) goto out;
+        const float *lg = mw_gpt2_logits(&tr->model) + (size_t)(w - 1) * (size_t)Vp;
+        seq[len] = pick(lg, V, temperature, top_k, &rng, cand);
+        out[i] = seq[len++];
+    }
+out:
+    free(seq);
+    free(cand);
+    return err;
+}
+
+void mw_trainer_bytes(const struct mw_trainer *tr, struct mw_train_bytes *b)
+{
+    b->params = tr->model.sizes.params_bytes;
+    b->grads = tr->model.sizes.grads_bytes;
+    b->acts = tr->model.sizes.acts_bytes;
+    mw_train_opt_bytes(tr->opt, &b->opt_dram, &b->opt_nvme);
+}
