@@ -138,12 +138,14 @@ const char *mw_simd_name(enum mw_simd level); /* "auto", "scalar", "avx2", "avx5
  *   m  = beta1*m + (1-beta1)*g
  *   v  = beta2*v + (1-beta2)*g*g
  *   p  = p*(1 - lr*weight_decay) - lr/(1-beta1^t) * m / (sqrt(v)/sqrt(1-beta2^t) + eps)
+ * The kernels work in float; the constants derived from these (1-beta1, 1-beta2, the bias
+ * corrections, 1-lr*weight_decay) are computed in double and rounded to float once per call
  * (exact order of the float operations: docs/optim.md). */
-struct mw_adamw_hp {
-    float lr;            /* learning rate */
-    float beta1, beta2;  /* moment decay rates, in [0, 1) */
-    float eps;           /* added to the bias-corrected sqrt(v) */
-    float weight_decay;  /* decoupled: master *= 1 - lr*weight_decay */
+struct mw_adamw_hp {     /* double: 1-beta2 must be 1-0.999, not 1-(float)0.999 (1.3e-5 off) */
+    double lr;           /* learning rate */
+    double beta1, beta2; /* moment decay rates, in [0, 1) */
+    double eps;          /* added to the bias-corrected sqrt(v) */
+    double weight_decay; /* decoupled: master *= 1 - lr*weight_decay */
     int64_t step;        /* t >= 1: the number of this step, for bias correction */
     float grad_scale;    /* > 0: multiplies every gradient first (1/loss_scale, clip factor); 1 = none */
 };
@@ -167,9 +169,9 @@ int mw_adamw_step(const struct mw_optim_format *fmt, const struct mw_adamw_hp *h
  *   p   = p - lr*d
  * momentum == 0: no buffer is read or written (s->m may be NULL). Moments: F32 or BF16. */
 struct mw_sgd_hp {
-    float lr;
-    float momentum;      /* in [0, 1) */
-    float weight_decay;  /* L2 penalty added to the gradient */
+    double lr;
+    double momentum;     /* in [0, 1) */
+    double weight_decay; /* L2 penalty added to the gradient */
     int nesterov;        /* 0 or 1 */
     float grad_scale;    /* > 0, as for AdamW */
 };

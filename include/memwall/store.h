@@ -53,6 +53,7 @@
 
 #include "memwall/aio.h"
 #include "memwall/common.h"
+#include "memwall/tier.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -91,6 +92,9 @@ void mw_store_close(struct mw_store *st);
 /* Objects. Names are unique (-EEXIST), at most 127 bytes. Size in bytes (> 0). A full store
  * is -ENOSPC with a message giving object, size and free bytes per file. */
 int mw_store_obj_create(struct mw_store *st, const char *name, uint64_t size, struct mw_store_obj **out);
+/* The same, with the kind the nvme tier accounts the bytes under (create uses MW_KIND_OTHER). */
+int mw_store_obj_create_ex(struct mw_store *st, const char *name, uint64_t size, enum mw_alloc_kind kind,
+                           struct mw_store_obj **out);
 struct mw_store_obj *mw_store_obj_find(struct mw_store *st, const char *name);
 int mw_store_obj_delete(struct mw_store *st, struct mw_store_obj *obj);
 const char *mw_store_obj_name(const struct mw_store_obj *obj); /* interned in the store's trace */

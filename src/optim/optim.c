@@ -76,7 +76,7 @@ int mw_optim_footprint(const struct mw_optim_format *fmt, int nmoments, struct m
 
 struct mw_adamw_hp mw_adamw_hp_default(void)
 {
-    struct mw_adamw_hp h = {1e-3f, 0.9f, 0.999f, 1e-8f, 1e-2f, 1, 1.0f};
+    struct mw_adamw_hp h = {1e-3, 0.9, 0.999, 1e-8, 1e-2, 1, 1.0f};
     return h;
 }
 
@@ -201,8 +201,8 @@ int mw_adamw_step(const struct mw_optim_format *fmt, const struct mw_adamw_hp *h
     if (r) return r;
     if (!hp) return mw_error_set(-EINVAL, "adamw: no hyper-parameters");
     if (hp->step < 1) return mw_error_set(-EINVAL, "adamw: step %lld < 1", (long long)hp->step);
-    if (!(hp->beta1 >= 0.0f && hp->beta1 < 1.0f && hp->beta2 >= 0.0f && hp->beta2 < 1.0f))
-        return mw_error_set(-EINVAL, "adamw: betas (%g, %g) must lie in [0, 1)", (double)hp->beta1, (double)hp->beta2);
+    if (!(hp->beta1 >= 0.0 && hp->beta1 < 1.0 && hp->beta2 >= 0.0 && hp->beta2 < 1.0))
+        return mw_error_set(-EINVAL, "adamw: betas (%g, %g) must lie in [0, 1)", hp->beta1, hp->beta2);
     if (!scale_ok(hp->grad_scale) || !isfinite(hp->lr) || !isfinite(hp->eps) || !isfinite(hp->weight_decay))
         return mw_error_set(-EINVAL, "adamw: grad_scale must be > 0 and lr/eps/weight_decay finite");
     if (s->n == 0) return 0;
@@ -216,14 +216,14 @@ int mw_adamw_step(const struct mw_optim_format *fmt, const struct mw_adamw_hp *h
     k.s = *s;
     double t = (double)hp->step, b1 = hp->beta1, b2 = hp->beta2;
     k.a.gscale = hp->grad_scale;
-    k.a.b1 = hp->beta1;
+    k.a.b1 = (float)b1;
     k.a.c1 = (float)(1.0 - b1);
-    k.a.b2 = hp->beta2;
+    k.a.b2 = (float)b2;
     k.a.c2 = (float)(1.0 - b2);
-    k.a.decay = (float)(1.0 - (double)hp->lr * (double)hp->weight_decay);
-    k.a.step_size = (float)((double)hp->lr / (1.0 - pow(b1, t)));
+    k.a.decay = (float)(1.0 - hp->lr * hp->weight_decay);
+    k.a.step_size = (float)(hp->lr / (1.0 - pow(b1, t)));
     k.a.isb2 = (float)(1.0 / sqrt(1.0 - pow(b2, t)));
-    k.a.eps = hp->eps;
+    k.a.eps = (float)hp->eps;
     run_tiles(kt->adamw, &k, s->n, ex->nthreads);
     return 0;
 }
@@ -236,10 +236,10 @@ int mw_sgd_step(const struct mw_optim_format *fmt, const struct mw_sgd_hp *hp,
     if (!r) r = resolve(&ex, &kt);
     if (r) return r;
     if (!hp) return mw_error_set(-EINVAL, "sgd: no hyper-parameters");
-    if (!(hp->momentum >= 0.0f && hp->momentum < 1.0f) || !scale_ok(hp->grad_scale) || !isfinite(hp->lr) ||
+    if (!(hp->momentum >= 0.0 && hp->momentum < 1.0) || !scale_ok(hp->grad_scale) || !isfinite(hp->lr) ||
         !isfinite(hp->weight_decay) || (hp->nesterov != 0 && hp->nesterov != 1))
         return mw_error_set(-EINVAL, "sgd: momentum must lie in [0, 1), grad_scale > 0, nesterov 0 or 1");
-    r = check_slice(fmt, s, hp->momentum != 0.0f, 0);
+    r = check_slice(fmt, s, hp->momentum != 0.0, 0);
     if (r || s->n == 0) return r;
     if (ex->flags & MW_OPTIM_CHECK_FINITE) {
         r = check_finite(kt, fmt, s, hp->grad_scale, ex->nthreads);
@@ -250,11 +250,11 @@ int mw_sgd_step(const struct mw_optim_format *fmt, const struct mw_sgd_hp *hp,
     k.fmt = *fmt;
     k.s = *s;
     k.sg.gscale = hp->grad_scale;
-    k.sg.lr = hp->lr;
-    k.sg.momentum = hp->momentum;
-    k.sg.wd = hp->weight_decay;
+    k.sg.lr = (float)hp->lr;
+    k.sg.momentum = (float)hp->momentum;
+    k.sg.wd = (float)hp->weight_decay;
     k.sg.nesterov = hp->nesterov;
-    k.sg.use_buf = hp->momentum != 0.0f;
+    k.sg.use_buf = hp->momentum != 0.0;
     run_tiles(kt->sgd, &k, s->n, ex->nthreads);
     return 0;
 }

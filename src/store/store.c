@@ -1,0 +1,379 @@
+/*
+ * store.c — the NVMe store's files and objects: opening and reserving the backing files,
+ * placing objects in extents, striping, lookup. The data path is in store_io.c.
+ *
+ * Why a few big preallocated files: thousands of per-object files would cost metadata I/O and
+ * fragment; one file per SSD, fallocated up front, turns "disk full" from a crash in hour three
+ * into an error at start-up, and keeps each object's bytes contiguous per SSD for large reads.
+ */
+#include "store/store_impl.h"
+#include "aio/aio_impl.h"
+#include "memwall/trace.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+void mw_store_config_default(struct mw_store_config *c)
+{
+    memset(c, 0, sizeof *c);
+    c->stripe_size = (uint64_t)1 << 20;
+    c->crc_block = (uint64_t)64 << 10;
+    c->checksum = 1;
+    c->direct = 1;
+    c->preallocate = 1;
+    c->file_prefix = "memwall";
+    mw_aio_config_default(&c->aio_config);
+}
+
+static int mkdir_p(const char *dir)
+{
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s", dir) >= (int)sizeof tmp) return -ENAMETOOLONG;
+    for (char *s = tmp + 1; *s; s++) {
+        if (*s != '/') continue;
+        *s = 0;
+        if (mkdir(tmp, 0755) && errno != EEXIST) return -errno;
+        *s = '/';
+    }
+    if (mkdir(tmp, 0755) && errno != EEXIST) return -errno;
+    return 0;
+}
+
+static uint64_t free_bytes(const char *dir)
+{
+    struct statvfs v;
+    if (statvfs(dir, &v)) return 0;
+    return (uint64_t)v.f_bavail * v.f_frsize;
+}
+
+static int open_file(struct mw_store *st, int i)
+{
+    struct mw_store_file *f = &st->files[i];
+    const char *dir = st->dirs[i];
+    int rc = mkdir_p(dir);
+    if (rc) return mw_error_set(rc, "store: cannot create directory %s: %s", dir, strerror(-rc));
+    size_t n = strlen(dir) + strlen(st->cfg.file_prefix) + 32;
+    f->path = malloc(n);
+    if (!f->path) return mw_error_set(-ENOMEM, "store: out of memory");
+    snprintf(f->path, n, "%s/%s.%d.dat", dir, st->cfg.file_prefix, i);
+    f->fd = -1;
+    if (st->cfg.direct) {
+        f->fd = open(f->path, O_RDWR | O_CREAT | O_TRUNC | O_DIRECT | O_CLOEXEC, 0600);
+        if (f->fd >= 0) f->direct = 1;
+        else if (errno == EINVAL) {
+            static atomic_int warned;
+            if (!atomic_exchange(&warned, 1))
+                mw_log(MW_LOG_WARN, "the file system of %s refuses O_DIRECT: using buffered I/O there "
+                                    "(reads may come from the page cache)", dir);
+        } else return mw_error_set(-errno, "store: cannot open %s: %s", f->path, strerror(errno));
+    }
+    if (f->fd < 0) {
+        f->fd = open(f->path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        if (f->fd < 0) return mw_error_set(-errno, "store: cannot open %s: %s", f->path, strerror(errno));
+    }
+    if (st->cfg.preallocate && fallocate(f->fd, 0, 0, (off_t)f->size)) {
+        int e = errno;
+        char a[32], b[32];
+        return mw_error_set(-e, "store: cannot reserve %s in %s (%s free on that file system): %s%s",
+                            mw_fmt_bytes(a, sizeof a, f->size), f->path,
+                            mw_fmt_bytes(b, sizeof b, free_bytes(dir)), strerror(e),
+                            e == EFBIG ? " (the file size limit, ulimit -f, is lower)" : "");
+    }
+    f->free_ext = malloc(sizeof *f->free_ext * 8);
+    if (!f->free_ext) return mw_error_set(-ENOMEM, "store: out of memory");
+    f->free_cap = 8;
+    f->free_ext[0].off = 0;
+    f->free_ext[0].len = f->size;
+    f->nfree = 1;
+    return 0;
+}
+
+int mw_store_open(struct mw_store **out, const struct mw_store_config *c)
+{
+    *out = NULL;
+    if (!c || !c->dirs || c->ndirs < 1 || c->ndirs > MW_STORE_MAX_DIRS || !c->capacity)
+        return mw_error_set(-EINVAL, "store: need 1..%d directories and a capacity > 0", MW_STORE_MAX_DIRS);
+    struct mw_store *st = calloc(1, sizeof *st);
+    if (!st) return mw_error_set(-ENOMEM, "store: out of memory");
+    st->cfg = *c;
+    if (!st->cfg.stripe_size) st->cfg.stripe_size = (uint64_t)1 << 20;
+    if (!st->cfg.crc_block) st->cfg.crc_block = (uint64_t)64 << 10;
+    if (!st->cfg.file_prefix) st->cfg.file_prefix = "memwall";
+    int rc;
+    if (st->cfg.stripe_size % MW_STORE_ALIGN || st->cfg.crc_block % MW_STORE_ALIGN) {
+        rc = mw_error_set(-EINVAL, "store: stripe size and crc block must be multiples of 4096 bytes");
+        goto err0;
+    }
+    pthread_mutex_init(&st->mu, NULL);
+    pthread_cond_init(&st->cv, NULL);
+    st->ndirs = c->ndirs;
+    st->dirs = calloc((size_t)c->ndirs, sizeof *st->dirs);
+    st->files = calloc((size_t)c->ndirs, sizeof *st->files);
+    if (!st->dirs || !st->files) { rc = mw_error_set(-ENOMEM, "store: out of memory"); goto err; }
+    for (int i = 0; i < st->ndirs; i++) st->files[i].fd = -1;
+    uint64_t per_file = MW_ALIGN_UP((c->capacity + (uint64_t)c->ndirs - 1) / (uint64_t)c->ndirs, MW_STORE_ALIGN);
+    for (int i = 0; i < st->ndirs; i++) {
+        st->dirs[i] = strdup(c->dirs[i]);
+        if (!st->dirs[i]) { rc = mw_error_set(-ENOMEM, "store: out of memory"); goto err; }
+        st->files[i].size = per_file;
+        if ((rc = open_file(st, i))) goto err;
+    }
+    if (c->aio) st->aio = c->aio;
+    else {
+        struct mw_aio_config ac = c->aio_config;
+        if (!ac.block_size) mw_aio_config_default(&ac);
+        if (!ac.trace) ac.trace = c->trace;
+        if ((rc = mw_aio_init(&st->aio, &ac))) goto err;
+        st->own_aio = 1;
+    }
+    st->trace = c->trace ? c->trace : st->aio->cfg.trace;
+    *out = st;
+    return 0;
+err:
+    st->cfg.keep_files = 0;
+    mw_store_close(st);
+    return rc;
+err0:
+    free(st);
+    return rc;
+}
+
+static void obj_free(struct mw_store_obj *o)
+{
+    mw_tier_free(&o->acct);
+    free(o->ext_off);
+    free(o->ext_len);
+    free(o->crc);
+    free(o->crc_valid);
+    free(o);
+}
+
+void mw_store_close(struct mw_store *st)
+{
+    if (!st) return;
+    pthread_mutex_lock(&st->mu);
+    while (st->outstanding) pthread_cond_wait(&st->cv, &st->mu);
+    pthread_mutex_unlock(&st->mu);
+    if (st->own_aio) mw_aio_free(st->aio);
+    while (st->objs) {
+        struct mw_store_obj *o = st->objs;
+        st->objs = o->next;
+        obj_free(o);
+    }
+    for (int i = 0; st->files && i < st->ndirs; i++) {
+        struct mw_store_file *f = &st->files[i];
+        if (f->fd >= 0) close(f->fd);
+        if (f->path && !st->cfg.keep_files) unlink(f->path);
+        free(f->path);
+        free(f->free_ext);
+    }
+    for (int i = 0; st->dirs && i < st->ndirs; i++) free(st->dirs[i]);
+    free(st->dirs);
+    free(st->files);
+    pthread_cond_destroy(&st->cv);
+    pthread_mutex_destroy(&st->mu);
+    free(st);
+}
+
+/* First-fit allocation of len bytes in file f; returns the offset or UINT64_MAX. mu held. */
+static uint64_t ext_alloc(struct mw_store_file *f, uint64_t len)
+{
+    for (int i = 0; i < f->nfree; i++) {
+        if (f->free_ext[i].len < len) continue;
+        uint64_t off = f->free_ext[i].off;
+        f->free_ext[i].off += len;
+        f->free_ext[i].len -= len;
+        if (!f->free_ext[i].len) {
+            memmove(&f->free_ext[i], &f->free_ext[i + 1], sizeof *f->free_ext * (size_t)(f->nfree - i - 1));
+            f->nfree--;
+        }
+        return off;
+    }
+    return UINT64_MAX;
+}
+
+/* Returns an extent to file f, coalescing with its neighbours. mu held. */
+static int ext_release(struct mw_store_file *f, uint64_t off, uint64_t len)
+{
+    int i = 0;
+    while (i < f->nfree && f->free_ext[i].off < off) i++;
+    int merge_prev = i > 0 && f->free_ext[i - 1].off + f->free_ext[i - 1].len == off;
+    int merge_next = i < f->nfree && off + len == f->free_ext[i].off;
+    if (merge_prev && merge_next) {
+        f->free_ext[i - 1].len += len + f->free_ext[i].len;
+        memmove(&f->free_ext[i], &f->free_ext[i + 1], sizeof *f->free_ext * (size_t)(f->nfree - i - 1));
+        f->nfree--;
+    } else if (merge_prev) {
+        f->free_ext[i - 1].len += len;
+    } else if (merge_next) {
+        f->free_ext[i].off = off;
+        f->free_ext[i].len += len;
+    } else {
+        if (f->nfree == f->free_cap) {
+            struct mw_store_extent *n = realloc(f->free_ext, sizeof *n * (size_t)f->free_cap * 2);
+            if (!n) return -ENOMEM;
+            f->free_ext = n;
+            f->free_cap *= 2;
+        }
+        memmove(&f->free_ext[i + 1], &f->free_ext[i], sizeof *f->free_ext * (size_t)(f->nfree - i));
+        f->free_ext[i].off = off;
+        f->free_ext[i].len = len;
+        f->nfree++;
+    }
+    return 0;
+}
+
+static uint64_t largest_free(const struct mw_store_file *f)
+{
+    uint64_t m = 0;
+    for (int i = 0; i < f->nfree; i++) m = MW_MAX(m, f->free_ext[i].len);
+    return m;
+}
+
+static struct mw_store_obj *find_locked(struct mw_store *st, const char *name)
+{
+    for (struct mw_store_obj *o = st->objs; o; o = o->next)
+        if (!strcmp(o->name, name)) return o;
+    return NULL;
+}
+
+int mw_store_obj_create_ex(struct mw_store *st, const char *name, uint64_t size, enum mw_alloc_kind kind,
+                           struct mw_store_obj **out)
+{
+    *out = NULL;
+    if (!name || !*name || strlen(name) >= sizeof((struct mw_store_obj *)0)->name || !size)
+        return mw_error_set(-EINVAL, "store: object needs a name of 1..127 bytes and a size > 0");
+    struct mw_store_obj *o = calloc(1, sizeof *o);
+    if (!o) return mw_error_set(-ENOMEM, "store: out of memory");
+    snprintf(o->name, sizeof o->name, "%s", name);
+    o->size = size;
+    int nd = st->ndirs;
+    /* One directory: one unit spanning the object (no striping, no padding beyond 4 KiB). */
+    o->stripe = nd == 1 ? MW_ALIGN_UP(size, MW_STORE_ALIGN) : st->cfg.stripe_size;
+    uint64_t units = (size + o->stripe - 1) / o->stripe;
+    o->nblocks = (size + st->cfg.crc_block - 1) / st->cfg.crc_block;
+    o->ext_off = calloc((size_t)nd, sizeof *o->ext_off);
+    o->ext_len = calloc((size_t)nd, sizeof *o->ext_len);
+    o->crc = calloc(o->nblocks, sizeof *o->crc);
+    o->crc_valid = calloc(o->nblocks, 1);
+    int rc = 0;
+    if (!o->ext_off || !o->ext_len || !o->crc || !o->crc_valid) {
+        rc = mw_error_set(-ENOMEM, "store: out of memory for object '%s'", name);
+        goto err;
+    }
+    uint64_t total = 0;
+    for (int f = 0; f < nd; f++) {
+        uint64_t nu = units / (uint64_t)nd + ((uint64_t)f < units % (uint64_t)nd);
+        o->ext_len[f] = nu * o->stripe;
+        total += o->ext_len[f];
+    }
+    if ((rc = mw_tier_reserve(st->cfg.tier, total, kind, name, &o->acct))) goto err;
+
+    pthread_mutex_lock(&st->mu);
+    if (find_locked(st, name)) {
+        pthread_mutex_unlock(&st->mu);
+        rc = mw_error_set(-EEXIST, "store: object '%s' already exists", name);
+        goto err;
+    }
+    for (int f = 0; f < nd; f++) {
+        if (!o->ext_len[f]) continue;
+        o->ext_off[f] = ext_alloc(&st->files[f], o->ext_len[f]);
+        if (o->ext_off[f] != UINT64_MAX) continue;
+        char a[32], b[32], c[32], d[32];
+        rc = mw_error_set(-ENOSPC, "store full: object '%s' (%s) needs %s in %s, whose largest free extent is %s "
+                                   "(capacity %s per file)", name, mw_fmt_bytes(a, sizeof a, size),
+                          mw_fmt_bytes(b, sizeof b, o->ext_len[f]), st->files[f].path,
+                          mw_fmt_bytes(c, sizeof c, largest_free(&st->files[f])),
+                          mw_fmt_bytes(d, sizeof d, st->files[f].size));
+        for (int g = 0; g < f; g++)
+            if (o->ext_len[g]) ext_release(&st->files[g], o->ext_off[g], o->ext_len[g]);
+        pthread_mutex_unlock(&st->mu);
+        goto err;
+    }
+    o->iname = st->trace ? mw_trace_intern(st->trace, name) : NULL;
+    if (!o->iname) o->iname = o->name;
+    o->next = st->objs;
+    st->objs = o;
+    st->n_objects++;
+    st->used += total;
+    pthread_mutex_unlock(&st->mu);
+    *out = o;
+    return 0;
+err:
+    obj_free(o);
+    return rc;
+}
+
+int mw_store_obj_create(struct mw_store *st, const char *name, uint64_t size, struct mw_store_obj **out)
+{
+    return mw_store_obj_create_ex(st, name, size, MW_KIND_OTHER, out);
+}
+
+struct mw_store_obj *mw_store_obj_find(struct mw_store *st, const char *name)
+{
+    pthread_mutex_lock(&st->mu);
+    struct mw_store_obj *o = find_locked(st, name);
+    pthread_mutex_unlock(&st->mu);
+    return o;
+}
+
+int mw_store_obj_delete(struct mw_store *st, struct mw_store_obj *obj)
+{
+    pthread_mutex_lock(&st->mu);
+    struct mw_store_obj **pp = &st->objs;
+    while (*pp && *pp != obj) pp = &(*pp)->next;
+    if (!*pp) {
+        pthread_mutex_unlock(&st->mu);
+        return mw_error_set(-ENOENT, "store: object not found");
+    }
+    *pp = obj->next;
+    for (int f = 0; f < st->ndirs; f++) {
+        if (!obj->ext_len[f]) continue;
+        ext_release(&st->files[f], obj->ext_off[f], obj->ext_len[f]);
+        st->used -= obj->ext_len[f];
+    }
+    st->n_objects--;
+    pthread_mutex_unlock(&st->mu);
+    obj_free(obj);
+    return 0;
+}
+
+const char *mw_store_obj_name(const struct mw_store_obj *obj) { return obj->iname; }
+uint64_t mw_store_obj_size(const struct mw_store_obj *obj) { return obj->size; }
+struct mw_aio *mw_store_aio(struct mw_store *st) { return st->aio; }
+
+int mw_store_locate(struct mw_store *st, const struct mw_store_obj *obj, uint64_t offset, int *file_index,
+                    const char **path, uint64_t *file_offset)
+{
+    if (offset >= obj->size) return mw_error_set(-EINVAL, "store: offset %llu is past the end of '%s'",
+                                                 (unsigned long long)offset, obj->name);
+    uint64_t k = offset / obj->stripe;
+    int f = (int)(k % (uint64_t)st->ndirs);
+    if (file_index) *file_index = f;
+    if (path) *path = st->files[f].path;
+    if (file_offset) *file_offset = obj->ext_off[f] + (k / (uint64_t)st->ndirs) * obj->stripe + offset % obj->stripe;
+    return 0;
+}
+
+void mw_store_stats(struct mw_store *st, struct mw_store_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    pthread_mutex_lock(&st->mu);
+    out->direct = 1;
+    for (int i = 0; i < st->ndirs; i++) {
+        out->capacity += st->files[i].size;
+        if (!st->files[i].direct) out->direct = 0;
+    }
+    out->used = st->used;
+    out->n_objects = st->n_objects;
+    pthread_mutex_unlock(&st->mu);
+    out->bytes_read = atomic_load(&st->bytes_read);
+    out->bytes_written = atomic_load(&st->bytes_written);
+    out->checksum_failures = atomic_load(&st->checksum_failures);
+}
