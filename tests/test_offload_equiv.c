@@ -7,6 +7,8 @@
  * tensors smaller than an 8-bit block work.
  */
 #include "offload_util.h"
+#include <errno.h>
+#include <math.h>
 
 static const char *g_dir;
 
@@ -214,6 +216,52 @@ static void single_parameter(void)
     mw_offload_registry_free(&r);
 }
 
+/* Two-phase global-norm clipping: the norm (independent of the subgroup size) first, then the
+ * step with the clip factor as grad_scale; equal across placements and to a double reference. */
+static void clipping(const struct mw_offload_registry *r)
+{
+    uint64_t n = r->total;
+    struct ou_snap snaps[2];
+    double norms[2];
+    for (int nv = 0; nv < 2; nv++) {
+        float *w = malloc(4 * n), *g = malloc(4 * n);
+        REQUIRE(w && g);
+        ou_init_weights(w, n);
+        struct mw_offload_config c = base(nv ? 100 : 1u << 30, 2, nv ? "optim=nvme" : "all=dram", MW_OFFLOAD_M_FP32);
+        c.ext_weights = w;
+        c.ext_grads = g;
+        if (nv) c.nvme_dir = g_dir;
+        struct mw_offload *e;
+        REQUIRE(mw_offload_init(&e, r, &c) == 0);
+        for (int t = 1; t <= 2; t++) {
+            ou_grads(g, n, t, 0);
+            double ref = 0;
+            for (uint64_t i = 0; i < n; i++) ref += (double)g[i] * g[i];
+            ref = sqrt(ref);
+            CHECK(mw_offload_backward_begin(e, 1, NULL) == 0);
+            CHECK(mw_offload_backward_end(e) == 0);
+            double norm = -1;
+            CHECK(mw_offload_grad_norm(e, &norm) == 0);
+            CHECK_MSG(fabs(norm - ref) <= 1e-6 * ref, "norm %.9g, reference %.9g", norm, ref);
+            if (t == 2) norms[nv] = norm;
+            struct mw_offload_hparams hp;
+            ou_hparams(&hp, t);
+            hp.grad_scale = (float)fmin(1.0, 1.0 / norm); /* clip to norm 1 */
+            CHECK(mw_offload_step(e, &hp) == 0);
+        }
+        double dummy;
+        CHECK(mw_offload_grad_norm(e, &dummy) == -EINVAL); /* not between backward_end and step */
+        ou_snap_take(e, MW_OFFLOAD_M_FP32, n, &snaps[nv]);
+        mw_offload_free(e);
+        free(w);
+        free(g);
+    }
+    CHECK(memcmp(&norms[0], &norms[1], sizeof(double)) == 0);
+    CHECK(ou_snap_equal(&snaps[0], &snaps[1], "clipped steps, dram vs nvme"));
+    ou_snap_free(&snaps[0]);
+    ou_snap_free(&snaps[1]);
+}
+
 int main(void)
 {
     g_dir = ou_scratch_dir("offload_equiv");
@@ -227,6 +275,7 @@ int main(void)
     matrix(&r, MW_OFFLOAD_M_BF16, MW_OFFLOAD_W_BF16, "bf16 moments, bf16 weights");
     matrix(&r, MW_OFFLOAD_M_8BIT, MW_OFFLOAD_W_FP16, "8-bit moments, fp16 weights");
     accumulation(&r);
+    clipping(&r);
     single_parameter();
 
     mw_offload_registry_free(&r);

@@ -47,33 +47,61 @@ static void fill(float *a, uint64_t n, float scale, uint64_t seed)
     }
 }
 
-/* Bare AdamW over n parameters (fp32 everything, moments in `mf`), `reps` times, seconds each. */
-static int bare_kernel(uint64_t n, enum mw_optim_dtype md, int threads, int reps, double *times)
+/* The bare AdamW kernel on its own arrays (page-aligned, like the engine's DRAM state): the
+ * reference the update phase is compared with. Gradients are shared with the engine (read only). */
+struct bare {
+    uint64_t n;
+    struct mw_optim_format f;
+    struct mw_optim_slice s;
+    struct mw_optim_exec ex;
+    struct mw_adamw_hp hp;
+    void *mem[5];
+};
+
+static void *palloc(size_t bytes)
 {
-    float *p = xalloc(4 * n), *g = xalloc(4 * n);
-    void *m = xalloc(mw_optim_array_bytes(md, n) + 64), *v = xalloc(mw_optim_array_bytes(md, n) + 64);
-    size_t sb = mw_optim_scale_bytes(md, n);
-    float *ms = sb ? xalloc(sb) : NULL, *vs = sb ? xalloc(sb) : NULL;
-    int rc = 0;
-    if (!p || !g || !m || !v || (sb && (!ms || !vs))) { rc = mw_error_set(-12, "bench: out of memory for the bare kernel"); goto out; }
-    fill(p, n, 1e-3f, 1);
-    fill(g, n, 1e-4f, 2);
-    memset(m, 0, mw_optim_array_bytes(md, n));
-    memset(v, 0, mw_optim_array_bytes(md, n));
-    if (sb) { memset(ms, 0, sb); memset(vs, 0, sb); }
-    struct mw_optim_format f = {MW_OPTIM_F32, md, MW_OPTIM_NONE};
-    struct mw_optim_slice s = {.n = n, .master = p, .grad = g, .m = m, .v = v, .m_scale = ms, .v_scale = vs};
-    struct mw_optim_exec ex = {threads, MW_SIMD_AUTO, 0};
-    struct mw_adamw_hp hp = mw_adamw_hp_default();
-    for (int r = 0; r <= reps && !rc; r++) { /* r == 0: warm-up (page faults) */
-        hp.step = r + 1;
-        uint64_t t0 = mw_now_ns();
-        rc = mw_adamw_step(&f, &hp, &s, &ex);
-        if (r) times[r - 1] = (double)(mw_now_ns() - t0) * 1e-9;
+    void *p = NULL;
+    if (posix_memalign(&p, 4096, MW_ALIGN_UP(bytes ? bytes : 1, (size_t)4096))) return NULL;
+    memset(p, 0, bytes);
+    return p;
+}
+
+static void bare_free(struct bare *b)
+{
+    for (int i = 0; i < 5; i++) free(b->mem[i]);
+    memset(b, 0, sizeof *b);
+}
+
+static int bare_init(struct bare *b, uint64_t n, enum mw_optim_dtype md, int threads, const float *w, const float *g)
+{
+    memset(b, 0, sizeof *b);
+    b->n = n;
+    size_t ab = mw_optim_array_bytes(md, n), sb = mw_optim_scale_bytes(md, n);
+    b->mem[0] = palloc(4 * n);
+    b->mem[1] = palloc(ab);
+    b->mem[2] = palloc(ab);
+    b->mem[3] = sb ? palloc(sb) : NULL;
+    b->mem[4] = sb ? palloc(sb) : NULL;
+    if (!b->mem[0] || !b->mem[1] || !b->mem[2] || (sb && (!b->mem[3] || !b->mem[4]))) {
+        bare_free(b);
+        return mw_error_set(-12, "bench: out of memory for the bare kernel's %llu parameters", (unsigned long long)n);
     }
-out:
-    free(p); free(g); free(m); free(v); free(ms); free(vs);
-    return rc;
+    memcpy(b->mem[0], w, 4 * n);
+    b->f = (struct mw_optim_format){MW_OPTIM_F32, md, MW_OPTIM_NONE};
+    b->s = (struct mw_optim_slice){.n = n, .master = b->mem[0], .grad = g, .m = b->mem[1], .v = b->mem[2],
+                                   .m_scale = b->mem[3], .v_scale = b->mem[4]};
+    b->ex = (struct mw_optim_exec){threads, MW_SIMD_AUTO, 0};
+    b->hp = mw_adamw_hp_default();
+    return 0;
+}
+
+/* One step; returns seconds (negative on failure). */
+static double bare_step(struct bare *b)
+{
+    b->hp.step++;
+    uint64_t t0 = mw_now_ns();
+    int rc = mw_adamw_step(&b->f, &b->hp, &b->s, &b->ex);
+    return rc ? -1.0 : (double)(mw_now_ns() - t0) * 1e-9;
 }
 
 /* Host copy bandwidth (the emulated link): bytes/s of memcpy over 64 MiB. */
@@ -166,22 +194,31 @@ int mw_cmd_bench_offload(int argc, char **argv)
     rc = mw_offload_init(&e, &reg, &c);
     if (rc) { mw_cli_fail("offload init", rc); free(w); free(g); return 1; }
     double init_s = (double)(mw_now_ns() - t_init) * 1e-9;
-    const struct mw_offload_plan *plan = mw_offload_get_plan(e);
+    const struct mw_offload_plan plan_copy = *mw_offload_get_plan(e), *plan = &plan_copy;
     char plantxt[1024];
     mw_offload_plan_format(plan, plantxt, sizeof plantxt);
 
+    enum mw_optim_dtype md = c.moments == MW_OFFLOAD_M_BF16 ? MW_OPTIM_BF16 : c.moments == MW_OFFLOAD_M_8BIT ? MW_OPTIM_Q8 : MW_OPTIM_F32;
+    struct bare bk = {0};
+    if (!no_kernel && (rc = bare_init(&bk, n, md, (int)threads, w, g))) {
+        mw_cli_fail("bare kernel", rc); mw_offload_free(e); free(w); free(g); return 1;
+    }
+    /* engine steps and bare-kernel steps alternate, so both see the same machine load */
     struct mw_offload_hparams hp;
     mw_offload_hparams_default(&hp);
     int K = (int)steps;
-    double upd[1000], wait[1000], kern[1000];
+    double upd[1000], wait[1000], kern[1000], ktimes[1000];
     struct mw_offload_stats st = {0};
-    for (int s = 0; s <= K && !rc; s++) {
+    for (int s = 0; s <= K && !rc; s++) { /* s == 0: warm-up of both */
         mw_offload_stats_reset(e);
         rc = mw_offload_step(e, &hp);
         mw_offload_stats_get(e, &st);
-        if (s) { upd[s - 1] = st.step_s; wait[s - 1] = st.io_wait_s; kern[s - 1] = st.kernel_s; }
+        double kt = no_kernel ? 0 : bare_step(&bk);
+        if (kt < 0) { rc = -22; break; }
+        if (s) { upd[s - 1] = st.step_s; wait[s - 1] = st.io_wait_s; kern[s - 1] = st.kernel_s; ktimes[s - 1] = kt; }
     }
-    if (rc) { mw_cli_fail("offload step", rc); mw_offload_free(e); free(w); free(g); return 1; }
+    if (rc) { mw_cli_fail("offload step", rc); bare_free(&bk); mw_offload_free(e); free(w); free(g); return 1; }
+    bare_free(&bk);
     mw_offload_free(e);
     free(w);
     free(g);
@@ -191,12 +228,7 @@ int mw_cmd_bench_offload(int argc, char **argv)
     }
     double update_s = median(upd, K), io_wait_s = median(wait, K), pipe_kernel_s = median(kern, K);
 
-    double kernel_s = 0, ktimes[1000];
-    enum mw_optim_dtype md = c.moments == MW_OFFLOAD_M_BF16 ? MW_OPTIM_BF16 : c.moments == MW_OFFLOAD_M_8BIT ? MW_OPTIM_Q8 : MW_OPTIM_F32;
-    if (!no_kernel) {
-        if ((rc = bare_kernel(n, md, (int)threads, K, ktimes))) { mw_cli_fail("bare kernel", rc); return 1; }
-        kernel_s = median(ktimes, K);
-    }
+    double kernel_s = no_kernel ? 0 : median(ktimes, K);
     double rd_bw = update_s > 0 ? (double)st.nvme_read_bytes / update_s : 0;
     double wr_bw = update_s > 0 ? (double)st.nvme_write_bytes / update_s : 0;
     double rw_bw = update_s > 0 ? (double)(st.nvme_read_bytes + st.nvme_write_bytes) / update_s : 0;
@@ -204,10 +236,20 @@ int mw_cmd_bench_offload(int argc, char **argv)
     if (calibrate) {
         struct mw_offload_profile p;
         mw_offload_profile_default(&p);
-        double t1[3];
         uint64_t cn = MW_MIN(n, (uint64_t)(16u << 20));
         if (kernel_s > 0) p.cpu_params_per_s = (double)n / kernel_s;
-        if (!bare_kernel(cn, md, 1, 3, t1)) p.dev_params_per_s = (double)cn / median(t1, 3);
+        float *cw = palloc(4 * cn), *cg = palloc(4 * cn);
+        struct bare one;
+        if (cw && cg && !bare_init(&one, cn, md, 1, cw, cg)) { /* the emulated device: one worker thread */
+            double t1[3];
+            bare_step(&one);
+            for (int i = 0; i < 3; i++) t1[i] = bare_step(&one);
+            double m1 = median(t1, 3);
+            if (m1 > 0) p.dev_params_per_s = (double)cn / m1;
+            bare_free(&one);
+        }
+        free(cw);
+        free(cg);
         p.link_bytes_per_s = copy_bw();
         p.dev_latency_s = 20e-6;
         if (!strcmp(tier, "nvme")) {

@@ -501,8 +501,19 @@ int mw_offload_step(struct mw_offload *e, const struct mw_offload_hparams *hp)
     pthread_mutex_unlock(&e->mu);
     if (failed) return mw_error_set(rc, "%s (step %llu not committed; the state of step %llu is intact)", e->errmsg,
                                     (unsigned long long)e->committed + 1, (unsigned long long)e->committed);
+    uint64_t now = mw_now_ns();
     struct mw_trace_arg a[1] = {{"step", (int64_t)e->committed}};
-    mw_trace_span(e->tr, "offload", "step", MW_MIN(started, t0), mw_now_ns(), a, 1);
+    mw_trace_span(e->tr, "offload", "step", MW_MIN(started, t0), now, a, 1);
+    if (e->tr) { /* the bytes each tier holds, once per step (allocations are traced by the tiers) */
+        static const char *names[MW_OFFLOAD_NTIERS] = {"offload dram bytes", "offload nvme bytes", "offload device bytes"};
+        for (int t = 0; t < MW_OFFLOAD_NTIERS; t++) {
+            struct mw_tier_stats ts;
+            mw_tier_stats(e->tier[t], &ts);
+            mw_trace_counter(e->tr, names[t], now, (double)ts.current);
+        }
+        mw_trace_counter(e->tr, "offload nvme read bytes", now, (double)e->stats.nvme_read_bytes);
+        mw_trace_counter(e->tr, "offload nvme written bytes", now, (double)e->stats.nvme_write_bytes);
+    }
     return 0;
 }
 
