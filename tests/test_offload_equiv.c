@@ -262,6 +262,51 @@ static void clipping(const struct mw_offload_registry *r)
     ou_snap_free(&snaps[1]);
 }
 
+/* Checkpoint round trip: the raw state of a DRAM engine after 2 steps, written into an NVMe
+ * engine with another subgroup size (and its step count set), gives the same step 3. */
+static void checkpoint(const struct mw_offload_registry *r)
+{
+    uint64_t n = r->total;
+    float *w = malloc(4 * n), *g = malloc(4 * n), *w2 = malloc(4 * n);
+    REQUIRE(w && g && w2);
+    ou_init_weights(w, n);
+    struct mw_offload_config c = base(1u << 30, 2, "all=dram", MW_OFFLOAD_M_8BIT);
+    c.ext_weights = w;
+    c.ext_grads = g;
+    struct mw_offload *a, *b;
+    REQUIRE(mw_offload_init(&a, r, &c) == 0);
+    struct mw_offload_hparams hp;
+    for (int t = 1; t <= 2; t++) {
+        ou_hparams(&hp, t);
+        ou_grads(g, n, t, 0);
+        CHECK(mw_offload_step(a, &hp) == 0);
+    }
+    struct ou_snap saved;
+    ou_snap_take(a, MW_OFFLOAD_M_8BIT, n, &saved);
+    memset(w2, 0, 4 * n);
+    struct mw_offload_config c2 = base(300, 3, "optim=nvme", MW_OFFLOAD_M_8BIT);
+    c2.ext_weights = w2;
+    c2.ext_grads = g;
+    c2.nvme_dir = g_dir;
+    REQUIRE(mw_offload_init(&b, r, &c2) == 0);
+    for (int reg = 0; reg < 5; reg++) CHECK(mw_offload_write_raw(b, reg, 0, n, saved.raw[reg]) == 0);
+    CHECK(mw_offload_set_committed_steps(b, 2) == 0);
+    CHECK(memcmp(w, w2, 4 * n) == 0); /* the master write refreshed the working copy */
+    ou_hparams(&hp, 3);
+    ou_grads(g, n, 3, 0);
+    CHECK(mw_offload_step(a, &hp) == 0);
+    CHECK(mw_offload_step(b, &hp) == 0);
+    struct ou_snap sa, sb;
+    ou_snap_take(a, MW_OFFLOAD_M_8BIT, n, &sa);
+    ou_snap_take(b, MW_OFFLOAD_M_8BIT, n, &sb);
+    CHECK(ou_snap_equal(&sa, &sb, "step 3 after a checkpoint restore"));
+    CHECK_EQ_INT(mw_offload_committed_steps(b), 3);
+    ou_snap_free(&saved); ou_snap_free(&sa); ou_snap_free(&sb);
+    mw_offload_free(a);
+    mw_offload_free(b);
+    free(w); free(g); free(w2);
+}
+
 int main(void)
 {
     g_dir = ou_scratch_dir("offload_equiv");
@@ -276,6 +321,7 @@ int main(void)
     matrix(&r, MW_OFFLOAD_M_8BIT, MW_OFFLOAD_W_FP16, "8-bit moments, fp16 weights");
     accumulation(&r);
     clipping(&r);
+    checkpoint(&r);
     single_parameter();
 
     mw_offload_registry_free(&r);

@@ -227,7 +227,8 @@ int mw_offload_backward_end(struct mw_offload *e);
  * it is the same for every subgroup size. Only between the last backward_end and an unarmed
  * mw_offload_step. Non-finite on overflow (then call mw_offload_skip_step). */
 int mw_offload_grad_norm(struct mw_offload *e, double *norm);
-/* Runs the update of every subgroup not yet started (hp may be NULL when armed), waits for all,
+/* Runs the update of every subgroup not yet started (when armed, the hyper-parameters given to
+ * mw_offload_backward_begin apply and hp is ignored: one step never mixes two), waits for all,
  * commits the step, resets the gradient accumulators. On failure the previous step stays the
  * committed one: call mw_offload_recover() before anything else. */
 int mw_offload_step(struct mw_offload *e, const struct mw_offload_hparams *hp);
@@ -252,6 +253,12 @@ int mw_offload_read_state(struct mw_offload *e, enum mw_offload_kind kind, int w
 enum mw_offload_region { MW_OFFLOAD_R_MASTER = 0, MW_OFFLOAD_R_EXP_AVG = 1, MW_OFFLOAD_R_EXP_AVG_SCALE = 2,
                          MW_OFFLOAD_R_EXP_AVG_SQ = 3, MW_OFFLOAD_R_EXP_AVG_SQ_SCALE = 4 };
 int mw_offload_read_raw(struct mw_offload *e, int region, uint64_t first, uint64_t n, void *dst);
+
+/* Checkpoint restore: overwrite raw bytes of one region of the committed state (the inverse of
+ * mw_offload_read_raw; a MASTER write also refreshes the working copy), and set the number of
+ * committed steps (the AdamW step count used for bias correction). Not during a step. */
+int mw_offload_write_raw(struct mw_offload *e, int region, uint64_t first, uint64_t n, const void *src);
+int mw_offload_set_committed_steps(struct mw_offload *e, uint64_t steps);
 
 void mw_offload_stats_get(const struct mw_offload *e, struct mw_offload_stats *s);
 void mw_offload_stats_reset(struct mw_offload *e);

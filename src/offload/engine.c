@@ -312,13 +312,20 @@ int mw_offload_read_state(struct mw_offload *e, enum mw_offload_kind kind, int w
     return rc;
 }
 
-int mw_offload_set_master(struct mw_offload *e, uint64_t first, uint64_t n, const float *src)
+int mw_offload_write_raw(struct mw_offload *e, int region, uint64_t first, uint64_t n, const void *src)
 {
-    int rc = check_range(e, first, n, "set_master");
-    if (rc || (rc = check_quiet(e, "set_master"))) return rc;
+    int rc = check_range(e, first, n, "write_raw");
+    if (rc || (rc = check_quiet(e, "write_raw"))) return rc;
+    if (region < 0 || region >= OFL_NREGIONS) return mw_error_set(-EINVAL, "offload write_raw: bad region %d", region);
+    enum ofl_region r = (enum ofl_region)region;
+    int scale = r == OFL_R_MSCALE || r == OFL_R_VSCALE;
+    if (scale && e->cfg.moments != MW_OFFLOAD_M_8BIT) return 0;
+    if (e->cfg.moments == MW_OFFLOAD_M_8BIT && region != OFL_R_MASTER && first % MW_Q8_BLOCK)
+        return mw_error_set(-EINVAL, "offload write_raw: 8-bit moments start at a multiple of %d", MW_Q8_BLOCK);
     int cur = (int)(e->committed % 2);
     uint32_t lo, hi;
     sg_span(e, first, n, &lo, &hi);
+    const char *in = src;
     for (uint32_t i = lo; i <= hi; i++) {
         const struct mw_offload_subgroup *g = &e->sgs[i];
         uint64_t a = MW_MAX(first, g->first), b = MW_MIN(first + n, g->first + g->n);
@@ -327,10 +334,35 @@ int mw_offload_set_master(struct mw_offload *e, uint64_t first, uint64_t n, cons
             if ((rc = ofl_slot_load(e, i, cur, NULL))) return rc;
             ofl_view_staging(e, i, 0, &s);
         } else ofl_view_home(e, i, 0, &s);
-        memcpy(s.master + (a - g->first), src + (a - first), 4 * (b - a));
+        char *dst = region == OFL_R_MASTER ? (char *)s.master : region == OFL_R_M ? (char *)s.m :
+                    region == OFL_R_V ? (char *)s.v : region == OFL_R_MSCALE ? (char *)s.m_scale : (char *)s.v_scale;
+        uint64_t so = ofl_region_offset(&e->cfg, r, a - g->first);
+        uint64_t nb = ofl_region_bytes(&e->cfg, r, b - g->first) - so;
+        memcpy(dst + so, in, nb);
+        in += nb;
         if (e->txn && (rc = ofl_slot_store(e, i, cur, NULL))) return rc;
-        refresh_weights_from(e, a, b - a, s.master + (a - g->first));
+        if (region == OFL_R_MASTER) refresh_weights_from(e, a, b - a, s.master + (a - g->first));
     }
+    return 0;
+}
+
+int mw_offload_set_master(struct mw_offload *e, uint64_t first, uint64_t n, const float *src)
+{
+    if (e->master_alias && src == (const float *)e->cfg.ext_weights + first) return check_range(e, first, n, "set_master");
+    return mw_offload_write_raw(e, OFL_R_MASTER, first, n, src);
+}
+
+int mw_offload_set_committed_steps(struct mw_offload *e, uint64_t steps)
+{
+    int rc = check_quiet(e, "set_committed_steps");
+    if (rc) return rc;
+    if (e->txn && steps % 2 != e->committed % 2) { /* the committed slot moves: copy every subgroup over */
+        for (uint32_t i = 0; i < e->nsg; i++) {
+            if ((rc = ofl_slot_load(e, i, (int)(e->committed % 2), NULL))) return rc;
+            if ((rc = ofl_slot_store(e, i, (int)(steps % 2), NULL))) return rc;
+        }
+    }
+    e->committed = steps;
     return 0;
 }
 
@@ -482,8 +514,7 @@ int mw_offload_step(struct mw_offload *e, const struct mw_offload_hparams *hp)
     if (!e->armed && !hp) return mw_error_set(-EINVAL, "offload step: no hyper-parameters (not armed)");
     uint64_t t0 = mw_now_ns();
     pthread_mutex_lock(&e->mu);
-    if (!e->armed) { e->hp = *hp; e->armed = 1; }
-    else if (hp) e->hp = *hp; /* hp only matters for subgroups not started yet: keep one value */
+    if (!e->armed) { e->hp = *hp; e->armed = 1; } /* armed: the hp given at backward_begin rules (hp ignored) */
     for (uint32_t i = 0; i < e->nsg; i++) ofl_pipe_enqueue_locked(e, i);
     while (e->n_done < e->n_started || (e->threads_up && (e->n_reading || e->upd_head != e->upd_tail)))
         pthread_cond_wait(&e->cv_done, &e->mu);
