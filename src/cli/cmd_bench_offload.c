@@ -128,7 +128,7 @@ int mw_cmd_bench_offload(int argc, char **argv)
     int64_t params = 64ll << 20, steps = 3, threads = 0, buffers = 4;
     int64_t sgsize = 16ll << 20;
     const char *tier = "nvme", *dir = "/tmp/memwall-bench-offload", *moments = "fp32", *policy = "all-cpu";
-    const char *calibrate = NULL, *trace_path = NULL;
+    const char *calibrate = NULL, *trace_path = NULL, *profile = NULL;
     int json = 0, device = 0, no_kernel = 0;
     static const char *const tiers[] = {"dram", "nvme", NULL};
     static const char *const mfs[] = {"fp32", "bf16", "8bit", NULL};
@@ -143,6 +143,7 @@ int mw_cmd_bench_offload(int argc, char **argv)
         {"threads", MW_OPT_INT, &threads, "T", "optimizer kernel threads, 0 = OpenMP default", 0, 1024, NULL},
         {"device", MW_OPT_FLAG, &device, NULL, "also run the emulated accelerator (hybrid schedule)", 0, 0, NULL},
         {"policy", MW_OPT_STRING, &policy, "P", "update placement with --device: auto, all-cpu, all-device, every-K", 0, 0, NULL},
+        {"profile", MW_OPT_STRING, &profile, "FILE", "cost-model profile for --policy auto (from --calibrate)", 0, 0, NULL},
         {"no-kernel", MW_OPT_FLAG, &no_kernel, NULL, "skip the bare-kernel comparison (saves memory)", 0, 0, NULL},
         {"calibrate", MW_OPT_STRING, &calibrate, "FILE", "measure the cost-model profile and write it as JSON", 0, 0, NULL},
         {"trace", MW_OPT_STRING, &trace_path, "FILE", "write a Perfetto trace of the timed steps", 0, 0, NULL},
@@ -168,6 +169,7 @@ int mw_cmd_bench_offload(int argc, char **argv)
         c.nvme_dir = dir;
     }
     c.use_device = device;
+    if (profile && (r = mw_offload_profile_load(profile, &c.profile))) { mw_cli_fail("profile", r); return 1; }
     if (device && mw_offload_policy_parse(policy, &c.policy, &c.every_k)) {
         fprintf(stderr, "memwall bench offload: %s\n", mw_error_msg());
         return 2;

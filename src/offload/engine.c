@@ -1,12 +1,12 @@
 /*
- * engine.c — the offload engine's life cycle: init (allocate exactly the plan), gradients
- * (accumulation and readiness), the step (start, wait, commit), recovery and state readers.
+ * engine.c — the offload engine's life cycle: init (allocate exactly what the plan said, open
+ * the NVMe store, write the initial state), the step (enqueue, wait, commit), recovery after a
+ * failed step, and statistics. Gradients are in grads.c, state readers/writers in state.c,
+ * the pipeline itself in pipeline.c.
  *
- * Why readiness per subgroup: the optimizer step can overlap the backward pass only if a
- * subgroup's update starts the moment its last gradient is final. The caller reports element
- * ranges as the backward pass finishes them; the engine counts, per subgroup, the elements
- * reported in this micro-step, and when the count reaches the subgroup's size (and the step is
- * armed with its hyper-parameters) hands the subgroup to the pipeline (pipeline.c).
+ * Why the step commits in one place: the committed step counter decides which of the two
+ * slots holds the state (transactional mode), so it must move only after every subgroup of
+ * the step was written back, and never when any of them failed.
  */
 #include "offload/internal.h"
 
@@ -85,22 +85,10 @@ static int write_initial(struct mw_offload *e, const float *src)
         ofl_layout_make(&e->cfg, e->sgs[i].n, &L);
         memset(e->staging[0].ptr, 0, L.total);
         if (src) memcpy(s.master, src + e->sgs[i].first, 4 * e->sgs[i].n);
-        int rc = ofl_slot_store(e, i, 0, NULL);
+        int rc = ofl_slot_store(e, i, 0);
         if (rc) return rc;
     }
     return 0;
-}
-
-static void refresh_weights_from(struct mw_offload *e, uint64_t first, uint64_t n, const float *master)
-{
-    if (e->master_alias) return;
-    char *w = e->cfg.ext_weights ? (char *)e->cfg.ext_weights : (char *)e->weights.ptr;
-    if (!w) return;
-    switch (e->cfg.weights) {
-    case MW_OFFLOAD_W_FP32: memcpy(w + 4 * first, master, 4 * n); break;
-    case MW_OFFLOAD_W_BF16: mw_f32_to_bf16_n(master, (uint16_t *)w + first, n); break;
-    case MW_OFFLOAD_W_FP16: mw_f32_to_f16_n(master, (uint16_t *)w + first, n); break;
-    }
 }
 
 int mw_offload_init(struct mw_offload **out, const struct mw_offload_registry *r, const struct mw_offload_config *cfg)
@@ -228,16 +216,28 @@ const struct mw_offload_subgroup *mw_offload_subgroups(const struct mw_offload *
 }
 uint64_t mw_offload_committed_steps(const struct mw_offload *e) { return e->committed; }
 
-/* ------------------------------------------------------------------ state readers and writers */
+/* ------------------------------------------------------------------ helpers shared with state.c and grads.c */
+
+void ofl_refresh_weights(struct mw_offload *e, uint64_t first, uint64_t n, const float *master)
+{
+    if (e->master_alias) return;
+    char *w = e->cfg.ext_weights ? (char *)e->cfg.ext_weights : (char *)e->weights.ptr;
+    if (!w) return;
+    switch (e->cfg.weights) {
+    case MW_OFFLOAD_W_FP32: memcpy(w + 4 * first, master, 4 * n); break;
+    case MW_OFFLOAD_W_BF16: mw_f32_to_bf16_n(master, (uint16_t *)w + first, n); break;
+    case MW_OFFLOAD_W_FP16: mw_f32_to_f16_n(master, (uint16_t *)w + first, n); break;
+    }
+}
 
 /* Subgroups overlapping [first, first+n). */
-static void sg_span(const struct mw_offload *e, uint64_t first, uint64_t n, uint32_t *lo, uint32_t *hi)
+void ofl_sg_span(const struct mw_offload *e, uint64_t first, uint64_t n, uint32_t *lo, uint32_t *hi)
 {
     *lo = (uint32_t)(first / e->plan.subgroup_size);
     *hi = (uint32_t)((first + n - 1) / e->plan.subgroup_size);
 }
 
-static int check_range(const struct mw_offload *e, uint64_t first, uint64_t n, const char *what)
+int ofl_check_range(const struct mw_offload *e, uint64_t first, uint64_t n, const char *what)
 {
     if (n == 0 || first >= e->plan.total_elems || n > e->plan.total_elems - first)
         return mw_error_set(-EINVAL, "offload %s: range [%llu, +%llu) outside the %llu parameters", what,
@@ -245,252 +245,13 @@ static int check_range(const struct mw_offload *e, uint64_t first, uint64_t n, c
     return 0;
 }
 
-static int check_quiet(struct mw_offload *e, const char *what)
+int ofl_check_quiet(struct mw_offload *e, const char *what)
 {
     if (e->n_started || e->in_backward)
         return mw_error_set(-EBUSY, "offload %s: not allowed while a step is in progress", what);
     return 0;
 }
 
-int mw_offload_read_raw(struct mw_offload *e, int region, uint64_t first, uint64_t n, void *dst)
-{
-    int rc = check_range(e, first, n, "read");
-    if (rc) return rc;
-    if (region < 0 || region >= OFL_NREGIONS) return mw_error_set(-EINVAL, "offload read: bad region %d", region);
-    if ((rc = check_quiet(e, "read"))) return rc;
-    enum ofl_region r = (enum ofl_region)region;
-    int scale = r == OFL_R_MSCALE || r == OFL_R_VSCALE;
-    if (scale && e->cfg.moments != MW_OFFLOAD_M_8BIT) return 0;
-    if (scale && first % MW_Q8_BLOCK) return mw_error_set(-EINVAL, "offload read: scales start at a block");
-    int cur = (int)(e->committed % 2);
-    uint32_t lo, hi;
-    sg_span(e, first, n, &lo, &hi);
-    char *out = dst;
-    for (uint32_t i = lo; i <= hi; i++) {
-        const struct mw_offload_subgroup *g = &e->sgs[i];
-        uint64_t a = MW_MAX(first, g->first), b = MW_MIN(first + n, g->first + g->n);
-        struct mw_optim_slice s;
-        if (e->txn) {
-            if ((rc = ofl_slot_load(e, i, cur, NULL))) return rc;
-            ofl_view_staging(e, i, 0, &s);
-        } else ofl_view_home(e, i, 0, &s);
-        char *src = region == OFL_R_MASTER ? (char *)s.master : region == OFL_R_M ? (char *)s.m :
-                    region == OFL_R_V ? (char *)s.v : region == OFL_R_MSCALE ? (char *)s.m_scale : (char *)s.v_scale;
-        uint64_t so = ofl_region_offset(&e->cfg, r, a - g->first);
-        uint64_t nb = ofl_region_bytes(&e->cfg, r, b - g->first) - so;
-        if (scale) nb = ofl_region_bytes(&e->cfg, r, b - g->first) - so;
-        memcpy(out, src + so, nb);
-        out += nb;
-    }
-    return 0;
-}
-
-int mw_offload_read_state(struct mw_offload *e, enum mw_offload_kind kind, int which, uint64_t first, uint64_t n, float *dst)
-{
-    int rc = check_range(e, first, n, "read");
-    if (rc) return rc;
-    if (kind == MW_OFFLOAD_MASTER) return mw_offload_read_raw(e, OFL_R_MASTER, first, n, dst);
-    if (kind == MW_OFFLOAD_WEIGHTS) {
-        if (e->master_alias) return mw_offload_read_raw(e, OFL_R_MASTER, first, n, dst);
-        const char *w = e->cfg.ext_weights ? (const char *)e->cfg.ext_weights : (const char *)e->weights.ptr;
-        if (e->cfg.weights == MW_OFFLOAD_W_FP32) memcpy(dst, w + 4 * first, 4 * n);
-        else if (e->cfg.weights == MW_OFFLOAD_W_BF16) mw_bf16_to_f32_n((const uint16_t *)w + first, dst, n);
-        else mw_f16_to_f32_n((const uint16_t *)w + first, dst, n);
-        return 0;
-    }
-    if (kind != MW_OFFLOAD_MOMENTS || which < 0 || which > 1)
-        return mw_error_set(-EINVAL, "offload read: kind %d/%d is not readable", (int)kind, which);
-    int reg = which ? OFL_R_V : OFL_R_M;
-    if (e->cfg.moments == MW_OFFLOAD_M_FP32) return mw_offload_read_raw(e, reg, first, n, dst);
-    if (e->cfg.moments == MW_OFFLOAD_M_8BIT)
-        return mw_error_set(-ENOTSUP, "offload read: 8-bit moments are read raw (mw_offload_read_raw)");
-    uint16_t *tmp = malloc(2 * n);
-    if (!tmp) return mw_error_set(-ENOMEM, "offload read: out of memory");
-    rc = mw_offload_read_raw(e, reg, first, n, tmp);
-    if (!rc) mw_bf16_to_f32_n(tmp, dst, n);
-    free(tmp);
-    return rc;
-}
-
-int mw_offload_write_raw(struct mw_offload *e, int region, uint64_t first, uint64_t n, const void *src)
-{
-    int rc = check_range(e, first, n, "write_raw");
-    if (rc || (rc = check_quiet(e, "write_raw"))) return rc;
-    if (region < 0 || region >= OFL_NREGIONS) return mw_error_set(-EINVAL, "offload write_raw: bad region %d", region);
-    enum ofl_region r = (enum ofl_region)region;
-    int scale = r == OFL_R_MSCALE || r == OFL_R_VSCALE;
-    if (scale && e->cfg.moments != MW_OFFLOAD_M_8BIT) return 0;
-    if (e->cfg.moments == MW_OFFLOAD_M_8BIT && region != OFL_R_MASTER && first % MW_Q8_BLOCK)
-        return mw_error_set(-EINVAL, "offload write_raw: 8-bit moments start at a multiple of %d", MW_Q8_BLOCK);
-    int cur = (int)(e->committed % 2);
-    uint32_t lo, hi;
-    sg_span(e, first, n, &lo, &hi);
-    const char *in = src;
-    for (uint32_t i = lo; i <= hi; i++) {
-        const struct mw_offload_subgroup *g = &e->sgs[i];
-        uint64_t a = MW_MAX(first, g->first), b = MW_MIN(first + n, g->first + g->n);
-        struct mw_optim_slice s;
-        if (e->txn) {
-            if ((rc = ofl_slot_load(e, i, cur, NULL))) return rc;
-            ofl_view_staging(e, i, 0, &s);
-        } else ofl_view_home(e, i, 0, &s);
-        char *dst = region == OFL_R_MASTER ? (char *)s.master : region == OFL_R_M ? (char *)s.m :
-                    region == OFL_R_V ? (char *)s.v : region == OFL_R_MSCALE ? (char *)s.m_scale : (char *)s.v_scale;
-        uint64_t so = ofl_region_offset(&e->cfg, r, a - g->first);
-        uint64_t nb = ofl_region_bytes(&e->cfg, r, b - g->first) - so;
-        memcpy(dst + so, in, nb);
-        in += nb;
-        if (e->txn && (rc = ofl_slot_store(e, i, cur, NULL))) return rc;
-        if (region == OFL_R_MASTER) refresh_weights_from(e, a, b - a, s.master + (a - g->first));
-    }
-    return 0;
-}
-
-int mw_offload_set_master(struct mw_offload *e, uint64_t first, uint64_t n, const float *src)
-{
-    if (e->master_alias && src == (const float *)e->cfg.ext_weights + first) return check_range(e, first, n, "set_master");
-    return mw_offload_write_raw(e, OFL_R_MASTER, first, n, src);
-}
-
-int mw_offload_set_committed_steps(struct mw_offload *e, uint64_t steps)
-{
-    int rc = check_quiet(e, "set_committed_steps");
-    if (rc) return rc;
-    if (e->txn && steps % 2 != e->committed % 2) { /* the committed slot moves: copy every subgroup over */
-        for (uint32_t i = 0; i < e->nsg; i++) {
-            if ((rc = ofl_slot_load(e, i, (int)(e->committed % 2), NULL))) return rc;
-            if ((rc = ofl_slot_store(e, i, (int)(steps % 2), NULL))) return rc;
-        }
-    }
-    e->committed = steps;
-    return 0;
-}
-
-/* ------------------------------------------------------------------ gradients */
-
-static int mark_ready(struct mw_offload *e, uint64_t first, uint64_t n)
-{
-    if (e->nranges == e->cap_ranges) {
-        uint32_t cap = e->cap_ranges ? 2 * e->cap_ranges : 256;
-        struct ofl_range *r = realloc(e->ranges, cap * sizeof *r);
-        if (!r) return mw_error_set(-ENOMEM, "offload: out of memory");
-        e->ranges = r;
-        e->cap_ranges = cap;
-    }
-    e->ranges[e->nranges++] = (struct ofl_range){first, n};
-    uint32_t lo, hi;
-    sg_span(e, first, n, &lo, &hi);
-    pthread_mutex_lock(&e->mu);
-    for (uint32_t i = lo; i <= hi; i++) {
-        const struct mw_offload_subgroup *g = &e->sgs[i];
-        uint64_t a = MW_MAX(first, g->first), b = MW_MIN(first + n, g->first + g->n);
-        e->st[i].ready_elems += b - a;
-        if (e->st[i].ready_elems > g->n) {
-            pthread_mutex_unlock(&e->mu);
-            return mw_error_set(-EINVAL, "offload grad_ready: subgroup %u reported more than once in a micro-step", i);
-        }
-        if (e->armed && e->st[i].ready_elems == g->n) ofl_pipe_enqueue_locked(e, i);
-    }
-    pthread_mutex_unlock(&e->mu);
-    return 0;
-}
-
-/* Accumulates src (or zeros when src is NULL) into the engine's gradient buffer. */
-static void accumulate(struct mw_offload *e, uint64_t first, uint64_t n, const float *src)
-{
-    if (!e->grads.ptr) return;
-    float *g = (float *)e->grads.ptr + first;
-    if (e->micro_index == 0) {
-        if (src) memcpy(g, src, 4 * n);
-        else memset(g, 0, 4 * n);
-    } else if (src) {
-        for (uint64_t i = 0; i < n; i++) g[i] += src[i];
-    }
-}
-
-int mw_offload_backward_begin(struct mw_offload *e, int last, const struct mw_offload_hparams *hp)
-{
-    if (e->failed) return mw_error_set(-EBUSY, "offload: the last step failed; call mw_offload_recover first");
-    if (e->in_backward) return mw_error_set(-EINVAL, "offload: backward_begin twice without backward_end");
-    if (hp && !last) return mw_error_set(-EINVAL, "offload: only the last micro-step can be armed");
-    e->in_backward = 1;
-    e->last_micro = last;
-    e->nranges = 0;
-    for (uint32_t i = 0; i < e->nsg; i++) e->st[i].ready_elems = 0;
-    if (hp) {
-        pthread_mutex_lock(&e->mu);
-        e->hp = *hp;
-        e->armed = 1;
-        pthread_mutex_unlock(&e->mu);
-    }
-    return 0;
-}
-
-int mw_offload_grad_ready(struct mw_offload *e, uint64_t first, uint64_t n)
-{
-    int rc = check_range(e, first, n, "grad_ready");
-    if (rc) return rc;
-    if (!e->in_backward) return mw_error_set(-EINVAL, "offload grad_ready: outside backward_begin/backward_end");
-    if (!e->cfg.ext_grads) return mw_error_set(-EINVAL, "offload grad_ready: no ext_grads array (use mw_offload_grad_add)");
-    if (!e->cfg.ext_grads_accumulate) accumulate(e, first, n, e->cfg.ext_grads + first);
-    return mark_ready(e, first, n);
-}
-
-int mw_offload_grad_add(struct mw_offload *e, uint64_t first, uint64_t n, const float *src)
-{
-    int rc = check_range(e, first, n, "grad_add");
-    if (rc) return rc;
-    if (!e->in_backward) return mw_error_set(-EINVAL, "offload grad_add: outside backward_begin/backward_end");
-    if (!e->grads.ptr) return mw_error_set(-EINVAL, "offload grad_add: the caller accumulates (ext_grads_accumulate)");
-    accumulate(e, first, n, src);
-    return mark_ready(e, first, n);
-}
-
-static int cmp_range(const void *a, const void *b)
-{
-    const struct ofl_range *x = a, *y = b;
-    return x->first < y->first ? -1 : x->first > y->first;
-}
-
-int mw_offload_backward_end(struct mw_offload *e)
-{
-    if (!e->in_backward) return mw_error_set(-EINVAL, "offload: backward_end without backward_begin");
-    if (e->nranges > 1) qsort(e->ranges, e->nranges, sizeof *e->ranges, cmp_range);
-    uint32_t nr = e->nranges;
-    uint64_t pos = 0;
-    int rc = 0;
-    for (uint32_t i = 0; i <= nr && !rc; i++) {
-        uint64_t next = i < nr ? e->ranges[i].first : e->plan.total_elems;
-        if (next > pos) { /* a gap nobody reported: final as the caller's array has it */
-            const float *src = e->cfg.ext_grads ? e->cfg.ext_grads + pos : NULL;
-            if (!e->cfg.ext_grads_accumulate) accumulate(e, pos, next - pos, src);
-            rc = mark_ready(e, pos, next - pos);
-        }
-        if (i < nr) pos = MW_MAX(pos, e->ranges[i].first + e->ranges[i].n);
-    }
-    e->in_backward = 0;
-    e->micro_index++;
-    return rc;
-}
-
-int mw_offload_grad_norm(struct mw_offload *e, double *norm)
-{
-    if (e->in_backward || e->armed || e->micro_index == 0)
-        return mw_error_set(-EINVAL, "offload grad_norm: only after the last backward_end of an unarmed step");
-    const float *g = e->grads.ptr ? (const float *)e->grads.ptr : e->cfg.ext_grads;
-    double sum = 0;
-    const uint64_t chunk = 1u << 20; /* fixed chunks of the flat space: independent of subgroups */
-    struct mw_optim_exec ex = {e->cfg.cpu_threads, MW_SIMD_AUTO, 0};
-    int rc = 0;
-    for (uint64_t a = 0; a < e->plan.total_elems; a += chunk) {
-        double s = 0;
-        int r = mw_grad_sumsq(MW_OPTIM_F32, g + a, MW_MIN(chunk, e->plan.total_elems - a), 1.0f, &ex, &s);
-        if (r && !rc) rc = r;
-        sum += s;
-    }
-    *norm = sqrt(sum);
-    return rc == MW_EOVERFLOW ? 0 : rc;
-}
 
 /* ------------------------------------------------------------------ the step */
 
@@ -563,16 +324,15 @@ int mw_offload_recover(struct mw_offload *e)
     e->err = 0;
     if (e->master_alias) return 0;
     /* the working copy of subgroups refreshed by the failed step: back to the committed master */
-    float *tmp = NULL;
     int rc = 0;
     int cur = (int)(e->committed % 2);
     for (uint32_t i = 0; i < e->nsg && !rc; i++) {
         struct mw_optim_slice s;
         if (e->txn) {
-            if ((rc = ofl_slot_load(e, i, cur, tmp))) break;
+            if ((rc = ofl_slot_load(e, i, cur))) break;
             ofl_view_staging(e, i, 0, &s);
         } else ofl_view_home(e, i, 0, &s);
-        refresh_weights_from(e, e->sgs[i].first, e->sgs[i].n, s.master);
+        ofl_refresh_weights(e, e->sgs[i].first, e->sgs[i].n, s.master);
     }
     if (rc) e->failed = 1;
     return rc;

@@ -63,7 +63,7 @@ struct ofl_devjob {
     struct ofl_devjob *next_;
     int slot_;
 };
-/* arena_bytes is split into two job slots (copy of one overlaps compute of the other). */
+/* The arena holds two job slots of slot_bytes (copy of one overlaps compute of the other). */
 int ofl_dev_init(struct ofl_dev **out, struct mw_tier *dev_tier, uint64_t slot_bytes,
                  const struct mw_offload_config *c, struct mw_trace *tr);
 void ofl_dev_free(struct ofl_dev *d);
@@ -88,13 +88,12 @@ struct ofl_sg {
     enum ofl_sg_state state;
     uint64_t ready_elems;      /* gradient elements final in this micro-step */
     int buf;                   /* staging buffer index, -1 */
-    int on_dev;                /* update ran on the device */
-    int pending_io;            /* outstanding store requests */
-    int io_err;
+    int on_dev;                /* update runs on the device */
+    int io_err;                /* the request is an injected (torn) write failure */
     struct mw_store_io io;     /* read or write of its slot object (one at a time) */
     struct ofl_devjob job;
     double pred_cpu_s, pred_dev_s; /* decision inputs */
-    uint64_t t_ready, t_loaded, t_upd0, t_upd1;
+    uint64_t t_ready, t_loaded;    /* ns: became READY; current I/O started */
     struct mw_offload *e;
 };
 
@@ -131,7 +130,7 @@ struct mw_offload {
     pthread_t pipe_thr, cpu_thr;
     int threads_up, stop;
     uint64_t committed;        /* steps committed; slot of the committed state = committed % 2 */
-    int in_backward, last_micro, armed, micro_index, failed, step_open;
+    int in_backward, armed, micro_index, failed;
     struct mw_offload_hparams hp;
     /* FIFOs of subgroup ids, [nsg] each; head/tail count up within a step */
     uint32_t *readyq; uint32_t ready_head, ready_tail; /* READY: waiting for a staging buffer */
@@ -146,8 +145,6 @@ struct mw_offload {
     uint64_t writes_until_fail;    /* 0: no injected failure */
     double cpu_busy_until, dev_busy_until; /* cost-model clocks, seconds since step start */
     uint64_t step_t0;
-    int cpu_idle;                  /* the CPU worker waits for work */
-    uint64_t cpu_wait_t0;
     struct ofl_range *ranges; uint32_t nranges, cap_ranges; /* ranges reported this micro-step */
 
     struct mw_offload_stats stats;
@@ -163,11 +160,19 @@ void ofl_view_home(struct mw_offload *e, uint32_t sg, int slot, struct mw_optim_
 void ofl_view_staging(struct mw_offload *e, uint32_t sg, int b, struct mw_optim_slice *s);
 const float *ofl_grads_of(struct mw_offload *e, uint32_t sg);
 void *ofl_weights_of(struct mw_offload *e, uint32_t sg);
-/* Synchronous load/store of the whole slot state of sg to/from a staging-layout buffer. */
-int ofl_slot_load(struct mw_offload *e, uint32_t sg, int slot, void *buf);
-int ofl_slot_store(struct mw_offload *e, uint32_t sg, int slot, void *buf);
+/* Synchronous load/store of the whole state of sg in slot `slot` to/from staging buffer 0
+ * (only outside steps: init, readers, writers, recovery). */
+int ofl_slot_load(struct mw_offload *e, uint32_t sg, int slot);
+int ofl_slot_store(struct mw_offload *e, uint32_t sg, int slot);
 /* The byte range of a staging buffer that is subgroup sg's NVMe object (its whole content). */
 void nvme_span_of(struct mw_offload *e, uint32_t sg, uint64_t *off, uint64_t *len);
+
+/* engine.c: helpers for state.c and grads.c */
+void ofl_sg_span(const struct mw_offload *e, uint64_t first, uint64_t n, uint32_t *lo, uint32_t *hi);
+int ofl_check_range(const struct mw_offload *e, uint64_t first, uint64_t n, const char *what);
+int ofl_check_quiet(struct mw_offload *e, const char *what);       /* -EBUSY during a step */
+/* Writes master[0..n) (the master of elements first..) into the working copy, converted. */
+void ofl_refresh_weights(struct mw_offload *e, uint64_t first, uint64_t n, const float *master);
 
 /* policy.c */
 /* 1: run on the device, 0: on the CPU. Updates the cost-model clocks. */

@@ -113,9 +113,8 @@ static void dram_copy(struct mw_offload *e, uint32_t sg, int b, int slot, int to
     }
 }
 
-int ofl_slot_load(struct mw_offload *e, uint32_t sg, int slot, void *buf)
+int ofl_slot_load(struct mw_offload *e, uint32_t sg, int slot)
 {
-    (void)buf;
     dram_copy(e, sg, 0, slot, 0);
     if (!e->store) return 0;
     uint64_t off, len;
@@ -125,9 +124,8 @@ int ofl_slot_load(struct mw_offload *e, uint32_t sg, int slot, void *buf)
     return rc;
 }
 
-int ofl_slot_store(struct mw_offload *e, uint32_t sg, int slot, void *buf)
+int ofl_slot_store(struct mw_offload *e, uint32_t sg, int slot)
 {
-    (void)buf;
     dram_copy(e, sg, 0, slot, 1);
     if (!e->store) return 0;
     uint64_t off, len;
