@@ -116,6 +116,29 @@ static void plan(const char *dir)
     mw_offload_plan_format(&p, txt, sizeof txt);
     CHECK(strstr(txt, "nvme") && strstr(txt, "staging"));
 
+    /* init allocates exactly the plan: the tiers' counters equal it, for several placements */
+    static const char *places[] = {"optim=nvme", "master=dram,moments=nvme", "all=dram"};
+    for (int i = 0; i < 3; i++)
+        for (int dev = 0; dev < 2; dev++) {
+            struct mw_offload_config x = c;
+            REQUIRE(mw_offload_placement_parse(places[i], &x.place) == 0);
+            x.use_device = dev;
+            x.moments = dev ? MW_OFFLOAD_M_8BIT : MW_OFFLOAD_M_FP32;
+            struct mw_offload_plan q;
+            struct mw_offload *e;
+            REQUIRE(mw_offload_plan_make(&r, &x, &q) == 0);
+            int rc = mw_offload_init(&e, &r, &x);
+            CHECK_MSG(rc == 0, "init: %s", mw_error_msg());
+            if (rc) continue;
+            uint64_t used[MW_OFFLOAD_NTIERS];
+            mw_offload_tier_usage(e, used);
+            for (int t = 0; t < MW_OFFLOAD_NTIERS; t++)
+                CHECK_MSG(used[t] == q.tier_bytes[t], "%s dev=%d: %s tier holds %llu bytes, plan said %llu", places[i], dev,
+                          mw_offload_tier_name((enum mw_offload_tier)t), (unsigned long long)used[t],
+                          (unsigned long long)q.tier_bytes[t]);
+            mw_offload_free(e);
+        }
+
     /* a budget that is too small is refused before anything exists, with the numbers */
     c.budget[MW_OFFLOAD_DRAM] = 1u << 20;
     struct mw_offload *e = NULL;

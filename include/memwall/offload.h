@@ -260,6 +260,9 @@ int mw_offload_read_raw(struct mw_offload *e, int region, uint64_t first, uint64
 int mw_offload_write_raw(struct mw_offload *e, int region, uint64_t first, uint64_t n, const void *src);
 int mw_offload_set_committed_steps(struct mw_offload *e, uint64_t steps);
 
+/* Bytes the engine holds now on each tier (its tiers' counters): equal to the plan's tier_bytes. */
+void mw_offload_tier_usage(const struct mw_offload *e, uint64_t bytes[MW_OFFLOAD_NTIERS]);
+
 void mw_offload_stats_get(const struct mw_offload *e, struct mw_offload_stats *s);
 void mw_offload_stats_reset(struct mw_offload *e);
 

@@ -46,7 +46,7 @@ static int open_store(struct mw_offload *e)
     sc.ndirs = nd;
     int rc = 0;
     uint64_t obj_max = 0, ignored;
-    nvme_span_of(e, 0, &ignored, &obj_max);
+    ofl_nvme_span(e, 0, &ignored, &obj_max);
     sc.stripe_size = ofl_stripe_for(obj_max);
     sc.capacity = e->plan.tier_bytes[MW_OFFLOAD_NVME] + (uint64_t)nd * sc.stripe_size;
     sc.tier = e->tier[MW_OFFLOAD_NVME];
@@ -59,11 +59,12 @@ static int open_store(struct mw_offload *e)
     if (!e->obj) return mw_error_set(-ENOMEM, "offload: out of memory");
     for (uint32_t i = 0; i < e->nsg; i++) {
         uint64_t off, len;
-        nvme_span_of(e, i, &off, &len);
+        ofl_nvme_span(e, i, &off, &len);
         for (int slot = 0; slot < 2; slot++) {
             char name[64];
             snprintf(name, sizeof name, "sg%u.slot%d", i, slot);
-            rc = mw_store_obj_create(e->store, name, len, &e->obj[2 * i + slot]);
+            enum mw_alloc_kind k = e->cfg.place.tier[MW_OFFLOAD_MOMENTS] == MW_OFFLOAD_NVME ? MW_KIND_MOMENTS : MW_KIND_MASTER;
+            rc = mw_store_obj_create_ex(e->store, name, len, k, &e->obj[2 * i + slot]);
             if (rc) return rc;
         }
     }
@@ -336,6 +337,15 @@ int mw_offload_recover(struct mw_offload *e)
     }
     if (rc) e->failed = 1;
     return rc;
+}
+
+void mw_offload_tier_usage(const struct mw_offload *e, uint64_t bytes[MW_OFFLOAD_NTIERS])
+{
+    for (int t = 0; t < MW_OFFLOAD_NTIERS; t++) {
+        struct mw_tier_stats ts;
+        mw_tier_stats(e->tier[t], &ts);
+        bytes[t] = ts.current;
+    }
 }
 
 void mw_offload_stats_get(const struct mw_offload *e, struct mw_offload_stats *s)

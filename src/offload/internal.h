@@ -165,7 +165,7 @@ void *ofl_weights_of(struct mw_offload *e, uint32_t sg);
 int ofl_slot_load(struct mw_offload *e, uint32_t sg, int slot);
 int ofl_slot_store(struct mw_offload *e, uint32_t sg, int slot);
 /* The byte range of a staging buffer that is subgroup sg's NVMe object (its whole content). */
-void nvme_span_of(struct mw_offload *e, uint32_t sg, uint64_t *off, uint64_t *len);
+void ofl_nvme_span(struct mw_offload *e, uint32_t sg, uint64_t *off, uint64_t *len);
 
 /* engine.c: helpers for state.c and grads.c */
 void ofl_sg_span(const struct mw_offload *e, uint64_t first, uint64_t n, uint32_t *lo, uint32_t *hi);

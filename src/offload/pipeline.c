@@ -88,7 +88,7 @@ static void *region_ptr(const struct mw_optim_slice *s, int r)
 }
 
 /* The byte range of a staging buffer that is the subgroup's NVMe object. */
-void nvme_span_of(struct mw_offload *e, uint32_t sg, uint64_t *off, uint64_t *len)
+void ofl_nvme_span(struct mw_offload *e, uint32_t sg, uint64_t *off, uint64_t *len)
 {
     struct ofl_layout L;
     ofl_layout_make(&e->cfg, e->sgs[sg].n, &L);
@@ -118,7 +118,7 @@ int ofl_slot_load(struct mw_offload *e, uint32_t sg, int slot)
     dram_copy(e, sg, 0, slot, 0);
     if (!e->store) return 0;
     uint64_t off, len;
-    nvme_span_of(e, sg, &off, &len);
+    ofl_nvme_span(e, sg, &off, &len);
     int rc = mw_store_read(e->store, e->obj[2 * sg + slot], 0, len, (char *)e->staging[0].ptr + off);
     if (!rc) e->stats.nvme_read_bytes += len;
     return rc;
@@ -129,7 +129,7 @@ int ofl_slot_store(struct mw_offload *e, uint32_t sg, int slot)
     dram_copy(e, sg, 0, slot, 1);
     if (!e->store) return 0;
     uint64_t off, len;
-    nvme_span_of(e, sg, &off, &len);
+    ofl_nvme_span(e, sg, &off, &len);
     int rc = mw_store_write(e->store, e->obj[2 * sg + slot], 0, len, (char *)e->staging[0].ptr + off);
     if (!rc) e->stats.nvme_write_bytes += len;
     return rc;
@@ -250,7 +250,7 @@ static void stage_read(struct mw_offload *e, uint32_t sg)
     s->t_loaded = mw_now_ns();
     dram_copy(e, sg, s->buf, cur, 0);
     uint64_t off, len;
-    nvme_span_of(e, sg, &off, &len);
+    ofl_nvme_span(e, sg, &off, &len);
     memset(&s->io, 0, sizeof s->io);
     s->io.obj = e->obj[2 * sg + cur];
     s->io.op = MW_AIO_READ;
@@ -316,7 +316,7 @@ static void stage_writeback(struct mw_offload *e, uint32_t sg)
     struct mw_trace_arg a[1] = {{"sg", sg}};
     mw_trace_span(e->tr, "offload", "refresh", t0, t1, a, 1);
     uint64_t off, len;
-    nvme_span_of(e, sg, &off, &len);
+    ofl_nvme_span(e, sg, &off, &len);
     memset(&s->io, 0, sizeof s->io);
     s->io.obj = e->obj[2 * sg + next];
     s->io.op = MW_AIO_WRITE;

@@ -243,7 +243,11 @@ int mw_offload_plan_make(const struct mw_offload_registry *r, const struct mw_of
         }
     }
     if (p->transactional) {
-        uint64_t st = ofl_stripe_for(obj_full);
+        /* as the store reserves: one directory, the object as it is (4 KiB-padded); several,
+         * whole stripe units */
+        int ndirs = 1;
+        for (const char *d = c->nvme_dir; *d; d++) ndirs += *d == ':';
+        uint64_t st = ndirs == 1 ? OFL_PAD : ofl_stripe_for(obj_full);
         uint64_t full = MW_ALIGN_UP(obj_full, st), last = MW_ALIGN_UP(obj_last, st);
         uint64_t nv = 2 * ((uint64_t)(p->n_subgroups - 1) * full + last);
         /* split the NVMe bytes between the kinds in proportion (for the table only) */
