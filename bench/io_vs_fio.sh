@@ -4,6 +4,9 @@
 # times (default 3) interleaved fio / engine, and the medians are printed side by side with the
 # ratio engine/fio for read and write. fio runs with its default buffers (malloc'd, 4 KiB pages);
 # the engine with its 2 MiB huge-page I/O buffers — that difference is what is being shown.
+# Rows: "write" into a new preallocated file (ext4 converts unwritten extents: both tools pay
+# it), "overwrite" a second write pass over the written file (the NVMe store's steady state),
+# and "read".
 # Env: MEMWALL (path of the memwall binary, default build/memwall), QDS (default "8 32"),
 #      BS (default 1M). Figures in GB/s (10^9 bytes/s). Test files are removed afterwards.
 set -euo pipefail
@@ -27,26 +30,34 @@ fio_bw() { # fio_bw RW QD -> bytes/s
       "$([ "$1" = write ] && echo write || echo read)"
 }
 
+jget() { python3 -c 'import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$1" "$2"; }
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 gbs() { awk -v x="$1" 'BEGIN {printf "%.2f", x/1e9}'; }
 
 echo "memwall engine vs fio: file $size, blocks $bs, O_DIRECT, io_uring, median of $reps runs (GB/s = 10^9 B/s)"
-printf '%-4s %-6s %12s %12s %8s   %s\n' QD op fio engine ratio "runs (fio | engine)"
+printf '%-4s %-9s %8s %8s %7s   %s\n' QD op fio engine ratio "runs (fio | engine)"
 for qd in $qds; do
-  fw=(); fr=(); ew=(); er=()
+  fw=(); fo=(); fr=(); ew=(); eo=(); er=()
   for ((i = 0; i < reps; i++)); do
+    rm -f "$fiofile"
     fw+=("$(fio_bw write "$qd")")
+    fo+=("$(fio_bw write "$qd")")
     fr+=("$(fio_bw read "$qd")")
     rm -f "$fiofile"
-    j=$("$mw" bench io --dir "$dir" --size "$size" --block-size "$bs" --queue-depth "$qd" --json)
-    ew+=("$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["write_bytes_per_s"])' "$j")")
-    er+=("$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["read_bytes_per_s"])' "$j")")
+    j=$("$mw" bench io --dir "$dir" --size "$size" --block-size "$bs" --queue-depth "$qd" --overwrite --json)
+    ew+=("$(jget "$j" write_bytes_per_s)")
+    eo+=("$(jget "$j" overwrite_bytes_per_s)")
+    er+=("$(jget "$j" read_bytes_per_s)")
   done
-  for op in write read; do
-    if [ $op = write ]; then f=("${fw[@]}"); e=("${ew[@]}"); else f=("${fr[@]}"); e=("${er[@]}"); fi
+  for op in write overwrite read; do
+    case $op in
+      write) f=("${fw[@]}"); e=("${ew[@]}") ;;
+      overwrite) f=("${fo[@]}"); e=("${eo[@]}") ;;
+      read) f=("${fr[@]}"); e=("${er[@]}") ;;
+    esac
     mf=$(median "${f[@]}"); me=$(median "${e[@]}")
     runs="$(for x in "${f[@]}"; do printf '%s ' "$(gbs "$x")"; done)| $(for x in "${e[@]}"; do printf '%s ' "$(gbs "$x")"; done)"
-    printf '%-4s %-6s %12s %12s %8s   %s\n' "$qd" "$op" "$(gbs "$mf")" "$(gbs "$me")" \
+    printf '%-4s %-9s %8s %8s %7s   %s\n' "$qd" "$op" "$(gbs "$mf")" "$(gbs "$me")" \
       "$(awk -v a="$me" -v b="$mf" 'BEGIN {printf "%.2f", a/b}')" "$runs"
   done
 done

@@ -14,7 +14,7 @@ for be in uring threads; do
     echo "$out" | grep -q "$k" || bad "--backend $be: '$k' missing in: $out"
   done
 done
-"$cli" bench io --dir "$dir" --size 4M --block-size 1M --queue-depth 2 | grep -q "GB/s" || bad "text output has no GB/s"
+"$cli" bench io --dir "$dir" --size 4M --block-size 1M --queue-depth 2 | grep -Eq "read: .* [kMG]B/s" || bad "text output has no read rate"
 "$cli" bench io --dir "$dir" --size 4M --block-size 1M --queue-depth 2 --trace "$dir/t.json" >/dev/null ||
   bad "bench io --trace failed"
 n=$(grep -o '"ph":"X","cat":"io"' "$dir/t.json" | wc -l)

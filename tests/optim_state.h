@@ -48,14 +48,14 @@ static inline void ost_free(struct ost *s)
 static inline void ost_put(enum mw_optim_dtype dt, void *a, size_t i, float x)
 {
     if (dt == MW_OPTIM_F32) ((float *)a)[i] = x;
-    else if (dt == MW_OPTIM_BF16) ((uint16_t *)a)[i] = mw_f32_to_bf16(x);
+    else if (dt == MW_OPTIM_BF16 || dt == MW_OPTIM_BF16_SR) ((uint16_t *)a)[i] = mw_f32_to_bf16(x);
     else if (dt == MW_OPTIM_F16) ((uint16_t *)a)[i] = mw_f32_to_f16(x);
 }
 
 static inline float ost_get(enum mw_optim_dtype dt, const void *a, size_t i)
 {
     if (dt == MW_OPTIM_F32) return ((const float *)a)[i];
-    if (dt == MW_OPTIM_BF16) return mw_bf16_to_f32(((const uint16_t *)a)[i]);
+    if (dt == MW_OPTIM_BF16 || dt == MW_OPTIM_BF16_SR) return mw_bf16_to_f32(((const uint16_t *)a)[i]);
     return mw_f16_to_f32(((const uint16_t *)a)[i]);
 }
 

@@ -9,10 +9,13 @@
 #include "optim/optim_internal.h"
 #include "optim_state.h"
 
+#include <pthread.h>
+
 struct variant { const char *name; const struct mw_optim_kernels *k; };
 
 static const enum mw_optim_dtype G[] = {MW_OPTIM_F32, MW_OPTIM_BF16, MW_OPTIM_F16};
-static const enum mw_optim_dtype M[] = {MW_OPTIM_F32, MW_OPTIM_BF16, MW_OPTIM_Q8};
+static const enum mw_optim_dtype M[] = {MW_OPTIM_F32, MW_OPTIM_BF16, MW_OPTIM_Q8, MW_OPTIM_BF16_SR};
+#define NM ((int)(sizeof M / sizeof M[0]))
 static const enum mw_optim_dtype W[] = {MW_OPTIM_NONE, MW_OPTIM_BF16, MW_OPTIM_F16};
 static const size_t NS[] = {0, 1, 7, 15, 4097, 2 * MW_OPTIM_TILE + 300};
 
@@ -23,7 +26,9 @@ static void run_steps(const struct mw_optim_kernels *kt, struct ost *s, int sgd)
     memset(&k, 0, sizeof k);
     k.fmt = s->f;
     k.s = ost_slice(s, 0, s->n);
+    k.off32 = 0xfffffff0u;                          /* BF16_SR indices wrap mod 2^32 */
     for (int t = 1; t <= 3; t++) {
+        k.seed = 0x1234567u * (uint32_t)t;
         ost_regrad(s, (uint64_t)t, t == 2 ? 1e-3f : 1.0f);
         k.a = (struct mw_adamw_k){.gscale = t == 3 ? 0.5f : 1.0f, .b1 = 0.9f, .c1 = 0.1f, .b2 = 0.999f,
                                   .c2 = 0.001f, .decay = 0.9999f, .step_size = 1e-3f * t, .isb2 = 3.0f,
@@ -42,11 +47,11 @@ static void test_variant(const struct variant *va)
 {
     int combos = 0;
     for (size_t gi = 0; gi < 3; gi++)
-        for (size_t mi = 0; mi < 3; mi++)
+        for (int mi = 0; mi < NM; mi++)
             for (size_t wi = 0; wi < 3; wi++)
                 for (size_t ni = 0; ni < sizeof NS / sizeof NS[0]; ni++)
                     for (int sgd = 0; sgd < 2; sgd++) {
-                        if (sgd && M[mi] == MW_OPTIM_Q8) continue;
+                        if (sgd && (M[mi] == MW_OPTIM_Q8 || M[mi] == MW_OPTIM_BF16_SR)) continue;
                         struct mw_optim_format f = {G[gi], M[mi], W[wi]};
                         struct ost a, b;
                         ost_init(&a, &f, NS[ni]);
@@ -66,6 +71,24 @@ static void test_variant(const struct variant *va)
                         ost_free(&b);
                     }
     printf("%s: %d format/size combinations bitwise equal to scalar\n", va->name, combos);
+    /* the bandwidth-limit pass must leave the state as it was */
+    for (int mi = 0; mi < NM; mi++) {
+        struct mw_optim_format f = {MW_OPTIM_BF16, M[mi], MW_OPTIM_NONE};
+        struct ost a, b;
+        ost_init(&a, &f, 4097); ost_init(&b, &f, 4097);
+        ost_fill(&a, 5, 1.0f);
+        run_steps(&mw_optim_kernels_scalar, &a, 0);
+        ost_copy(&b, &a);
+        struct mw_kargs k;
+        memset(&k, 0, sizeof k);
+        k.fmt = f;
+        k.s = ost_slice(&a, 0, a.n);
+        va->k->touch(&k, 0, a.n);
+        const char *what;
+        long d = ost_diff(&a, &b, &what);
+        CHECK_MSG(d < 0, "%s bandwidth pass changed %s[%ld]", va->name, what, d);
+        ost_free(&a); ost_free(&b);
+    }
 }
 
 /* Conversions: scalar element rules against the variant's arrays over a strided sweep of
@@ -128,11 +151,50 @@ static void test_sumsq(const struct variant *va)
         }
 }
 
+/* Several caller threads stepping disjoint slices at once (the offload engine's pattern). */
+struct worker { const struct mw_optim_format *f; const struct mw_adamw_hp *hp; struct mw_optim_slice sl; int rc; };
+static void *worker_main(void *arg)
+{
+    struct worker *w = arg;
+    struct mw_optim_exec ex = {2, MW_SIMD_AUTO, MW_OPTIM_CHECK_FINITE};   /* OpenMP inside, too */
+    w->rc = mw_adamw_step(w->f, w->hp, &w->sl, &ex);
+    return NULL;
+}
+
+static void test_concurrent(void)
+{
+    const size_t n = 4 * MW_OPTIM_TILE + 777, part = MW_OPTIM_TILE + 256;
+    for (int mi = 0; mi < NM; mi++) {
+        struct mw_optim_format f = {MW_OPTIM_F16, M[mi], MW_OPTIM_BF16};
+        struct ost a, b;
+        ost_init(&a, &f, n); ost_init(&b, &f, n);
+        ost_fill(&a, 21, 0.5f);
+        ost_copy(&b, &a);
+        struct mw_adamw_hp hp = mw_adamw_hp_default();
+        hp.step = 3;
+        struct mw_optim_slice whole = ost_slice(&a, 0, n);
+        CHECK_EQ_INT(mw_adamw_step(&f, &hp, &whole, NULL), 0);
+        pthread_t th[8];
+        struct worker w[8];
+        int nw = 0;
+        for (size_t off = 0; off < n; off += part, nw++) {
+            w[nw] = (struct worker){&f, &hp, ost_slice(&b, off, MW_MIN_SZ(part, n - off)), -1};
+            REQUIRE(pthread_create(&th[nw], NULL, worker_main, &w[nw]) == 0);
+        }
+        for (int i = 0; i < nw; i++) { pthread_join(th[i], NULL); CHECK_EQ_INT(w[i].rc, 0); }
+        const char *what;
+        long d = ost_diff(&a, &b, &what);
+        CHECK_MSG(d < 0, "moments=%s: %d concurrent callers differ from one call at %s[%ld]",
+                  mw_optim_dtype_name(f.moments), nw, what, d);
+        ost_free(&a); ost_free(&b);
+    }
+}
+
 /* Public API: threads and slice splits give bitwise the same result as one call. */
 static void test_splits(void)
 {
     const size_t n = 3 * MW_OPTIM_TILE + 1000;
-    for (size_t mi = 0; mi < 3; mi++) {
+    for (int mi = 0; mi < NM; mi++) {
         struct mw_optim_format f = {MW_OPTIM_BF16, M[mi], MW_OPTIM_BF16};
         struct ost a, b, c;
         ost_init(&a, &f, n); ost_init(&b, &f, n); ost_init(&c, &f, n);
@@ -194,6 +256,7 @@ int main(void)
         test_sumsq(&v[i]);
     }
     test_splits();
+    test_concurrent();
     CHECK_EQ_INT(mw_f32_to_bf16(1.0f), 0x3f80);
     CHECK_EQ_INT(mw_f32_to_bf16(1.00390625f), 0x3f80);      /* halfway, even stays */
     CHECK_EQ_INT(mw_f32_to_bf16(1.01171875f), 0x3f82);      /* halfway, odd rounds up */

@@ -8,7 +8,8 @@
  *
  * Backends (same interface, same semantics, same tests):
  *   MW_AIO_URING    io_uring through liburing; one ring, at most queue_depth pieces in flight.
- *   MW_AIO_THREADS  a pool of queue_depth threads doing pread/pwrite.
+ *   MW_AIO_THREADS  a pool of threads doing pread/pwrite (config.threads, default
+ *                   min(queue_depth, 64)).
  *   MW_AIO_AUTO     MEMWALL_AIO=uring|threads from the environment if set, else io_uring, falling
  *                   back to threads (with one log line) when io_uring cannot be set up.
  *
@@ -21,7 +22,8 @@
  * Results: req->result is 0 or a negative code: -errno from the kernel (-EIO, -ENOSPC, -EFBIG,
  * ...), or MW_EFORMAT when a read reaches end of file before `len` bytes (unless
  * MW_AIO_ALLOW_SHORT, then result 0 and req->done_bytes says how many bytes were read).
- * req->errmsg holds a message naming object, file (path) and offset; mw_aio_wait and
+ * req->errmsg holds a message naming object, file (path) and offset (of the failing piece with
+ * the lowest offset, when several fail); mw_aio_wait and
  * mw_aio_wait_all copy it into the calling thread's mw_error_msg().
  *
  * Threading contract:
@@ -35,8 +37,9 @@
  *     / mw_aio_wait returns (cb == NULL). With a callback, the engine's last access to the
  *     request is that call: the callback may free or resubmit it. Use either a callback or
  *     wait/test for one request, not both.
- *   - mw_aio_wait_all returns once every request submitted before the call has completed and
- *     its callback has returned.
+ *   - mw_aio_wait_all returns once no request is outstanding: every request submitted before
+ *     the call (and any submitted meanwhile, e.g. from callbacks) has completed and its
+ *     callback has returned.
  *   - mw_aio_free must not race with submitters; it waits for outstanding requests first.
  *
  * Usage:
@@ -67,7 +70,7 @@ enum mw_aio_op { MW_AIO_READ = 0, MW_AIO_WRITE = 1 };
 
 struct mw_aio_config {
     enum mw_aio_backend backend; /* default MW_AIO_AUTO */
-    size_t block_size;           /* bytes per piece, multiple of 4096; default 1 MiB */
+    size_t block_size;           /* bytes per piece, multiple of 4096, <= 1 GiB; default 1 MiB */
     unsigned queue_depth;        /* pieces in flight, 1..4096; default 32 */
     unsigned threads;            /* threads backend: workers; 0 = queue_depth (capped at 64) */
     struct mw_trace *trace;      /* NULL: no tracing; else one I/O event per piece */
@@ -117,6 +120,7 @@ struct mw_aio_req {
     uint32_t pieces_left_;     /* pieces issued and not yet completed */
     int state_;                /* 0 idle, 1 queued, 2 done (atomic access) */
     uint64_t eof_at_;          /* lowest file offset where a read saw EOF (UINT64_MAX: none) */
+    uint64_t err_at_;          /* file offset of the reported failure (the lowest failing piece) */
 };
 
 /* Queue a request (never blocks on I/O; pieces beyond queue_depth wait in a FIFO). Returns 0, or
@@ -128,8 +132,8 @@ int mw_aio_test(struct mw_aio_req *req);
 /* Blocks until req (submitted without a callback) is done; returns req->result and puts
  * req->errmsg into this thread's mw_error_msg() on failure. */
 int mw_aio_wait(struct mw_aio *aio, struct mw_aio_req *req);
-/* Blocks until every request submitted so far is done; returns 0 or the first failure's
- * result seen since the previous wait_all (with its message). */
+/* Blocks until no request is outstanding; returns 0 or the first failure's result seen since
+ * the previous wait_all (with its message). */
 int mw_aio_wait_all(struct mw_aio *aio);
 
 /* Synchronous convenience: one request, submitted and waited for. */

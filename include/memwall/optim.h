@@ -36,14 +36,21 @@ extern "C" {
 /* Storage format of one array. Which formats each array accepts:
  *   master weights: F32 only (the slice's `master`);
  *   gradients:      F32, BF16, F16;
- *   moments:        F32, BF16 (round to nearest even), Q8 (8-bit block-wise, AdamW only);
- *   weight copy:    NONE, BF16, F16 (round to nearest even). */
+ *   moments:        F32, BF16 (round to nearest even), BF16_SR (AdamW only: bf16 with
+ *                   reproducible stochastic rounding), Q8 (8-bit block-wise, AdamW only);
+ *   weight copy:    NONE, BF16, F16 (round to nearest even).
+ * Why BF16_SR: with round-to-nearest a bf16 v cannot decay when beta2 > 1 - 2^-9 (0.998):
+ * 0.999*v rounds back to v, so v only ever grows (docs/optim.md). BF16_SR rounds up with
+ * probability equal to the dropped fraction, using a 32-bit hash of (element index mod
+ * 2^32, step) whose low 16 bits round m and high 16 bits round v: unbiased, yet bitwise reproducible on any thread count and any
+ * slice split, provided every slice's `offset` is its true index in the tensor. */
 enum mw_optim_dtype {
     MW_OPTIM_NONE = 0,
     MW_OPTIM_F32  = 1,
     MW_OPTIM_BF16 = 2,
     MW_OPTIM_F16  = 3,
     MW_OPTIM_Q8   = 4,
+    MW_OPTIM_BF16_SR = 5,
 };
 
 /* 8-bit block-wise moments: every MW_Q8_BLOCK consecutive elements share one fp32 scale
@@ -61,7 +68,7 @@ enum mw_optim_dtype {
 
 struct mw_optim_format {
     enum mw_optim_dtype grad;        /* F32 | BF16 | F16 */
-    enum mw_optim_dtype moments;     /* F32 | BF16 | Q8 (both m and v use it; SGD: the momentum buffer) */
+    enum mw_optim_dtype moments;     /* F32 | BF16 | BF16_SR | Q8 (m and v both; SGD: the momentum buffer, F32 | BF16) */
     enum mw_optim_dtype weights_out; /* NONE | BF16 | F16 */
 };
 
@@ -69,7 +76,7 @@ struct mw_optim_format {
 struct mw_optim_footprint {
     double master;      /* 4 */
     double grad;        /* 4, 2 */
-    double moment;      /* one moment array: 4, 2 or 1 + 4/MW_Q8_BLOCK */
+    double moment;      /* one moment array: 4, 2 (BF16, BF16_SR) or 1 + 4/MW_Q8_BLOCK */
     double weights_out; /* 0, 2 */
     double state;       /* what persists between steps: master + nmoments * moment */
     double read;        /* bytes one step reads: master + grad + moments */
@@ -82,7 +89,7 @@ int mw_optim_footprint(const struct mw_optim_format *fmt, int nmoments, struct m
  * scale array (ceil(n / MW_Q8_BLOCK) floats; 0 for other formats). NONE: 0. */
 size_t mw_optim_array_bytes(enum mw_optim_dtype dt, size_t n);
 size_t mw_optim_scale_bytes(enum mw_optim_dtype dt, size_t n);
-const char *mw_optim_dtype_name(enum mw_optim_dtype dt); /* "fp32", "bf16", "fp16", "q8", "none" */
+const char *mw_optim_dtype_name(enum mw_optim_dtype dt); /* "fp32", "bf16", "fp16", "q8", "bf16-sr", "none" */
 
 /* ---------------------------------------------------------------- one slice */
 
@@ -90,8 +97,9 @@ const char *mw_optim_dtype_name(enum mw_optim_dtype dt); /* "fp32", "bf16", "fp1
  * works (64-byte alignment is faster). Arrays must not overlap one another. */
 struct mw_optim_slice {
     size_t n;             /* number of parameters in the slice */
-    size_t offset;        /* index of element 0 within the whole tensor/flat space; only
-                             checked (Q8: multiple of MW_Q8_BLOCK); 0 if unknown */
+    size_t offset;        /* index of element 0 within the whole tensor/flat space: checked
+                             for Q8 (multiple of MW_Q8_BLOCK), seeds BF16_SR rounding;
+                             other formats ignore it */
     float *master;        /* [n] fp32 master weights, updated in place */
     const void *grad;     /* [n] gradients in fmt->grad; read only */
     void *m;              /* [n] first moment (AdamW) / momentum buffer (SGD), fmt->moments */
@@ -179,6 +187,14 @@ int mw_sgd_step(const struct mw_optim_format *fmt, const struct mw_sgd_hp *hp,
                 const struct mw_optim_slice *s, const struct mw_optim_exec *ex);
 
 /* ---------------------------------------------------------------- helpers */
+
+/* Benchmark helper, the physical limit of an AdamW step: moves exactly the bytes one
+ * mw_adamw_step of this format moves (reads master, grad, m, v and Q8 scales; writes master,
+ * m, v, scales and the weight copy), in place, with the same SIMD level and thread split,
+ * but computes nothing: the state keeps its values (a run-time zero is XORed in), the weight
+ * copy gets garbage. Used by `memwall bench adam`. Returns 0, -EINVAL or -ENOTSUP. */
+int mw_optim_bandwidth_pass(const struct mw_optim_format *fmt, const struct mw_optim_slice *s,
+                            const struct mw_optim_exec *ex);
 
 /* Sum of squares of grad[0..n) * scale, accumulated per tile in fp32 lanes and across tiles
  * in double, in a fixed order: the result does not depend on the thread count (it may

@@ -30,7 +30,8 @@
  * else a table-driven scalar reference.
  *
  * Threading: create/delete/find take the store lock and may be called from any thread; reads
- * and writes of different objects (or disjoint ranges) may run concurrently from any threads;
+ * and writes of different objects (or disjoint ranges) may run concurrently from any threads
+ * (an object must not be deleted, nor a range written, while other I/O on it is in flight);
  * completion callbacks run on an engine thread (see aio.h's contract: short, no waiting).
  *
  * Usage:

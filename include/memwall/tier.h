@@ -13,7 +13,7 @@
  *   host   page-aligned buffers (usable for O_DIRECT), mlock'ed when RLIMIT_MEMLOCK allows
  *          (one log line when it does not). With MW_ALLOC_IO: 2 MiB-aligned and
  *          madvise(MADV_HUGEPAGE), because the virtual disk splits requests whose buffers span
- *          many 4 KiB pages (see docs/tier.md for the measurement).
+ *          many 4 KiB pages (see docs/io.md for the measurement).
  *   device an accounting arena for now: memory comes from the host (aligned_alloc) through its
  *          buffer type; is_host() says 1. A real accelerator backend supplies its own iface.
  *   nvme   accounting only (mw_tier_reserve / mw_tier_release); the bytes live in the NVMe store.

@@ -9,7 +9,8 @@
  * name, start/end ns, up to MW_TRACE_MAX_ARGS named integer args) and counters (name, ns, value).
  *
  * Memory: BOUNDED RING, DROP OLDEST. The recorder preallocates `capacity` fixed-size events
- * (default MW_TRACE_DEFAULT_CAPACITY, ~96 bytes each). A writer takes a slot with one atomic
+ * (default MW_TRACE_DEFAULT_CAPACITY, 128 bytes each; pages are touched only as events
+ * arrive). A writer takes a slot with one atomic
  * fetch-add; once the ring wraps, the oldest events are overwritten and counted in `dropped`
  * (reported by mw_trace_stats and in the JSON metadata as "dropped_events"). No locks and no
  * allocation on the hot path.
@@ -50,7 +51,7 @@ extern "C" {
 
 struct mw_trace; /* opaque */
 
-#define MW_TRACE_DEFAULT_CAPACITY ((size_t)1 << 20) /* events (~96 MiB at 96 B/event) */
+#define MW_TRACE_DEFAULT_CAPACITY ((size_t)1 << 19) /* events (64 MiB when full) */
 #define MW_TRACE_MAX_ARGS 4
 
 enum mw_trace_io_op { MW_TRACE_READ = 0, MW_TRACE_WRITE = 1 };

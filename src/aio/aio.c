@@ -57,9 +57,9 @@ int mw_aio_init(struct mw_aio **out, const struct mw_aio_config *cin)
     else mw_aio_config_default(&c);
     if (!c.block_size) c.block_size = (size_t)1 << 20;
     if (!c.queue_depth) c.queue_depth = 32;
-    if (c.block_size % 4096 || c.queue_depth > 4096)
-        return mw_error_set(-EINVAL, "aio: block size %zu must be a multiple of 4096 and queue depth %u at most 4096",
-                            c.block_size, c.queue_depth);
+    if (c.block_size % 4096 || c.block_size > ((size_t)1 << 30) || c.queue_depth > 4096)
+        return mw_error_set(-EINVAL, "aio: block size %zu must be a multiple of 4096 up to 1 GiB and queue depth "
+                                     "%u at most 4096", c.block_size, c.queue_depth);
     enum mw_aio_backend want = c.backend;
     const char *env = getenv("MEMWALL_AIO");
     if (want == MW_AIO_AUTO && env && *env && mw_aio_backend_parse(env, &want))
@@ -143,6 +143,7 @@ int mw_aio_submit(struct mw_aio *aio, struct mw_aio_req *r)
     r->issued_ = 0;
     r->pieces_left_ = 0;
     r->eof_at_ = UINT64_MAX;
+    r->err_at_ = UINT64_MAX;
     r->complete_ns = 0;
     r->submit_ns = mw_now_ns();
     __atomic_store_n(&r->state_, REQ_QUEUED, __ATOMIC_RELAXED);
@@ -194,8 +195,10 @@ int mw_aio_at_eof_(int fd, uint64_t end)
 
 static void set_error(struct mw_aio_req *r, const struct mw_aio_piece *p, int res)
 {
-    if (r->result) return; /* keep the first failure */
+    /* Report the failing piece with the lowest offset: deterministic whatever the completion order. */
+    if (r->result && r->err_at_ <= p->off) return;
     r->result = res;
+    r->err_at_ = p->off;
     const char *op = r->op == MW_AIO_READ ? "read" : "write";
     const char *hint = "";
     if (res == -EINVAL) hint = " (with O_DIRECT, buffer address, file offset and length must be 4096-aligned)";

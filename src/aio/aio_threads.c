@@ -56,6 +56,9 @@ static void *worker_main(void *arg)
             pthread_cond_wait(&aio->cv_work, &aio->mu);
             continue;
         }
+        /* Chain the wake-ups: one signal per available piece instead of waking every worker
+         * on every submit (a thundering herd on a 2-core machine). */
+        if (aio->pend_head && aio->free_pieces) pthread_cond_signal(&aio->cv_work);
         pthread_mutex_unlock(&aio->mu);
         int eof = 0;
         int res = do_piece(p, &eof);
@@ -73,7 +76,7 @@ static void *worker_main(void *arg)
 
 void mw_aio_threads_kick_(struct mw_aio *aio)
 {
-    if (aio->pend_head && aio->free_pieces) pthread_cond_broadcast(&aio->cv_work);
+    if (aio->pend_head && aio->free_pieces) pthread_cond_signal(&aio->cv_work);
 }
 
 int mw_aio_threads_start_(struct mw_aio *aio)

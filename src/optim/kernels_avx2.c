@@ -42,15 +42,40 @@ AI __m128i bf16_rne(__m256 x)
     return pack16(_mm256_blendv_epi8(r, q, nan));
 }
 
+/* BF16_SR (see mw_sr_hash, mw_bf16_sr): the hash of element indices j0 + lane. */
+AI __m256i sr_hash(uint32_t j0, uint32_t seed)
+{
+    __m256i j = _mm256_add_epi32(I32(j0), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    __m256i h = _mm256_xor_si256(j, I32(seed));
+    h = _mm256_xor_si256(h, _mm256_srli_epi32(h, 16));
+    h = _mm256_mullo_epi32(h, I32(0x7feb352d));
+    h = _mm256_xor_si256(h, _mm256_srli_epi32(h, 15));
+    h = _mm256_mullo_epi32(h, I32(0x846ca68bu));
+    return _mm256_xor_si256(h, _mm256_srli_epi32(h, 16));
+}
+
+AI __m128i bf16_sr(__m256 x, __m256i h) /* rounds with the low 16 bits of h */
+{
+    __m256i u = _mm256_castps_si256(x);
+    __m256i a = _mm256_and_si256(u, I32(0x7fffffff));
+    __m256i nan = _mm256_cmpgt_epi32(a, I32(0x7f800000));
+    __m256i den = _mm256_cmpeq_epi32(_mm256_and_si256(u, I32(0x7f800000)), _mm256_setzero_si256());
+    u = _mm256_blendv_epi8(u, _mm256_and_si256(u, I32(0x80000000u)), den);
+    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_and_si256(h, I32(0xffff))), 16);
+    __m256i q = _mm256_or_si256(_mm256_srli_epi32(u, 16), I32(0x40));
+    return pack16(_mm256_blendv_epi8(r, q, nan));
+}
+
 AI __m256 ld_mom(int dt, const void *p, size_t i)
 {
-    if (dt == MW_OPTIM_BF16) return ld_bf16((const uint16_t *)p + i);
+    if (dt == MW_OPTIM_BF16 || dt == MW_OPTIM_BF16_SR) return ld_bf16((const uint16_t *)p + i);
     return _mm256_loadu_ps((const float *)p + i);
 }
 
-AI void st_mom(int dt, void *p, size_t i, __m256 x)
+AI void st_mom(int dt, void *p, size_t i, __m256 x, __m256i h)
 {
     if (dt == MW_OPTIM_BF16) _mm_storeu_si128((__m128i *)((uint16_t *)p + i), bf16_rne(x));
+    else if (dt == MW_OPTIM_BF16_SR) _mm_storeu_si128((__m128i *)((uint16_t *)p + i), bf16_sr(x, h));
     else _mm256_storeu_ps((float *)p + i, x);
 }
 
@@ -185,8 +210,9 @@ AI void adamw_body(const struct mw_kargs *k, size_t begin, size_t end, int G, in
         __m256 m = ld_mom(M, s->m, i), v = ld_mom(M, s->v, i);
         __m256 p = adamw_v(&c, _mm256_loadu_ps(s->master + i), ld_g(G, s->grad, i), &m, &v);
         _mm256_storeu_ps(s->master + i, p);
-        st_mom(M, s->m, i, m);
-        st_mom(M, s->v, i, v);
+        __m256i h = M == MW_OPTIM_BF16_SR ? sr_hash(k->off32 + (uint32_t)i, k->seed) : _mm256_setzero_si256();
+        st_mom(M, s->m, i, m, h);
+        st_mom(M, s->v, i, v, _mm256_srli_epi32(h, 16));
         st_w(W, s->weights_out, i, p);
     }
     if (i < end) mw_adamw_range_scalar(k, i, end);
@@ -206,7 +232,7 @@ AI void sgd_body(const struct mw_kargs *k, size_t begin, size_t end, int G, int 
         __m256 d = g;
         if (c->use_buf) {
             __m256 b = _mm256_add_ps(_mm256_mul_ps(mu, ld_mom(M, s->m, i)), g);
-            st_mom(M, s->m, i, b);
+            st_mom(M, s->m, i, b, _mm256_setzero_si256());
             d = c->nesterov ? _mm256_add_ps(g, _mm256_mul_ps(mu, b)) : b;
         }
         p = _mm256_sub_ps(p, _mm256_mul_ps(lr, d));
@@ -214,6 +240,49 @@ AI void sgd_body(const struct mw_kargs *k, size_t begin, size_t end, int G, int 
         st_w(W, s->weights_out, i, p);
     }
     if (i < end) mw_sgd_range_scalar(k, i, end);
+}
+
+/* ---- the bandwidth limit (see kernels_avx512.c) */
+AI __m256i rw(void *a, size_t i, int esz, __m256i z) /* 8 elements of esz bytes at index i */
+{
+    char *p = (char *)a + i * (size_t)esz;
+    if (esz == 4) { __m256i x = _mm256_xor_si256(_mm256_loadu_si256((__m256i *)p), z); _mm256_storeu_si256((__m256i *)p, x); return x; }
+    if (esz == 2) { __m128i x = _mm_xor_si128(_mm_loadu_si128((__m128i *)p), _mm256_castsi256_si128(z));
+                    _mm_storeu_si128((__m128i *)p, x); return _mm256_castsi128_si256(x); }
+    __m128i x = _mm_xor_si128(_mm_loadl_epi64((__m128i *)p), _mm256_castsi256_si128(z));
+    _mm_storel_epi64((__m128i *)p, x);
+    return _mm256_castsi128_si256(x);
+}
+
+AI __m256i rd(const void *a, size_t i, int esz)
+{
+    const char *p = (const char *)a + i * (size_t)esz;
+    if (esz == 4) return _mm256_loadu_si256((const __m256i *)p);
+    return _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)p));
+}
+
+AI void touch_body(const struct mw_kargs *k, size_t begin, size_t end, int G, int M, int W)
+{
+    const struct mw_optim_slice *s = &k->s;
+    const int gs = G == MW_OPTIM_F32 ? 4 : 2, ms = mw_esz(M);
+    __m256i z = I32(mw_optim_zero), acc = _mm256_setzero_si256();
+    size_t i = begin;
+    for (; i + 8 <= end; i += 8) {
+        __m256i p = rw(s->master, i, 4, z);
+        acc = _mm256_add_epi32(acc, rd(s->grad, i, gs));
+        rw(s->m, i, ms, z);
+        rw(s->v, i, ms, z);
+        if (M == MW_OPTIM_Q8 && (i % MW_Q8_BLOCK) == 0) {
+            s->m_scale[i / MW_Q8_BLOCK] += 0.0f * (float)mw_optim_zero;
+            s->v_scale[i / MW_Q8_BLOCK] += 0.0f * (float)mw_optim_zero;
+        }
+        if (W != MW_OPTIM_NONE) _mm_storeu_si128((__m128i *)((uint16_t *)s->weights_out + i), pack16(_mm256_and_si256(p, I32(0xffff))));
+    }
+    uint32_t l[8];
+    _mm256_storeu_si256((__m256i *)l, acc);
+    volatile uint32_t sink = l[0] ^ l[7];   /* keeps the reads of grad */
+    (void)sink;
+    if (i < end) mw_touch_range_scalar(k, i, end);
 }
 
 #define C3(fn, g, m) \
@@ -225,11 +294,12 @@ AI void sgd_body(const struct mw_kargs *k, size_t begin, size_t end, int G, int 
     static void name(const struct mw_kargs *k, size_t b, size_t e)                       \
     {                                                                                    \
         const int G = k->fmt.grad, M = k->fmt.moments, W = k->fmt.weights_out;           \
-        CM(fn, F32) CM(fn, BF16) CM(fn, Q8)                                              \
+        CM(fn, F32) CM(fn, BF16) CM(fn, Q8) CM(fn, BF16_SR)                                              \
         scalar(k, b, e);                                                                 \
     }
 DISPATCH(adamw_avx2, adamw_body, mw_adamw_range_scalar)
 DISPATCH(sgd_avx2, sgd_body, mw_sgd_range_scalar)
+DISPATCH(touch_avx2, touch_body, mw_touch_range_scalar)
 
 /* ---- sum of squares (lanes 0-7 in a0, 8-15 in a1: the scalar lane rule) and conversions */
 static double sumsq(enum mw_optim_dtype dt, const void *g, size_t begin, size_t end, float scale)
@@ -276,4 +346,4 @@ static void from_f16(const uint16_t *src, float *dst, size_t n)
     for (; i < n; i++) dst[i] = mw_f16_f32(src[i]);
 }
 
-const struct mw_optim_kernels mw_optim_kernels_avx2 = {adamw_avx2, sgd_avx2, sumsq, to_bf16, to_f16, from_bf16, from_f16};
+const struct mw_optim_kernels mw_optim_kernels_avx2 = {adamw_avx2, sgd_avx2, touch_avx2, sumsq, to_bf16, to_f16, from_bf16, from_f16};

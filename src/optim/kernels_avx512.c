@@ -50,15 +50,40 @@ AI __m512 ld_bf16(const uint16_t *p)
     return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
 }
 
+/* BF16_SR (see mw_sr_hash, mw_bf16_sr): the hash of element indices j0 + lane. */
+AI __m512i sr_hash(uint32_t j0, uint32_t seed)
+{
+    __m512i j = _mm512_add_epi32(_mm512_set1_epi32((int)j0), _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+    __m512i h = _mm512_xor_si512(j, _mm512_set1_epi32((int)seed));
+    h = _mm512_xor_si512(h, _mm512_srli_epi32(h, 16));
+    h = _mm512_mullo_epi32(h, _mm512_set1_epi32(0x7feb352d));
+    h = _mm512_xor_si512(h, _mm512_srli_epi32(h, 15));
+    h = _mm512_mullo_epi32(h, _mm512_set1_epi32((int)0x846ca68bu));
+    return _mm512_xor_si512(h, _mm512_srli_epi32(h, 16));
+}
+
+AI __m256i bf16_sr(__m512 x, __m512i h) /* rounds with the low 16 bits of h */
+{
+    __m512i u = _mm512_castps_si512(x);
+    __m512i a = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
+    __mmask16 nan = _mm512_cmpgt_epu32_mask(a, _mm512_set1_epi32(0x7f800000));
+    __mmask16 den = _mm512_testn_epi32_mask(u, _mm512_set1_epi32(0x7f800000));
+    u = _mm512_mask_and_epi32(u, den, u, _mm512_set1_epi32((int)0x80000000u));
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_and_si512(h, _mm512_set1_epi32(0xffff))), 16);
+    r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40)));
+    return _mm512_cvtepi32_epi16(r);
+}
+
 AI __m512 ld_mom(int dt, const void *p, size_t i)
 {
-    if (dt == MW_OPTIM_BF16) return ld_bf16((const uint16_t *)p + i);
+    if (dt == MW_OPTIM_BF16 || dt == MW_OPTIM_BF16_SR) return ld_bf16((const uint16_t *)p + i);
     return _mm512_loadu_ps((const float *)p + i);
 }
 
-AI void st_mom(int dt, void *p, size_t i, __m512 x, int hw)
+AI void st_mom(int dt, void *p, size_t i, __m512 x, int hw, __m512i h)
 {
     if (dt == MW_OPTIM_BF16) _mm256_storeu_si256((__m256i *)((uint16_t *)p + i), bf16_rne(x, hw));
+    else if (dt == MW_OPTIM_BF16_SR) _mm256_storeu_si256((__m256i *)((uint16_t *)p + i), bf16_sr(x, h));
     else _mm512_storeu_ps((float *)p + i, x);
 }
 
@@ -190,8 +215,9 @@ AI void adamw_body(const struct mw_kargs *k, size_t begin, size_t end, int G, in
         __m512 m = ld_mom(M, s->m, i), v = ld_mom(M, s->v, i);
         __m512 p = adamw_v(&c, _mm512_loadu_ps(s->master + i), ld_g(G, s->grad, i), &m, &v);
         _mm512_storeu_ps(s->master + i, p);
-        st_mom(M, s->m, i, m, hw);
-        st_mom(M, s->v, i, v, hw);
+        __m512i h = M == MW_OPTIM_BF16_SR ? sr_hash(k->off32 + (uint32_t)i, k->seed) : _mm512_setzero_si512();
+        st_mom(M, s->m, i, m, hw, h);
+        st_mom(M, s->v, i, v, hw, _mm512_srli_epi32(h, 16));
         st_w(W, s->weights_out, i, p, hw);
     }
     if (i < end) mw_adamw_range_scalar(k, i, end);
@@ -211,7 +237,7 @@ AI void sgd_body(const struct mw_kargs *k, size_t begin, size_t end, int G, int 
         __m512 d = g;
         if (c->use_buf) {
             __m512 b = _mm512_add_ps(_mm512_mul_ps(mu, ld_mom(M, s->m, i)), g);
-            st_mom(M, s->m, i, b, hw);
+            st_mom(M, s->m, i, b, hw, _mm512_setzero_si512());
             d = c->nesterov ? _mm512_add_ps(g, _mm512_mul_ps(mu, b)) : b;
         }
         p = _mm512_sub_ps(p, _mm512_mul_ps(lr, d));
@@ -219,6 +245,50 @@ AI void sgd_body(const struct mw_kargs *k, size_t begin, size_t end, int G, int 
         st_w(W, s->weights_out, i, p, hw);
     }
     if (i < end) mw_sgd_range_scalar(k, i, end);
+}
+
+/* ---- the bandwidth limit: the same bytes as AdamW of this format, in place, XOR a run-time
+ * zero into what is written back; reads of the gradients are folded into an accumulator. */
+AI __m512i rw(void *a, size_t i, int esz, __m512i z) /* 16 elements of esz bytes at index i */
+{
+    char *p = (char *)a + i * (size_t)esz;
+    if (esz == 4) { __m512i x = _mm512_xor_si512(_mm512_loadu_si512(p), z); _mm512_storeu_si512(p, x); return x; }
+    if (esz == 2) { __m256i x = _mm256_xor_si256(_mm256_loadu_si256((__m256i *)p), _mm512_castsi512_si256(z));
+                    _mm256_storeu_si256((__m256i *)p, x); return _mm512_castsi256_si512(x); }
+    __m128i x = _mm_xor_si128(_mm_loadu_si128((__m128i *)p), _mm512_castsi512_si128(z));
+    _mm_storeu_si128((__m128i *)p, x);
+    return _mm512_castsi128_si512(x);
+}
+
+AI __m512i rd(const void *a, size_t i, int esz)
+{
+    const char *p = (const char *)a + i * (size_t)esz;
+    if (esz == 4) return _mm512_loadu_si512(p);
+    if (esz == 2) return _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)p));
+    return _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)p));
+}
+
+AI void touch_body(const struct mw_kargs *k, size_t begin, size_t end, int G, int M, int W, int hw)
+{
+    (void)hw;
+    const struct mw_optim_slice *s = &k->s;
+    const int gs = G == MW_OPTIM_F32 ? 4 : 2, ms = mw_esz(M);
+    __m512i z = _mm512_set1_epi32((int)mw_optim_zero), acc = _mm512_setzero_si512();
+    size_t i = begin;
+    for (; i + 16 <= end; i += 16) {
+        __m512i p = rw(s->master, i, 4, z);
+        acc = _mm512_add_epi32(acc, rd(s->grad, i, gs));
+        rw(s->m, i, ms, z);
+        rw(s->v, i, ms, z);
+        if (M == MW_OPTIM_Q8 && (i % MW_Q8_BLOCK) == 0) {
+            s->m_scale[i / MW_Q8_BLOCK] += 0.0f * (float)mw_optim_zero;
+            s->v_scale[i / MW_Q8_BLOCK] += 0.0f * (float)mw_optim_zero;
+        }
+        if (W != MW_OPTIM_NONE) _mm256_storeu_si256((__m256i *)((uint16_t *)s->weights_out + i), _mm512_cvtepi32_epi16(p));
+    }
+    volatile int sink = _mm512_reduce_or_epi32(acc);   /* keeps the reads of grad (or: no signed overflow) */
+    (void)sink;
+    if (i < end) mw_touch_range_scalar(k, i, end);
 }
 
 /* ---- instantiation per format combination */
@@ -231,13 +301,14 @@ AI void sgd_body(const struct mw_kargs *k, size_t begin, size_t end, int G, int 
     static void name(const struct mw_kargs *k, size_t b, size_t e)                       \
     {                                                                                    \
         const int G = k->fmt.grad, M = k->fmt.moments, W = k->fmt.weights_out;           \
-        CM(fn, F32, hw) CM(fn, BF16, hw) CM(fn, Q8, hw)                                  \
+        CM(fn, F32, hw) CM(fn, BF16, hw) CM(fn, Q8, hw) CM(fn, BF16_SR, hw)                                  \
         scalar(k, b, e);                                                                 \
     }
 DISPATCH(adamw_hw, adamw_body, 1, mw_adamw_range_scalar)
 DISPATCH(adamw_emu, adamw_body, 0, mw_adamw_range_scalar)
 DISPATCH(sgd_hw, sgd_body, 1, mw_sgd_range_scalar)
 DISPATCH(sgd_emu, sgd_body, 0, mw_sgd_range_scalar)
+DISPATCH(touch, touch_body, 0, mw_touch_range_scalar)
 
 /* ---- sum of squares and conversions */
 static double sumsq(enum mw_optim_dtype dt, const void *g, size_t begin, size_t end, float scale)
@@ -284,7 +355,7 @@ static void from_f16(const uint16_t *src, float *dst, size_t n)
     for (; i < n; i++) dst[i] = mw_f16_f32(src[i]);
 }
 
-static const struct mw_optim_kernels k_hw = {adamw_hw, sgd_hw, sumsq, to_bf16_hw, to_f16, from_bf16, from_f16};
-static const struct mw_optim_kernels k_emu = {adamw_emu, sgd_emu, sumsq, to_bf16_emu, to_f16, from_bf16, from_f16};
+static const struct mw_optim_kernels k_hw = {adamw_hw, sgd_hw, touch, sumsq, to_bf16_hw, to_f16, from_bf16, from_f16};
+static const struct mw_optim_kernels k_emu = {adamw_emu, sgd_emu, touch, sumsq, to_bf16_emu, to_f16, from_bf16, from_f16};
 
 const struct mw_optim_kernels *mw_optim_kernels_avx512(int has_bf16) { return has_bf16 ? &k_hw : &k_emu; }

@@ -20,13 +20,15 @@ static inline float load_g(enum mw_optim_dtype dt, const void *g, size_t i)
 
 static inline float load_mom(enum mw_optim_dtype dt, const void *p, size_t i)
 {
-    if (dt == MW_OPTIM_BF16) return mw_bf16_f32(((const uint16_t *)p)[i]);
+    if (dt == MW_OPTIM_BF16 || dt == MW_OPTIM_BF16_SR) return mw_bf16_f32(((const uint16_t *)p)[i]);
     return ((const float *)p)[i];
 }
 
-static inline void store_mom(enum mw_optim_dtype dt, void *p, size_t i, float x)
+/* r: BF16_SR random bits (low 16 used) */
+static inline void store_mom(enum mw_optim_dtype dt, void *p, size_t i, float x, uint32_t r)
 {
     if (dt == MW_OPTIM_BF16) ((uint16_t *)p)[i] = mw_bf16_rne(x);
+    else if (dt == MW_OPTIM_BF16_SR) ((uint16_t *)p)[i] = mw_bf16_sr(x, r);
     else ((float *)p)[i] = x;
 }
 
@@ -93,8 +95,9 @@ void mw_adamw_range_scalar(const struct mw_kargs *k, size_t begin, size_t end)
         float m = load_mom(f->moments, s->m, i), v = load_mom(f->moments, s->v, i);
         float p = adamw_elem(&k->a, s->master[i], load_g(f->grad, s->grad, i), &m, &v);
         s->master[i] = p;
-        store_mom(f->moments, s->m, i, m);
-        store_mom(f->moments, s->v, i, v);
+        uint32_t r = f->moments == MW_OPTIM_BF16_SR ? mw_sr_hash(k->off32 + (uint32_t)i, k->seed) : 0;
+        store_mom(f->moments, s->m, i, m, r);
+        store_mom(f->moments, s->v, i, v, r >> 16);
         store_w(f->weights_out, s->weights_out, i, p);
     }
 }
@@ -113,7 +116,7 @@ void mw_sgd_range_scalar(const struct mw_kargs *k, size_t begin, size_t end)
         if (c->use_buf) {
             float bm = c->momentum * load_mom(f->moments, s->m, i);
             float b = bm + g;
-            store_mom(f->moments, s->m, i, b);
+            store_mom(f->moments, s->m, i, b, 0);
             if (c->nesterov) { float nb = c->momentum * b; d = g + nb; }
             else d = b;
         }
@@ -122,6 +125,39 @@ void mw_sgd_range_scalar(const struct mw_kargs *k, size_t begin, size_t end)
         s->master[i] = p;
         store_w(f->weights_out, s->weights_out, i, p);
     }
+}
+
+volatile uint32_t mw_optim_zero;
+
+/* XOR z into bytes [b, e) of an array of elements of esz bytes (in place). */
+static void xor_bytes(void *a, size_t esz, size_t b, size_t e, uint32_t z)
+{
+    if (esz == 4) for (size_t i = b; i < e; i++) ((uint32_t *)a)[i] ^= z;
+    else if (esz == 2) for (size_t i = b; i < e; i++) ((uint16_t *)a)[i] ^= (uint16_t)z;
+    else if (esz == 1) for (size_t i = b; i < e; i++) ((uint8_t *)a)[i] ^= (uint8_t)z;
+}
+
+void mw_touch_range_scalar(const struct mw_kargs *k, size_t begin, size_t end)
+{
+    const struct mw_optim_slice *s = &k->s;
+    const struct mw_optim_format *f = &k->fmt;
+    uint32_t z = mw_optim_zero, acc = 0;
+    size_t gs = (size_t)mw_esz(f->grad), ms = (size_t)mw_esz(f->moments);
+    xor_bytes(s->master, 4, begin, end, z);
+    for (size_t i = begin * gs; i < end * gs; i++) acc += ((const uint8_t *)s->grad)[i];
+    xor_bytes(s->m, ms, begin, end, z);
+    xor_bytes(s->v, ms, begin, end, z);
+    if (f->moments == MW_OPTIM_Q8) {
+        size_t b0 = begin / MW_Q8_BLOCK, b1 = (end + MW_Q8_BLOCK - 1) / MW_Q8_BLOCK;
+        xor_bytes(s->m_scale, 4, b0, b1, z);
+        xor_bytes(s->v_scale, 4, b0, b1, z);
+    }
+    size_t ws = (size_t)mw_esz(f->weights_out);
+    for (size_t i = begin; i < end && ws; i++) {
+        if (ws == 2) ((uint16_t *)s->weights_out)[i] = (uint16_t)(s->master[i] != 0.0f);
+    }
+    volatile uint32_t sink = acc;                 /* keeps the reads of grad */
+    (void)sink;
 }
 
 void mw_sumsq_lanes_scalar(float lanes[16], enum mw_optim_dtype dt, const void *g,
@@ -168,6 +204,7 @@ static void f16_to_f32_scalar(const uint16_t *src, float *dst, size_t n)
 const struct mw_optim_kernels mw_optim_kernels_scalar = {
     .adamw = mw_adamw_range_scalar,
     .sgd = mw_sgd_range_scalar,
+    .touch = mw_touch_range_scalar,
     .sumsq = sumsq_scalar,
     .f32_to_bf16 = f32_to_bf16_scalar,
     .f32_to_f16 = f32_to_f16_scalar,

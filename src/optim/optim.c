@@ -23,6 +23,7 @@ const char *mw_optim_dtype_name(enum mw_optim_dtype dt)
     case MW_OPTIM_BF16: return "bf16";
     case MW_OPTIM_F16: return "fp16";
     case MW_OPTIM_Q8: return "q8";
+    case MW_OPTIM_BF16_SR: return "bf16-sr";
     }
     return "?";
 }
@@ -31,7 +32,7 @@ size_t mw_optim_array_bytes(enum mw_optim_dtype dt, size_t n)
 {
     switch (dt) {
     case MW_OPTIM_F32: return 4 * n;
-    case MW_OPTIM_BF16: case MW_OPTIM_F16: return 2 * n;
+    case MW_OPTIM_BF16: case MW_OPTIM_F16: case MW_OPTIM_BF16_SR: return 2 * n;
     case MW_OPTIM_Q8: return n;
     default: return 0;
     }
@@ -48,11 +49,12 @@ static int check_format(const struct mw_optim_format *f, int q8_ok)
     if (f->grad != MW_OPTIM_F32 && f->grad != MW_OPTIM_BF16 && f->grad != MW_OPTIM_F16)
         return mw_error_set(-EINVAL, "optim: gradients must be fp32, bf16 or fp16 (got %s)",
                             mw_optim_dtype_name(f->grad));
-    if (f->moments != MW_OPTIM_F32 && f->moments != MW_OPTIM_BF16 && f->moments != MW_OPTIM_Q8)
-        return mw_error_set(-EINVAL, "optim: moments must be fp32, bf16 or q8 (got %s)",
+    if (f->moments != MW_OPTIM_F32 && f->moments != MW_OPTIM_BF16 && f->moments != MW_OPTIM_Q8 &&
+        f->moments != MW_OPTIM_BF16_SR)
+        return mw_error_set(-EINVAL, "optim: moments must be fp32, bf16, bf16-sr or q8 (got %s)",
                             mw_optim_dtype_name(f->moments));
-    if (f->moments == MW_OPTIM_Q8 && !q8_ok)
-        return mw_error_set(-ENOTSUP, "optim: 8-bit moments are supported by AdamW only");
+    if ((f->moments == MW_OPTIM_Q8 || f->moments == MW_OPTIM_BF16_SR) && !q8_ok)
+        return mw_error_set(-ENOTSUP, "optim: %s moments are supported by AdamW only", mw_optim_dtype_name(f->moments));
     if (f->weights_out != MW_OPTIM_NONE && f->weights_out != MW_OPTIM_BF16 && f->weights_out != MW_OPTIM_F16)
         return mw_error_set(-EINVAL, "optim: the weight copy must be none, bf16 or fp16 (got %s)",
                             mw_optim_dtype_name(f->weights_out));
@@ -224,6 +226,8 @@ int mw_adamw_step(const struct mw_optim_format *fmt, const struct mw_adamw_hp *h
     k.a.step_size = (float)(hp->lr / (1.0 - pow(b1, t)));
     k.a.isb2 = (float)(1.0 / sqrt(1.0 - pow(b2, t)));
     k.a.eps = (float)hp->eps;
+    k.off32 = (uint32_t)s->offset;
+    k.seed = mw_sr_hash((uint32_t)hp->step, 0x6d0f27bdu);
     run_tiles(kt->adamw, &k, s->n, ex->nthreads);
     return 0;
 }
@@ -256,6 +260,22 @@ int mw_sgd_step(const struct mw_optim_format *fmt, const struct mw_sgd_hp *hp,
     k.sg.nesterov = hp->nesterov;
     k.sg.use_buf = hp->momentum != 0.0;
     run_tiles(kt->sgd, &k, s->n, ex->nthreads);
+    return 0;
+}
+
+int mw_optim_bandwidth_pass(const struct mw_optim_format *fmt, const struct mw_optim_slice *s,
+                            const struct mw_optim_exec *ex)
+{
+    const struct mw_optim_kernels *kt;
+    int r = check_format(fmt, 1);
+    if (!r) r = resolve(&ex, &kt);
+    if (!r) r = check_slice(fmt, s, 1, 1);
+    if (r || s->n == 0) return r;
+    struct mw_kargs k;
+    memset(&k, 0, sizeof k);
+    k.fmt = *fmt;
+    k.s = *s;
+    run_tiles(kt->touch, &k, s->n, ex->nthreads);
     return 0;
 }
 

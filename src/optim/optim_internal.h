@@ -37,6 +37,8 @@ struct mw_kargs {
     struct mw_optim_slice s;
     struct mw_adamw_k a;
     struct mw_sgd_k sg;
+    uint32_t off32;         /* (uint32_t)s.offset: BF16_SR hashes element index off32 + i */
+    uint32_t seed;          /* BF16_SR: per-step seed; element i's hash: low 16 bits round m, high 16 v */
 };
 
 typedef void (*mw_range_fn)(const struct mw_kargs *k, size_t begin, size_t end);
@@ -48,6 +50,7 @@ typedef void (*mw_cvt_in_fn)(const uint16_t *src, float *dst, size_t n);
 struct mw_optim_kernels {
     mw_range_fn adamw;
     mw_range_fn sgd;
+    mw_range_fn touch;  /* the bandwidth limit: AdamW's bytes, in place, no arithmetic */
     mw_sumsq_fn sumsq;
     mw_cvt_out_fn f32_to_bf16, f32_to_f16;
     mw_cvt_in_fn bf16_to_f32, f16_to_f32;
@@ -62,6 +65,10 @@ const struct mw_optim_kernels *mw_optim_kernels_avx512(int has_bf16);
 /* Scalar range kernels, also used by the SIMD files for tails. */
 void mw_adamw_range_scalar(const struct mw_kargs *k, size_t begin, size_t end);
 void mw_sgd_range_scalar(const struct mw_kargs *k, size_t begin, size_t end);
+void mw_touch_range_scalar(const struct mw_kargs *k, size_t begin, size_t end);
+/* Zero, read at run time: the touch kernels XOR it into what they write back, so they
+ * store every byte they read without the compiler being able to drop the stores. */
+extern volatile uint32_t mw_optim_zero;
 /* Sum-of-squares lane rule: 16 fp32 lanes, element i of the tile goes to lane i % 16,
  * lane += g*g (no FMA); the tile's result is the lanes summed in double, lane 0 first.
  * mw_sumsq_lanes_scalar continues that rule for elements [i, end) (i relative to begin). */
@@ -84,6 +91,27 @@ static inline uint16_t mw_bf16_rne(float x)
     return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 static inline float mw_bf16_f32(uint16_t h) { return mw_u2f((uint32_t)h << 16); }
+
+/* BF16_SR: 32 random bits for element index j (mod 2^32) under a seed (lowbias32 mixer),
+ * and the rounding: add 16 of them below the kept bits, truncate (NaN, denormals as RNE). */
+static inline uint32_t mw_sr_hash(uint32_t j, uint32_t seed)
+{
+    uint32_t x = j ^ seed;
+    x ^= x >> 16; x *= 0x7feb352du; x ^= x >> 15; x *= 0x846ca68bu; x ^= x >> 16;
+    return x;
+}
+static inline uint16_t mw_bf16_sr(float x, uint32_t r)
+{
+    uint32_t u = mw_f2u(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    if ((u & 0x7f800000u) == 0) u &= 0x80000000u;
+    return (uint16_t)((u + (r & 0xffffu)) >> 16);
+}
+/* Bytes per element of an array format (Q8: the code byte). */
+static inline int mw_esz(int dt)
+{
+    return dt == MW_OPTIM_F32 ? 4 : dt == MW_OPTIM_Q8 ? 1 : dt == MW_OPTIM_NONE ? 0 : 2;
+}
 
 static inline uint16_t mw_f16_rne(float x)
 {

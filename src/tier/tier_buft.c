@@ -6,7 +6,7 @@
  *         line and the buffer stays pageable. I/O buffers (MW_ALLOC_IO) are 2 MiB-aligned and
  *         madvise(MADV_HUGEPAGE)d before first touch: on this machine's virtual disk a 1 MiB
  *         O_DIRECT request whose buffer spans 256 small pages is split, while one huge page
- *         keeps it whole (about 2x read throughput, docs/tier.md).
+ *         keeps it whole (about 2x read throughput, docs/io.md).
  * device: an emulated accelerator arena — host memory, no locking — until a CUDA backend
  *         supplies its own mw_buft_iface.
  * nvme:   holds no memory; mw_tier_reserve does the accounting.

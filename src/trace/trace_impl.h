@@ -39,6 +39,8 @@ struct mw_trace_ev {
     } u;
 };
 
+_Static_assert(sizeof(struct mw_trace_ev) == 128, "trace.h documents 128-byte events");
+
 struct mw_trace {
     _Atomic uint64_t head;     /* next ring index (events emitted so far) */
     char pad_[56];             /* keep the hot index on its own cache line */
