@@ -24,7 +24,7 @@ static inline const char *ou_scratch_dir(const char *name)
     return path;
 }
 
-/* A model of tensors with the given sizes (1-D, named t0, t1, ...). */
+/* A model of tensors with the given sizes (named t0, t1, ...; sizes divisible by 3 are 2-D). */
 static inline void ou_model(struct mw_offload_registry *r, const int64_t *sizes, int n)
 {
     mw_offload_registry_init(r);
@@ -32,7 +32,8 @@ static inline void ou_model(struct mw_offload_registry *r, const int64_t *sizes,
         char name[32];
         snprintf(name, sizeof name, "t%d", i);
         int64_t shape[2] = {sizes[i], 1};
-        REQUIRE(mw_offload_registry_add(r, name, sizes[i] % 3 == 0 ? 2 : 1, shape) == 0);
+        int nd = sizes[i] % 3 == 0 ? 2 : 1; /* 1-D tensors do not decay, as GPT-2's biases */
+        REQUIRE(mw_offload_registry_add_ex(r, name, nd, shape, nd == 1 ? MW_OFFLOAD_NO_DECAY : 0) == 0);
     }
 }
 

@@ -38,8 +38,12 @@ extern "C" {
 #define MW_OFFLOAD_NAME_MAX 96
 #define MW_OFFLOAD_MAX_DIMS 4
 
+/* Tensor flags. */
+#define MW_OFFLOAD_NO_DECAY 0x1u /* no weight decay (biases, LayerNorm gains: GPT-2's 1-D tensors) */
+
 struct mw_offload_tensor {
     char name[MW_OFFLOAD_NAME_MAX];
+    unsigned flags;        /* MW_OFFLOAD_NO_DECAY */
     int ndim;
     int64_t shape[MW_OFFLOAD_MAX_DIMS];
     uint64_t numel;        /* product of shape, elements */
@@ -56,6 +60,8 @@ void mw_offload_registry_init(struct mw_offload_registry *r);
 void mw_offload_registry_free(struct mw_offload_registry *r);
 /* Appends a tensor; shape entries must be >= 1. -EINVAL on a bad shape or duplicate name. */
 int mw_offload_registry_add(struct mw_offload_registry *r, const char *name, int ndim, const int64_t *shape);
+int mw_offload_registry_add_ex(struct mw_offload_registry *r, const char *name, int ndim, const int64_t *shape,
+                               unsigned flags);
 /* Index of the tensor holding flat element `elem` (binary search), or -1 past the end. */
 int mw_offload_registry_find(const struct mw_offload_registry *r, uint64_t elem);
 

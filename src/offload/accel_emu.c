@@ -182,7 +182,7 @@ static void *work_main(void *arg)
         dev_view(d, j, &ds, &L);
         struct mw_optim_exec ex = {1, MW_SIMD_AUTO, 0}; /* the device's own single worker */
         j->t_k0 = mw_now_ns();
-        j->result = mw_adamw_step(&d->fmt, &j->hp, &ds, &ex);
+        j->result = ofl_update(&d->fmt, &j->hp, &ds, j->runs, j->nruns, &ex);
         j->t_k1 = mw_now_ns();
         struct mw_trace_arg a[2] = {{"sg", j->sg}, {"elems", (int64_t)j->host.n}};
         mw_trace_span(d->tr, "offload", "dev_update", j->t_k0, j->t_k1, a, 2);

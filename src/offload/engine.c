@@ -111,6 +111,7 @@ int mw_offload_init(struct mw_offload **out, const struct mw_offload_registry *r
     e->fmt.weights_out = cfg->weights == MW_OFFLOAD_W_FP32 ? MW_OPTIM_NONE : ofl_wdtype(cfg->weights);
     e->master_alias = !e->txn && cfg->ext_weights && cfg->weights == MW_OFFLOAD_W_FP32;
     if ((rc = mw_offload_cut(r, e->plan.subgroup_size, &e->sgs, &e->nsg))) goto err;
+    if ((rc = ofl_runs_build(e, r))) goto err;
     uint32_t n = e->nsg;
     e->st = calloc(n, sizeof *e->st);
     e->readyq = calloc(n, sizeof(uint32_t));
@@ -202,6 +203,8 @@ void mw_offload_free(struct mw_offload *e)
     free(e->updq);
     free(e->ranges);
     free(e->sgs);
+    free(e->runs);
+    free(e->sg_run);
     pthread_cond_destroy(&e->cv_pipe);
     pthread_cond_destroy(&e->cv_cpu);
     pthread_cond_destroy(&e->cv_done);

@@ -55,6 +55,8 @@ struct ofl_devjob {
     struct mw_optim_slice host;           /* host arrays (staging or DRAM homes); grad is fp32 */
     const struct mw_optim_format *fmt;
     struct mw_adamw_hp hp;
+    const struct ofl_run *runs;           /* the subgroup's decay runs */
+    uint32_t nruns;
     ofl_devjob_done done;
     void *user;
     int result;
@@ -98,6 +100,13 @@ struct ofl_sg {
 };
 
 struct ofl_range { uint64_t first, n; };
+/* A run of equal weight decay inside a subgroup (elements relative to its start). */
+struct ofl_run { uint64_t off, n; int decay; };
+
+/* update.c: the decay runs of every subgroup, and one subgroup's update over them. */
+int ofl_runs_build(struct mw_offload *e, const struct mw_offload_registry *r);
+int ofl_update(const struct mw_optim_format *f, const struct mw_adamw_hp *hp, const struct mw_optim_slice *s,
+               const struct ofl_run *runs, uint32_t nruns, const struct mw_optim_exec *ex);
 
 struct mw_offload {
     struct mw_offload_config cfg;
@@ -105,6 +114,8 @@ struct mw_offload {
     struct mw_optim_format fmt;
     struct mw_offload_subgroup *sgs;
     uint32_t nsg;
+    struct ofl_run *runs;      /* decay runs; subgroup i has runs[sg_run[i] .. sg_run[i+1]) */
+    uint32_t *sg_run;          /* [nsg + 1] */
     struct ofl_sg *st;         /* [nsg] */
     int txn;                   /* transactional: two slots per optimizer-state kind */
     struct mw_trace *tr;

@@ -286,6 +286,8 @@ static void stage_dispatch(struct mw_offload *e, uint32_t sg, int on_dev)
     current_view(e, sg, &j->host);
     j->fmt = &e->fmt;
     j->hp = step_hp(e);
+    j->runs = e->runs + e->sg_run[sg];
+    j->nruns = e->sg_run[sg + 1] - e->sg_run[sg];
     j->done = dev_done;
     j->user = e;
     ofl_dev_submit(e->dev, j);
@@ -425,7 +427,7 @@ static void *cpu_main(void *arg)
         current_view(e, sg, &v);
         struct mw_optim_exec ex = {e->cfg.cpu_threads, MW_SIMD_AUTO, 0};
         uint64_t t0 = mw_now_ns();
-        int rc = mw_adamw_step(&e->fmt, &hp, &v, &ex);
+        int rc = ofl_update(&e->fmt, &hp, &v, e->runs + e->sg_run[sg], e->sg_run[sg + 1] - e->sg_run[sg], &ex);
         uint64_t t1 = mw_now_ns();
         struct mw_trace_arg a[4] = {{"sg", sg}, {"device", 0}, {"predicted_us", (int64_t)(s->pred_cpu_s * 1e6)},
                                     {"measured_us", (int64_t)((t1 - t0) / 1000)}};

@@ -28,6 +28,13 @@ void mw_offload_registry_free(struct mw_offload_registry *r)
 
 int mw_offload_registry_add(struct mw_offload_registry *r, const char *name, int ndim, const int64_t *shape)
 {
+    return mw_offload_registry_add_ex(r, name, ndim, shape, 0);
+}
+
+int mw_offload_registry_add_ex(struct mw_offload_registry *r, const char *name, int ndim, const int64_t *shape,
+                               unsigned flags)
+{
+    if (flags & ~MW_OFFLOAD_NO_DECAY) return mw_error_set(-EINVAL, "offload registry: unknown tensor flags 0x%x", flags);
     if (!name || !*name || strlen(name) >= MW_OFFLOAD_NAME_MAX)
         return mw_error_set(-EINVAL, "offload registry: tensor name missing or longer than %d characters",
                             MW_OFFLOAD_NAME_MAX - 1);
@@ -57,6 +64,7 @@ int mw_offload_registry_add(struct mw_offload_registry *r, const char *name, int
     t->ndim = ndim;
     for (int i = 0; i < ndim; i++) t->shape[i] = shape[i];
     t->numel = numel;
+    t->flags = flags;
     t->first = r->total;
     r->total += numel;
     return 0;
