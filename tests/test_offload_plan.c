@@ -200,6 +200,62 @@ static void profile(const char *dir)
     CHECK(dev > 0.89e-3 && dev < 0.91e-3);
 }
 
+/* The policies place the updates where they say: every-K exactly, auto by the profile. */
+static int dev_updates(const struct mw_offload_registry *r, enum mw_offload_policy pol, int k,
+                       const struct mw_offload_profile *prof, uint64_t *cpu)
+{
+    struct mw_offload_config c;
+    mw_offload_config_default(&c);
+    c.subgroup_size = 100;   /* 10 subgroups */
+    c.use_device = 1;
+    c.policy = pol;
+    c.every_k = k;
+    if (prof) c.profile = *prof;
+    struct mw_offload *e;
+    REQUIRE(mw_offload_init(&e, r, &c) == 0);
+    struct mw_offload_hparams hp;
+    mw_offload_hparams_default(&hp);
+    for (int t = 0; t < 2; t++) {
+        CHECK(mw_offload_backward_begin(e, 1, NULL) == 0);
+        float g[1000];
+        for (int i = 0; i < 1000; i++) g[i] = 0.01f * (float)(i % 7);
+        CHECK(mw_offload_grad_add(e, 0, 1000, g) == 0);
+        CHECK(mw_offload_backward_end(e) == 0);
+        CHECK(mw_offload_step(e, &hp) == 0);
+    }
+    struct mw_offload_stats st;
+    mw_offload_stats_get(e, &st);
+    mw_offload_free(e);
+    CHECK_EQ_INT(st.cpu_updates + st.dev_updates, 20);
+    CHECK(st.predicted_s > 0 && st.measured_s > 0);
+    *cpu = st.cpu_updates;
+    return (int)st.dev_updates;
+}
+
+static void policies(void)
+{
+    struct mw_offload_registry r;
+    int64_t sizes[] = {1000};
+    ou_model(&r, sizes, 1);
+    uint64_t cpu;
+    CHECK_EQ_INT(dev_updates(&r, MW_OFFLOAD_POLICY_EVERY_K, 3, NULL, &cpu), 2 * 3);  /* ids 2, 5, 8 */
+    CHECK_EQ_INT(dev_updates(&r, MW_OFFLOAD_POLICY_ALL_DEVICE, 1, NULL, &cpu), 20);
+    CHECK_EQ_INT(dev_updates(&r, MW_OFFLOAD_POLICY_ALL_CPU, 1, NULL, &cpu), 0);
+    struct mw_offload_profile p;
+    mw_offload_profile_default(&p);
+    p.dev_latency_s = 0;
+    p.cpu_params_per_s = 1e3; p.dev_params_per_s = 1e12; p.link_bytes_per_s = 1e15; /* device far faster */
+    CHECK_EQ_INT(dev_updates(&r, MW_OFFLOAD_POLICY_AUTO, 1, &p, &cpu), 20);
+    p.cpu_params_per_s = 1e12; p.dev_params_per_s = 1e3;                            /* CPU far faster */
+    CHECK_EQ_INT(dev_updates(&r, MW_OFFLOAD_POLICY_AUTO, 1, &p, &cpu), 0);
+    p.cpu_params_per_s = 1e3; p.dev_params_per_s = 1e3; p.link_bytes_per_s = 1e15;  /* equal (0.1 s predicted per
+                                                                                  * update, far above dispatch time): both work */
+    int d = dev_updates(&r, MW_OFFLOAD_POLICY_AUTO, 1, &p, &cpu);
+    CHECK_MSG(d >= 6 && d <= 14 && cpu >= 6, "auto with equal engines: %d on the device, %llu on the CPU", d,
+              (unsigned long long)cpu);
+    mw_offload_registry_free(&r);
+}
+
 int main(void)
 {
     const char *dir = ou_scratch_dir("offload_plan");
@@ -207,6 +263,7 @@ int main(void)
     placement();
     plan(dir);
     profile(dir);
+    policies();
     tu_rm_rf(dir);
     TEST_END();
 }
