@@ -2,20 +2,20 @@
 # offload_vs_fio.sh DIR [PARAMS] [REPS] — the offload engine's update phase beside fio.
 #  1. NVMe: `memwall bench offload --tier nvme` (master + fp32 moments on NVMe) reads R and
 #     writes W bytes per step; fio then reads R bytes and writes W bytes concurrently (two jobs,
-#     1 MiB blocks, queue depth 32 each, O_DIRECT, io_uring) — the I/O-bound limit of the same
+#     1 MiB blocks, queue depth 64 each: 128 as the engine, O_DIRECT, io_uring) — the I/O-bound limit of the same
 #     step. Ratio = engine (R+W)/update_s over fio (R+W)/max(job runtimes). fio runs with its
 #     default (4 KiB-page) buffers; the engine uses 2 MiB huge-page staging buffers.
 #  2. DRAM: `memwall bench offload --tier dram`: update phase over the bare AdamW kernel on the
 #     same parameters, measured alternately in the same run.
 # Each runs REPS times (default 3), interleaved; medians and every run are printed.
-# Env: MEMWALL (binary, default build/memwall), SUBGROUP (elements, default 16777216),
-#      BUFFERS (default 4). Figures in GB/s (10^9 B/s). Test files are removed afterwards.
+# Env: MEMWALL (binary, default build/memwall), SUBGROUP (elements, default 4194304),
+#      BUFFERS (default 8). Figures in GB/s (10^9 B/s). Test files are removed afterwards.
 set -euo pipefail
 dir=${1:?usage: offload_vs_fio.sh DIR [PARAMS] [REPS]}
 params=${2:-268435456}
 reps=${3:-3}
-sg=${SUBGROUP:-16777216}
-bufs=${BUFFERS:-4}
+sg=${SUBGROUP:-4194304}
+bufs=${BUFFERS:-8}
 here=$(cd "$(dirname "$0")/.." && pwd)
 mw=${MEMWALL:-$here/build/memwall}
 command -v fio >/dev/null || { echo "offload_vs_fio.sh: fio is not installed (scripts/install-deps.sh)"; exit 1; }
@@ -28,7 +28,7 @@ median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[
 f2() { awk -v x="$1" -v d="${2:-1}" 'BEGIN {printf "%.2f", x/d}'; }
 
 fio_rw() { # fio_rw READ_BYTES WRITE_BYTES -> seconds until both jobs are done
-  fio --output-format=json --direct=1 --ioengine=io_uring --bs=1M --iodepth=32 \
+  fio --output-format=json --direct=1 --ioengine=io_uring --bs=1M --iodepth=64 \
       --name=r --rw=read --filename="$rf" --size="$1" --name=w --rw=write --filename="$wf" --size="$2" 2>/dev/null |
     python3 -c 'import json,sys; j=json.load(sys.stdin)["jobs"]; print(max(j[0]["read"]["runtime"], j[1]["write"]["runtime"])/1000)'
 }

@@ -153,6 +153,8 @@ struct mw_offload_config {
     const float *ext_grads;
     int ext_grads_accumulate;
     const char *nvme_dir;            /* directory for the NVMe state (several: "d1:d2"), when any is on nvme */
+    unsigned io_queue_depth;         /* NVMe requests (pieces) in flight, reads and writes together; 0 = 128 */
+    uint64_t io_block_size;          /* bytes per NVMe piece, multiple of 4096; 0 = the engine's 1 MiB */
     uint64_t budget[MW_OFFLOAD_NTIERS]; /* bytes per tier, 0 = no budget (real capacity still checked) */
     enum mw_offload_policy policy;
     int every_k;                     /* for MW_OFFLOAD_POLICY_EVERY_K, >= 1 */

@@ -125,8 +125,9 @@ static double copy_bw(void)
 
 int mw_cmd_bench_offload(int argc, char **argv)
 {
-    int64_t params = 64ll << 20, steps = 3, threads = 0, buffers = 4;
-    int64_t sgsize = 16ll << 20;
+    int64_t params = 64ll << 20, steps = 3, threads = 0, buffers = 8, qd = 128;
+    int64_t sgsize = 4ll << 20;
+    uint64_t bsize = 1u << 20;
     const char *tier = "nvme", *dir = "/tmp/memwall-bench-offload", *moments = "fp32", *policy = "all-cpu";
     const char *calibrate = NULL, *trace_path = NULL, *profile = NULL;
     int json = 0, device = 0, no_kernel = 0;
@@ -138,6 +139,8 @@ int mw_cmd_bench_offload(int argc, char **argv)
         {"buffer-count", MW_OPT_INT, &buffers, "B", "host staging buffers for the NVMe pipeline", 1, 64, NULL},
         {"tier", MW_OPT_CHOICE, &tier, NULL, "where master weights and moments live", 0, 0, tiers},
         {"nvme-dir", MW_OPT_STRING, &dir, "DIR", "directory for the NVMe state (several: DIR1:DIR2)", 0, 0, NULL},
+        {"queue-depth", MW_OPT_INT, &qd, "Q", "NVMe pieces in flight (reads and writes together)", 1, 4096, NULL},
+        {"block-size", MW_OPT_SIZE, &bsize, "BYTES", "bytes per NVMe piece (multiple of 4 KiB)", 4096, 1073741824, NULL},
         {"moments", MW_OPT_CHOICE, &moments, NULL, "moment storage format", 0, 0, mfs},
         {"steps", MW_OPT_INT, &steps, "K", "timed steps (medians are reported), after one warm-up step", 1, 1000, NULL},
         {"threads", MW_OPT_INT, &threads, "T", "optimizer kernel threads, 0 = OpenMP default", 0, 1024, NULL},
@@ -162,6 +165,9 @@ int mw_cmd_bench_offload(int argc, char **argv)
     mw_offload_config_default(&c);
     c.subgroup_size = (uint64_t)sgsize;
     c.buffer_count = (int)buffers;
+    c.io_queue_depth = (unsigned)qd;
+    c.io_block_size = bsize;
+    if (bsize % 4096) { fprintf(stderr, "memwall bench offload: --block-size must be a multiple of 4096\n"); return 2; }
     c.cpu_threads = (int)threads;
     c.moments = !strcmp(moments, "bf16") ? MW_OFFLOAD_M_BF16 : !strcmp(moments, "8bit") ? MW_OFFLOAD_M_8BIT : MW_OFFLOAD_M_FP32;
     if (!strcmp(tier, "nvme")) {

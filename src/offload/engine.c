@@ -52,6 +52,9 @@ static int open_store(struct mw_offload *e)
     sc.tier = e->tier[MW_OFFLOAD_NVME];
     sc.trace = e->tr;
     sc.file_prefix = "memwall-offload";
+    /* reads of the next subgroups and writes of the last share one queue: keep it deep */
+    sc.aio_config.queue_depth = e->cfg.io_queue_depth ? e->cfg.io_queue_depth : 128;
+    if (e->cfg.io_block_size) sc.aio_config.block_size = e->cfg.io_block_size;
     rc = mw_store_open(&e->store, &sc);
     free(dirs_copy);
     if (rc) return rc;

@@ -77,8 +77,8 @@ const char *mw_offload_placement_str(const struct mw_offload_placement *p, char 
 void mw_offload_config_default(struct mw_offload_config *c)
 {
     memset(c, 0, sizeof *c);
-    c->subgroup_size = 1u << 24; /* 16M elements: 64 MiB of fp32 master per subgroup */
-    c->buffer_count = 4;
+    c->subgroup_size = 1u << 22; /* 4M elements: 16 MiB of fp32 master, 48 MiB of fp32 state */
+    c->buffer_count = 8;         /* 8 x 48 MiB staging: reads, updates and writes all overlap */
     mw_offload_placement_default(&c->place);
     c->moments = MW_OFFLOAD_M_FP32;
     c->weights = MW_OFFLOAD_W_FP32;
@@ -197,6 +197,8 @@ static int check_config(const struct mw_offload_registry *r, const struct mw_off
     }
     if (ofl_transactional(c) && (!c->nvme_dir || !*c->nvme_dir))
         return mw_error_set(-EINVAL, "offload: state is placed on nvme but no NVMe directory is given");
+    if (c->io_block_size % 4096 || c->io_queue_depth > 4096)
+        return mw_error_set(-EINVAL, "offload: I/O block size must be a multiple of 4096 and queue depth <= 4096");
     if (c->policy == MW_OFFLOAD_POLICY_EVERY_K && c->every_k < 1)
         return mw_error_set(-EINVAL, "offload: every-k policy needs k >= 1");
     if (c->policy != MW_OFFLOAD_POLICY_ALL_CPU && !c->use_device)
