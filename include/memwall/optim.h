@@ -42,8 +42,9 @@ extern "C" {
  * Why BF16_SR: with round-to-nearest a bf16 v cannot decay when beta2 > 1 - 2^-9 (0.998):
  * 0.999*v rounds back to v, so v only ever grows (docs/optim.md). BF16_SR rounds up with
  * probability equal to the dropped fraction, using a 32-bit hash of (element index mod
- * 2^32, step) whose low 16 bits round m and high 16 bits round v: unbiased, yet bitwise reproducible on any thread count and any
- * slice split, provided every slice's `offset` is its true index in the tensor. */
+ * 2^32, step) whose low 16 bits round m and high 16 bits round v: unbiased, yet bitwise
+ * reproducible on any thread count and any slice split, provided every slice's `offset`
+ * is its true index in the tensor. */
 enum mw_optim_dtype {
     MW_OPTIM_NONE = 0,
     MW_OPTIM_F32  = 1,
@@ -196,9 +197,9 @@ int mw_sgd_step(const struct mw_optim_format *fmt, const struct mw_sgd_hp *hp,
 int mw_optim_bandwidth_pass(const struct mw_optim_format *fmt, const struct mw_optim_slice *s,
                             const struct mw_optim_exec *ex);
 
-/* Sum of squares of grad[0..n) * scale, accumulated per tile in fp32 lanes and across tiles
- * in double, in a fixed order: the result does not depend on the thread count (it may
- * differ between SIMD levels by rounding; see docs/optim.md). For gradient clipping
+/* Sum of squares of grad[0..n) * scale, accumulated per tile in 16 fp32 lanes and across
+ * tiles in double, in a fixed order: bitwise the same for every thread count and SIMD level
+ * (docs/optim.md). For gradient clipping
  * (global norm = sqrt of the sum over all slices) and the fp16-loss-scaling overflow check:
  * returns MW_EOVERFLOW if any scaled gradient is inf/NaN (*sumsq is then +inf or NaN). */
 int mw_grad_sumsq(enum mw_optim_dtype grad_dtype, const void *grad, size_t n, float scale,

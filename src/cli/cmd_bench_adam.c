@@ -127,7 +127,7 @@ int mw_cmd_bench_adam(int argc, char **argv)
                                               "bf16-moments+bf16-weights", "bf16-sr-moments", "8bit", NULL};
     const struct mw_opt opts[] = {
         {"n", MW_OPT_INT, &n, "N", "parameters per step (should be well above the L3 cache)", 1, 1e10, NULL},
-        {"threads", MW_OPT_INT, &threads, "T", "OpenMP threads; 0 = 1 and then every core count up to all", 0, 1024, NULL},
+        {"threads", MW_OPT_INT, &threads, "T", "OpenMP threads; 0 = 1, 2, 4, ... and all cores", 0, 1024, NULL},
         {"reps", MW_OPT_INT, &reps, "R", "timed repetitions per format (medians are reported)", 1, 1000, NULL},
         {"format", MW_OPT_CHOICE, &only, NULL, "state format to measure", 0, 0, fmt_choices},
         {"simd", MW_OPT_CHOICE, &simd_s, NULL, "kernel variant (auto: CPUID, or MEMWALL_SIMD)", 0, 0, simd_choices},

@@ -56,8 +56,8 @@ struct mw_optim_kernels {
     mw_cvt_in_fn bf16_to_f32, f16_to_f32;
 };
 
-/* Tables per level (kernels_scalar.c, kernels_avx2.c, kernels_avx512.c). The AVX-512 table
- * is filled at run time by mw_optim_avx512_init (it depends on AVX512-BF16). */
+/* Tables per level (kernels_scalar.c, kernels_avx2.c, kernels_avx512.c). AVX-512 has two,
+ * with and without the AVX512-BF16 instruction; simd.c picks one from CPUID. */
 extern const struct mw_optim_kernels mw_optim_kernels_scalar;
 extern const struct mw_optim_kernels mw_optim_kernels_avx2;
 const struct mw_optim_kernels *mw_optim_kernels_avx512(int has_bf16);
