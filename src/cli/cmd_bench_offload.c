@@ -1,10 +1,301 @@
-/* cmd_bench_offload.c — placeholder until the offload issue (#6) lands: says so and exits 1. */
+/*
+ * cmd_bench_offload.c — `memwall bench offload`: the update phase of the offload engine with
+ * the optimizer state in DRAM or on NVMe, against the bare optimizer kernel on the same bytes
+ * in the same run; `--calibrate FILE` also measures what the cost model needs (CPU and
+ * single-worker "device" update rates, host copy bandwidth) and writes the profile.
+ *
+ * Why the bare kernel in the same run: the machine is shared, so figures from different runs
+ * are not comparable; the ratio update_s / kernel_s is what says what the pipeline costs.
+ */
 #include "cli/commands.h"
+#include "cli/opts.h"
+#include "memwall/common.h"
+#include "memwall/offload.h"
+#include "memwall/optim.h"
+#include "memwall/trace.h"
+
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static void *xalloc(size_t bytes)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, 2u << 20, MW_ALIGN_UP(bytes, (size_t)(2u << 20)))) return NULL;
+    return p;
+}
+
+static void fill(float *a, uint64_t n, float scale, uint64_t seed)
+{
+    #pragma omp parallel for schedule(static)
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t s = (i + 1) * 0x9e3779b97f4a7c15ull ^ seed;
+        s ^= s >> 29;
+        a[i] = ((float)(s % 2001) - 1000.0f) * scale;
+    }
+}
+
+/* The bare AdamW kernel on its own arrays (page-aligned, like the engine's DRAM state): the
+ * reference the update phase is compared with. Gradients are shared with the engine (read only). */
+struct bare {
+    uint64_t n;
+    struct mw_optim_format f;
+    struct mw_optim_slice s;
+    struct mw_optim_exec ex;
+    struct mw_adamw_hp hp;
+    void *mem[5];
+};
+
+static void *palloc(size_t bytes)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, 4096, MW_ALIGN_UP(bytes ? bytes : 1, (size_t)4096))) return NULL;
+    memset(p, 0, bytes);
+    return p;
+}
+
+static void bare_free(struct bare *b)
+{
+    for (int i = 0; i < 5; i++) free(b->mem[i]);
+    memset(b, 0, sizeof *b);
+}
+
+static int bare_init(struct bare *b, uint64_t n, enum mw_optim_dtype md, int threads, const float *w, const float *g)
+{
+    memset(b, 0, sizeof *b);
+    b->n = n;
+    size_t ab = mw_optim_array_bytes(md, n), sb = mw_optim_scale_bytes(md, n);
+    b->mem[0] = palloc(4 * n);
+    b->mem[1] = palloc(ab);
+    b->mem[2] = palloc(ab);
+    b->mem[3] = sb ? palloc(sb) : NULL;
+    b->mem[4] = sb ? palloc(sb) : NULL;
+    if (!b->mem[0] || !b->mem[1] || !b->mem[2] || (sb && (!b->mem[3] || !b->mem[4]))) {
+        bare_free(b);
+        return mw_error_set(-12, "bench: out of memory for the bare kernel's %llu parameters", (unsigned long long)n);
+    }
+    memcpy(b->mem[0], w, 4 * n);
+    b->f = (struct mw_optim_format){MW_OPTIM_F32, md, MW_OPTIM_NONE};
+    b->s = (struct mw_optim_slice){.n = n, .master = b->mem[0], .grad = g, .m = b->mem[1], .v = b->mem[2],
+                                   .m_scale = b->mem[3], .v_scale = b->mem[4]};
+    b->ex = (struct mw_optim_exec){threads, MW_SIMD_AUTO, 0};
+    b->hp = mw_adamw_hp_default();
+    return 0;
+}
+
+/* One step; returns seconds (negative on failure). */
+static double bare_step(struct bare *b)
+{
+    b->hp.step++;
+    uint64_t t0 = mw_now_ns();
+    int rc = mw_adamw_step(&b->f, &b->hp, &b->s, &b->ex);
+    return rc ? -1.0 : (double)(mw_now_ns() - t0) * 1e-9;
+}
+
+/* Host copy bandwidth (the emulated link): bytes/s of memcpy over 64 MiB. */
+static double copy_bw(void)
+{
+    size_t n = 64u << 20;
+    char *a = xalloc(n), *b = xalloc(n);
+    if (!a || !b) { free(a); free(b); return 0; }
+    memset(a, 1, n);
+    memset(b, 2, n);
+    double best = 0;
+    for (int r = 0; r < 3; r++) {
+        uint64_t t0 = mw_now_ns();
+        memcpy(b, a, n);
+        double s = (double)(mw_now_ns() - t0) * 1e-9;
+        if (s > 0 && n / s > best) best = (double)n / s;
+    }
+    free(a); free(b);
+    return best;
+}
 
 int mw_cmd_bench_offload(int argc, char **argv)
 {
-    (void)argc; (void)argv;
-    fprintf(stderr, "memwall: 'bench offload' is not implemented yet (issue #6)\n");
-    return 1;
+    int64_t params = 64ll << 20, steps = 3, threads = 0, buffers = 8, qd = 128;
+    int64_t sgsize = 4ll << 20;
+    uint64_t bsize = 1u << 20;
+    const char *tier = "nvme", *dir = "/tmp/memwall-bench-offload", *moments = "fp32", *policy = "all-cpu";
+    const char *calibrate = NULL, *trace_path = NULL, *profile = NULL;
+    int json = 0, device = 0, no_kernel = 0;
+    static const char *const tiers[] = {"dram", "nvme", NULL};
+    static const char *const mfs[] = {"fp32", "bf16", "8bit", NULL};
+    const struct mw_opt opts[] = {
+        {"params", MW_OPT_INT, &params, "N", "number of parameters (elements)", 1, 1e12, NULL},
+        {"subgroup-size", MW_OPT_INT, &sgsize, "N", "elements per subgroup", 1, 1e12, NULL},
+        {"buffer-count", MW_OPT_INT, &buffers, "B", "host staging buffers for the NVMe pipeline", 1, 64, NULL},
+        {"tier", MW_OPT_CHOICE, &tier, NULL, "where master weights and moments live", 0, 0, tiers},
+        {"nvme-dir", MW_OPT_STRING, &dir, "DIR", "directory for the NVMe state (several: DIR1:DIR2)", 0, 0, NULL},
+        {"queue-depth", MW_OPT_INT, &qd, "Q", "NVMe pieces in flight (reads and writes together)", 1, 4096, NULL},
+        {"block-size", MW_OPT_SIZE, &bsize, "BYTES", "bytes per NVMe piece (multiple of 4 KiB)", 4096, 1073741824, NULL},
+        {"moments", MW_OPT_CHOICE, &moments, NULL, "moment storage format", 0, 0, mfs},
+        {"steps", MW_OPT_INT, &steps, "K", "timed steps (medians are reported), after one warm-up step", 1, 1000, NULL},
+        {"threads", MW_OPT_INT, &threads, "T", "optimizer kernel threads, 0 = OpenMP default", 0, 1024, NULL},
+        {"device", MW_OPT_FLAG, &device, NULL, "also run the emulated accelerator (hybrid schedule)", 0, 0, NULL},
+        {"policy", MW_OPT_STRING, &policy, "P", "update placement with --device: auto, all-cpu, all-device, every-K", 0, 0, NULL},
+        {"profile", MW_OPT_STRING, &profile, "FILE", "cost-model profile for --policy auto (from --calibrate)", 0, 0, NULL},
+        {"no-kernel", MW_OPT_FLAG, &no_kernel, NULL, "skip the bare-kernel comparison (saves memory)", 0, 0, NULL},
+        {"calibrate", MW_OPT_STRING, &calibrate, "FILE", "measure the cost-model profile and write it as JSON", 0, 0, NULL},
+        {"trace", MW_OPT_STRING, &trace_path, "FILE", "write a Perfetto trace of the timed steps", 0, 0, NULL},
+        {"json", MW_OPT_FLAG, &json, NULL, "print one JSON object instead of text", 0, 0, NULL},
+    };
+    const struct mw_cmd_spec spec = {"bench offload", "",
+        "Times the optimizer update phase of the offload engine (read, update, write-back, working-copy "
+        "refresh; state in DRAM or on NVMe), reports bytes moved, achieved NVMe bandwidth and the time the "
+        "CPU waited for I/O, and the bare AdamW kernel on the same parameters in the same run.",
+        opts, MW_NOPTS(opts), 0, 0};
+    int r = mw_opts_parse(&spec, argc, argv, NULL, NULL);
+    if (r == MW_OPTS_HELP) return 0;
+    if (r) return 2;
+
+    struct mw_offload_config c;
+    mw_offload_config_default(&c);
+    c.subgroup_size = (uint64_t)sgsize;
+    c.buffer_count = (int)buffers;
+    c.io_queue_depth = (unsigned)qd;
+    c.io_block_size = bsize;
+    if (bsize % 4096) { fprintf(stderr, "memwall bench offload: --block-size must be a multiple of 4096\n"); return 2; }
+    c.cpu_threads = (int)threads;
+    c.moments = !strcmp(moments, "bf16") ? MW_OFFLOAD_M_BF16 : !strcmp(moments, "8bit") ? MW_OFFLOAD_M_8BIT : MW_OFFLOAD_M_FP32;
+    if (!strcmp(tier, "nvme")) {
+        if (mw_offload_placement_parse("optim=nvme", &c.place)) return 2;
+        c.nvme_dir = dir;
+    }
+    c.use_device = device;
+    if (profile && (r = mw_offload_profile_load(profile, &c.profile))) { mw_cli_fail("profile", r); return 1; }
+    if (device && mw_offload_policy_parse(policy, &c.policy, &c.every_k)) {
+        fprintf(stderr, "memwall bench offload: %s\n", mw_error_msg());
+        return 2;
+    }
+    struct mw_trace *tr = NULL;
+    if (trace_path && mw_trace_init(&tr, 0)) { mw_cli_fail("trace", -1); return 1; }
+    c.trace = tr;
+
+    uint64_t n = (uint64_t)params;
+    struct mw_offload_registry reg;
+    mw_offload_registry_init(&reg);
+    int64_t shape[1] = {(int64_t)n};
+    int rc = mw_offload_registry_add(&reg, "params", 1, shape);
+    float *w = xalloc(4 * n), *g = xalloc(4 * n);
+    if (rc || !w || !g) { mw_cli_fail("bench offload setup", rc ? rc : -12); free(w); free(g); return 1; }
+    fill(w, n, 1e-3f, 1);
+    fill(g, n, 1e-4f, 2);
+    c.ext_weights = w;
+    c.ext_grads = g;
+    c.ext_grads_accumulate = 1; /* the update phase alone: no gradient copy */
+
+    struct mw_offload *e;
+    uint64_t t_init = mw_now_ns();
+    rc = mw_offload_init(&e, &reg, &c);
+    if (rc) { mw_cli_fail("offload init", rc); free(w); free(g); return 1; }
+    double init_s = (double)(mw_now_ns() - t_init) * 1e-9;
+    const struct mw_offload_plan plan_copy = *mw_offload_get_plan(e), *plan = &plan_copy;
+    char plantxt[1024];
+    mw_offload_plan_format(plan, plantxt, sizeof plantxt);
+
+    enum mw_optim_dtype md = c.moments == MW_OFFLOAD_M_BF16 ? MW_OPTIM_BF16 : c.moments == MW_OFFLOAD_M_8BIT ? MW_OPTIM_Q8 : MW_OPTIM_F32;
+    struct bare bk = {0};
+    if (!no_kernel && (rc = bare_init(&bk, n, md, (int)threads, w, g))) {
+        mw_cli_fail("bare kernel", rc); mw_offload_free(e); free(w); free(g); return 1;
+    }
+    /* engine steps and bare-kernel steps alternate, so both see the same machine load */
+    struct mw_offload_hparams hp;
+    mw_offload_hparams_default(&hp);
+    int K = (int)steps;
+    double upd[1000], wait[1000], kern[1000], ktimes[1000];
+    struct mw_offload_stats st = {0};
+    for (int s = 0; s <= K && !rc; s++) { /* s == 0: warm-up of both */
+        mw_offload_stats_reset(e);
+        rc = mw_offload_step(e, &hp);
+        mw_offload_stats_get(e, &st);
+        double kt = no_kernel ? 0 : bare_step(&bk);
+        if (kt < 0) { rc = -22; break; }
+        if (s) { upd[s - 1] = st.step_s; wait[s - 1] = st.io_wait_s; kern[s - 1] = st.kernel_s; ktimes[s - 1] = kt; }
+    }
+    if (rc) { mw_cli_fail("offload step", rc); bare_free(&bk); mw_offload_free(e); free(w); free(g); return 1; }
+    bare_free(&bk);
+    mw_offload_free(e);
+    free(w);
+    free(g);
+    if (tr) {
+        if (mw_trace_write(tr, trace_path)) mw_cli_fail("trace write", -1);
+        mw_trace_free(tr);
+    }
+    double update_s = median(upd, K), io_wait_s = median(wait, K), pipe_kernel_s = median(kern, K);
+
+    double kernel_s = no_kernel ? 0 : median(ktimes, K);
+    double rd_bw = update_s > 0 ? (double)st.nvme_read_bytes / update_s : 0;
+    double wr_bw = update_s > 0 ? (double)st.nvme_write_bytes / update_s : 0;
+    double rw_bw = update_s > 0 ? (double)(st.nvme_read_bytes + st.nvme_write_bytes) / update_s : 0;
+
+    if (calibrate) {
+        struct mw_offload_profile p;
+        mw_offload_profile_default(&p);
+        uint64_t cn = MW_MIN(n, (uint64_t)(16u << 20));
+        if (kernel_s > 0) p.cpu_params_per_s = (double)n / kernel_s;
+        float *cw = palloc(4 * cn), *cg = palloc(4 * cn);
+        struct bare one;
+        if (cw && cg && !bare_init(&one, cn, md, 1, cw, cg)) { /* the emulated device: one worker thread */
+            double t1[3];
+            bare_step(&one);
+            for (int i = 0; i < 3; i++) t1[i] = bare_step(&one);
+            double m1 = median(t1, 3);
+            if (m1 > 0) p.dev_params_per_s = (double)cn / m1;
+            bare_free(&one);
+        }
+        free(cw);
+        free(cg);
+        p.link_bytes_per_s = copy_bw();
+        p.dev_latency_s = 20e-6;
+        if (!strcmp(tier, "nvme")) {
+            p.nvme_read_bytes_per_s = rd_bw;
+            p.nvme_write_bytes_per_s = wr_bw;
+        }
+        if ((rc = mw_offload_profile_save(calibrate, &p))) { mw_cli_fail("calibrate", rc); return 1; }
+    }
+
+    if (json) {
+        printf("{\"params\": %llu, \"tier\": \"%s\", \"moments\": \"%s\", \"subgroup_size\": %llu, \"subgroups\": %u, "
+               "\"buffer_count\": %d, \"threads\": %d, \"steps\": %d, \"update_s\": %.6f, \"kernel_s\": %.6f, "
+               "\"pipeline_kernel_s\": %.6f, \"io_wait_s\": %.6f, \"nvme_read_bytes\": %llu, \"nvme_write_bytes\": %llu, "
+               "\"nvme_read_bytes_per_s\": %.0f, \"nvme_write_bytes_per_s\": %.0f, \"nvme_bytes_per_s\": %.0f, "
+               "\"update_over_kernel\": %.4f, \"cpu_updates\": %llu, \"dev_updates\": %llu, \"init_s\": %.3f}\n",
+               (unsigned long long)n, tier, moments, (unsigned long long)plan->subgroup_size, plan->n_subgroups,
+               (int)buffers, (int)threads, K, update_s, kernel_s, pipe_kernel_s, io_wait_s,
+               (unsigned long long)st.nvme_read_bytes, (unsigned long long)st.nvme_write_bytes, rd_bw, wr_bw, rw_bw,
+               kernel_s > 0 ? update_s / kernel_s : 0, (unsigned long long)st.cpu_updates,
+               (unsigned long long)st.dev_updates, init_s);
+    } else {
+        char b1[32], b2[32], b3[32], b4[32], b5[32];
+        printf("offload update phase: %llu parameters, state on %s (moments %s), %u subgroups of %llu, %d buffers\n",
+               (unsigned long long)n, tier, moments, plan->n_subgroups, (unsigned long long)plan->subgroup_size,
+               (int)buffers);
+        printf("plan:\n%s", plantxt);
+        printf("update phase     %.3f s (median of %d steps)\n", update_s, K);
+        printf("  kernel inside  %.3f s, CPU waiting for I/O %.3f s\n", pipe_kernel_s, io_wait_s);
+        if (st.nvme_read_bytes || st.nvme_write_bytes)
+            printf("  NVMe           read %s, written %s per step; %s read, %s write, %s together\n",
+                   mw_fmt_bytes(b1, sizeof b1, st.nvme_read_bytes), mw_fmt_bytes(b2, sizeof b2, st.nvme_write_bytes),
+                   mw_fmt_rate(b3, sizeof b3, rd_bw), mw_fmt_rate(b4, sizeof b4, wr_bw), mw_fmt_rate(b5, sizeof b5, rw_bw));
+        if (device) printf("  updates        %llu on the CPU, %llu on the emulated accelerator\n",
+                           (unsigned long long)st.cpu_updates, (unsigned long long)st.dev_updates);
+        if (kernel_s > 0)
+            printf("bare AdamW kernel %.3f s on the same parameters: update phase / kernel = %.3f\n", kernel_s, update_s / kernel_s);
+        if (calibrate) printf("profile written to %s\n", calibrate);
+    }
+    mw_offload_registry_free(&reg);
+    return 0;
 }

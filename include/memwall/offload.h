@@ -1,0 +1,284 @@
+/*
+ * memwall/offload.h — the offload engine: the optimizer state of a model that does not fit,
+ * cut into subgroups placed on tiers (host DRAM, NVMe), updated by an overlapped pipeline
+ * (read -> update -> write-back -> working-copy refresh) on the CPU or on an accelerator,
+ * whichever a cost model says finishes first.
+ *
+ * Life of a training run (see docs/offload.md for the full story):
+ *
+ *   registry:  mw_offload_registry_add() once per tensor, in the model's order; the flat
+ *              parameter space is the concatenation of the tensors (element offsets).
+ *   config:    subgroup size, staging buffer count, placement ("master=nvme,moments=nvme,
+ *              grads=dram"), formats, budgets, policy, and optionally the caller's flat fp32
+ *              weight and gradient arrays (the model's own arrays).
+ *   plan:      mw_offload_plan_make() sizes every tier BEFORE anything is allocated and refuses
+ *              a tier whose budget or real capacity is too small, with the numbers.
+ *   init:      mw_offload_init() allocates exactly what the plan said and writes the initial
+ *              master weights (from the caller's weight array, or zeros) to their homes.
+ *   per step:  for each micro-step: mw_offload_backward_begin(last?, hparams-to-overlap?),
+ *              mw_offload_grad_ready(first, n) as the backward pass finishes ranges,
+ *              mw_offload_backward_end(); then mw_offload_step() runs what is left, waits,
+ *              and commits. The refreshed weights are in the caller's weight array.
+ *
+ * Errors: 0 or a negative errno / MW_E* code, detail in mw_error_msg(). Units: elements for
+ * positions in the flat parameter space, bytes for sizes, seconds in reports.
+ */
+#ifndef MEMWALL_OFFLOAD_H
+#define MEMWALL_OFFLOAD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- registry and subgroups */
+
+#define MW_OFFLOAD_NAME_MAX 96
+#define MW_OFFLOAD_MAX_DIMS 4
+
+/* Tensor flags. */
+#define MW_OFFLOAD_NO_DECAY 0x1u /* no weight decay (biases, LayerNorm gains: GPT-2's 1-D tensors) */
+
+struct mw_offload_tensor {
+    char name[MW_OFFLOAD_NAME_MAX];
+    unsigned flags;        /* MW_OFFLOAD_NO_DECAY */
+    int ndim;
+    int64_t shape[MW_OFFLOAD_MAX_DIMS];
+    uint64_t numel;        /* product of shape, elements */
+    uint64_t first;        /* offset of element 0 in the flat parameter space, elements */
+};
+
+struct mw_offload_registry {
+    struct mw_offload_tensor *tensors; /* [n], registration order */
+    uint32_t n, cap;
+    uint64_t total;        /* elements in the flat parameter space */
+};
+
+void mw_offload_registry_init(struct mw_offload_registry *r);
+void mw_offload_registry_free(struct mw_offload_registry *r);
+/* Appends a tensor; shape entries must be >= 1. -EINVAL on a bad shape or duplicate name. */
+int mw_offload_registry_add(struct mw_offload_registry *r, const char *name, int ndim, const int64_t *shape);
+int mw_offload_registry_add_ex(struct mw_offload_registry *r, const char *name, int ndim, const int64_t *shape,
+                               unsigned flags);
+/* Index of the tensor holding flat element `elem` (binary search), or -1 past the end. */
+int mw_offload_registry_find(const struct mw_offload_registry *r, uint64_t elem);
+
+/* A subgroup: a contiguous range of the flat parameter space, at most subgroup_size elements.
+ * It may start or end inside a tensor (DeepSpeed never splits a tensor; see docs/offload.md). */
+struct mw_offload_subgroup {
+    uint32_t id;
+    uint64_t first, n;               /* elements */
+    uint32_t tensor_lo, tensor_hi;   /* first and last tensor it overlaps (inclusive) */
+};
+
+/* Cuts the registry into ceil(total / size) subgroups; *out is malloc'ed (free()). */
+int mw_offload_cut(const struct mw_offload_registry *r, uint64_t subgroup_size,
+                   struct mw_offload_subgroup **out, uint32_t *n_out);
+
+/* ---------------------------------------------------------------- placement */
+
+enum mw_offload_tier { MW_OFFLOAD_DRAM = 0, MW_OFFLOAD_NVME = 1, MW_OFFLOAD_DEVICE = 2, MW_OFFLOAD_NTIERS = 3 };
+/* The kinds of per-parameter state. MOMENTS covers both Adam moments (exp_avg, exp_avg_sq). */
+enum mw_offload_kind { MW_OFFLOAD_MASTER = 0, MW_OFFLOAD_MOMENTS = 1, MW_OFFLOAD_GRADS = 2,
+                       MW_OFFLOAD_WEIGHTS = 3, MW_OFFLOAD_NKINDS = 4 };
+
+struct mw_offload_placement {
+    enum mw_offload_tier tier[MW_OFFLOAD_NKINDS];
+};
+
+const char *mw_offload_tier_name(enum mw_offload_tier t);   /* "dram", "nvme", "device" */
+const char *mw_offload_kind_name(enum mw_offload_kind k);   /* "master", "moments", ... */
+/* Parses "master=nvme,moments=nvme,grads=dram,weights=dram"; "optim=T" sets master and moments,
+ * "all=T" every kind; kinds not named keep their value in *p (initialise it first, e.g. with
+ * mw_offload_placement_default: everything in dram). -EINVAL with a message otherwise. */
+void mw_offload_placement_default(struct mw_offload_placement *p);
+int mw_offload_placement_parse(const char *s, struct mw_offload_placement *p);
+/* "master=nvme,moments=nvme,grads=dram,weights=dram" */
+const char *mw_offload_placement_str(const struct mw_offload_placement *p, char *buf, size_t n);
+
+/* ---------------------------------------------------------------- formats, policy, cost model */
+
+enum mw_offload_wfmt { MW_OFFLOAD_W_FP32 = 0, MW_OFFLOAD_W_BF16 = 1, MW_OFFLOAD_W_FP16 = 2 };
+enum mw_offload_mfmt { MW_OFFLOAD_M_FP32 = 0, MW_OFFLOAD_M_BF16 = 1, MW_OFFLOAD_M_8BIT = 2 };
+
+enum mw_offload_policy {
+    MW_OFFLOAD_POLICY_AUTO = 0,       /* per subgroup: the engine predicted to finish it first */
+    MW_OFFLOAD_POLICY_ALL_CPU = 1,
+    MW_OFFLOAD_POLICY_ALL_DEVICE = 2,
+    MW_OFFLOAD_POLICY_EVERY_K = 3,    /* subgroups with id % k == k - 1 on the device, the rest on the CPU */
+};
+int mw_offload_policy_parse(const char *s, enum mw_offload_policy *p, int *k); /* "auto", "all-cpu", "all-device", "every-3" */
+const char *mw_offload_policy_name(enum mw_offload_policy p);
+
+/* Calibration profile: what one machine measured (memwall bench offload --calibrate FILE). */
+struct mw_offload_profile {
+    double cpu_params_per_s;     /* CPU optimizer update rate, parameters/s (all kernel threads) */
+    double dev_params_per_s;     /* accelerator update rate, parameters/s */
+    double link_bytes_per_s;     /* host<->accelerator copy bandwidth, bytes/s (each direction) */
+    double dev_latency_s;        /* fixed cost per accelerator update (launch + sync), seconds */
+    double nvme_read_bytes_per_s, nvme_write_bytes_per_s; /* informational, bytes/s */
+};
+/* Conservative defaults used when no profile is given (a slow-link GPU-like device). */
+void mw_offload_profile_default(struct mw_offload_profile *p);
+int mw_offload_profile_load(const char *path, struct mw_offload_profile *p);
+int mw_offload_profile_save(const char *path, const struct mw_offload_profile *p);
+
+/* Predicted seconds to update one subgroup of n parameters whose host<->device traffic is
+ * xfer_bytes (both directions summed), on each engine, excluding queueing. */
+double mw_offload_predict_cpu_s(const struct mw_offload_profile *p, uint64_t n);
+double mw_offload_predict_dev_s(const struct mw_offload_profile *p, uint64_t n, uint64_t xfer_bytes);
+
+/* ---------------------------------------------------------------- configuration and plan */
+
+struct mw_trace; /* memwall/trace.h; optional */
+
+struct mw_offload_config {
+    uint64_t subgroup_size;          /* elements per subgroup (rounded up to the moment format's block) */
+    int buffer_count;                /* host staging buffers for the NVMe pipeline, >= 1 */
+    struct mw_offload_placement place;
+    enum mw_offload_mfmt moments;    /* moment storage format */
+    enum mw_offload_wfmt weights;    /* working copy format (what the model reads) */
+    /* The caller's flat arrays in registration order (GPT-2 model: fp32). ext_weights (format
+     * `weights`) receives the refreshed working copy; when NULL the engine owns it (on the
+     * weights tier). ext_grads (fp32) is where the backward pass leaves gradients:
+     *   ext_grads_accumulate = 0: each micro-step overwrites them; the engine accumulates into
+     *                             its own fp32 buffer (grads tier) at grad_ready;
+     *   ext_grads_accumulate = 1: the caller accumulates (+=) across micro-steps itself and
+     *                             zeroes them after mw_offload_step; the engine reads them at
+     *                             update time and owns no gradient buffer.
+     * Without ext_grads, gradients come in through mw_offload_grad_add(). */
+    void *ext_weights;
+    const float *ext_grads;
+    int ext_grads_accumulate;
+    const char *nvme_dir;            /* directory for the NVMe state (several: "d1:d2"), when any is on nvme */
+    unsigned io_queue_depth;         /* NVMe requests (pieces) in flight, reads and writes together; 0 = 128 */
+    uint64_t io_block_size;          /* bytes per NVMe piece, multiple of 4096; 0 = the engine's 1 MiB */
+    uint64_t budget[MW_OFFLOAD_NTIERS]; /* bytes per tier, 0 = no budget (real capacity still checked) */
+    enum mw_offload_policy policy;
+    int every_k;                     /* for MW_OFFLOAD_POLICY_EVERY_K, >= 1 */
+    int use_device;                  /* create the emulated accelerator (hybrid schedule) */
+    struct mw_offload_profile profile; /* cost model inputs (mw_offload_profile_default if unset) */
+    int cpu_threads;                 /* optimizer kernel threads on the CPU path, 0 = OpenMP default */
+    struct mw_trace *trace;          /* optional recorder */
+};
+void mw_offload_config_default(struct mw_offload_config *c);
+
+/* Bytes the engine will hold, per tier and per kind, decided before anything is allocated. */
+struct mw_offload_plan {
+    uint64_t total_elems;
+    uint64_t subgroup_size;          /* after rounding */
+    uint32_t n_subgroups;
+    int transactional;               /* optimizer state has two slots per subgroup (see docs) */
+    uint64_t kind_bytes[MW_OFFLOAD_NKINDS][MW_OFFLOAD_NTIERS]; /* engine-owned bytes */
+    uint64_t staging_bytes;          /* host staging buffers (DRAM) */
+    uint64_t device_arena_bytes;     /* emulated accelerator arena */
+    uint64_t tier_bytes[MW_OFFLOAD_NTIERS];     /* totals */
+    uint64_t tier_capacity[MW_OFFLOAD_NTIERS];  /* min(budget, real capacity); 0 = unknown */
+};
+/* Sizes the state for (registry, config); -EINVAL for a bad config, MW_EBUDGET when a tier
+ * does not fit (message names the tier, what is needed and what is available). */
+int mw_offload_plan_make(const struct mw_offload_registry *r, const struct mw_offload_config *c,
+                         struct mw_offload_plan *plan);
+/* Human table of the plan, one line per tier ("nvme: 3.00 GiB (master 1.00 GiB, ...)"). */
+int mw_offload_plan_format(const struct mw_offload_plan *plan, char *buf, size_t n);
+
+/* ---------------------------------------------------------------- the engine */
+
+struct mw_offload;
+
+/* AdamW hyper-parameters of one step. grad_scale multiplies every gradient before the update
+ * (1/loss_scale, times a clipping coefficient computed from mw_offload_grad_norm()). */
+struct mw_offload_hparams {
+    double lr, beta1, beta2, eps, weight_decay; /* as struct mw_adamw_hp (memwall/optim.h) */
+    float grad_scale;                           /* > 0 */
+};
+void mw_offload_hparams_default(struct mw_offload_hparams *h);
+
+/* Counters of the engine since init (or the last mw_offload_stats_reset). Seconds are wall time. */
+struct mw_offload_stats {
+    uint64_t steps;
+    uint64_t nvme_read_bytes, nvme_write_bytes;
+    uint64_t h2d_bytes, d2h_bytes;
+    uint64_t cpu_updates, dev_updates;     /* subgroup updates on each engine */
+    double step_s;                         /* wall time inside steps (first ready subgroup to commit) */
+    double kernel_s;                       /* CPU time spent in the optimizer kernel on the CPU path */
+    double io_wait_s;                      /* time the update thread sat idle waiting for NVMe reads */
+    double predicted_s, measured_s;        /* summed over decisions (AUTO policy accounting) */
+};
+
+/* Plans (as mw_offload_plan_make), allocates, writes the initial master weights: from
+ * cfg->ext_weights when it is fp32, else zeros (then call mw_offload_set_master). */
+int mw_offload_init(struct mw_offload **out, const struct mw_offload_registry *r,
+                    const struct mw_offload_config *cfg);
+void mw_offload_free(struct mw_offload *e);
+const struct mw_offload_plan *mw_offload_get_plan(const struct mw_offload *e);
+const struct mw_offload_subgroup *mw_offload_subgroups(const struct mw_offload *e, uint32_t *n);
+
+/* Overwrites master weights [first, first+n) of the committed state (and the working copy). */
+int mw_offload_set_master(struct mw_offload *e, uint64_t first, uint64_t n, const float *src);
+
+/* A micro-step's backward pass. last != 0: the optimizer step follows this micro-step.
+ * hp != NULL (only with last): arms the update, so each subgroup's update starts as soon as
+ * its gradients are final (overlapping the rest of the backward pass); the grads must not be
+ * clipped by a norm that is not known yet (see docs: two-phase clipping). */
+int mw_offload_backward_begin(struct mw_offload *e, int last, const struct mw_offload_hparams *hp);
+/* Gradients of [first, first+n) are final for this micro-step (read from ext_grads). Callable
+ * from one thread at a time, in any order, ranges of one micro-step disjoint. */
+int mw_offload_grad_ready(struct mw_offload *e, uint64_t first, uint64_t n);
+/* Without ext_grads: add src[0..n) to the gradients of [first, first+n), then as grad_ready. */
+int mw_offload_grad_add(struct mw_offload *e, uint64_t first, uint64_t n, const float *src);
+/* Ends the micro-step: ranges not reported are taken as final (read from ext_grads). */
+int mw_offload_backward_end(struct mw_offload *e);
+/* Global L2 norm of the accumulated gradients (times nothing: raw), summed in subgroup order so
+ * it is the same for every subgroup size. Only between the last backward_end and an unarmed
+ * mw_offload_step. Non-finite on overflow (then call mw_offload_skip_step). */
+int mw_offload_grad_norm(struct mw_offload *e, double *norm);
+/* Runs the update of every subgroup not yet started (when armed, the hyper-parameters given to
+ * mw_offload_backward_begin apply and hp is ignored: one step never mixes two), waits for all,
+ * commits the step, resets the gradient accumulators. On failure the previous step stays the
+ * committed one: call mw_offload_recover() before anything else. */
+int mw_offload_step(struct mw_offload *e, const struct mw_offload_hparams *hp);
+/* Drops the accumulated gradients without an update (overflow). */
+int mw_offload_skip_step(struct mw_offload *e);
+/* After a failed step: rewrites the working copy from the committed master weights and makes
+ * the engine ready to retry the step (the accumulated gradients are kept). */
+int mw_offload_recover(struct mw_offload *e);
+/* Steps committed so far (the AdamW step number of the last update). */
+uint64_t mw_offload_committed_steps(const struct mw_offload *e);
+
+/* Reads the committed state of [first, first+n) as fp32 (moments decoded from their format):
+ * kind MASTER, MOMENTS (which = 0: exp_avg, 1: exp_avg_sq), WEIGHTS (working copy, converted
+ * to fp32). Works on the committed state even after a failed step. */
+int mw_offload_read_state(struct mw_offload *e, enum mw_offload_kind kind, int which,
+                          uint64_t first, uint64_t n, float *dst);
+
+/* The raw bytes of one region of the committed state for elements [first, first+n), exactly as
+ * stored (for bitwise comparisons and checkpoints). Region sizes: master 4n; moments n times
+ * 4 (fp32), 2 (bf16) or 1 (8-bit); scales (8-bit only, first a multiple of MW_Q8_BLOCK)
+ * 4 * ceil(n / MW_Q8_BLOCK); a scale region of another format reads nothing. */
+enum mw_offload_region { MW_OFFLOAD_R_MASTER = 0, MW_OFFLOAD_R_EXP_AVG = 1, MW_OFFLOAD_R_EXP_AVG_SCALE = 2,
+                         MW_OFFLOAD_R_EXP_AVG_SQ = 3, MW_OFFLOAD_R_EXP_AVG_SQ_SCALE = 4 };
+int mw_offload_read_raw(struct mw_offload *e, int region, uint64_t first, uint64_t n, void *dst);
+
+/* Checkpoint restore: overwrite raw bytes of one region of the committed state (the inverse of
+ * mw_offload_read_raw; a MASTER write also refreshes the working copy), and set the number of
+ * committed steps (the AdamW step count used for bias correction). Not during a step. */
+int mw_offload_write_raw(struct mw_offload *e, int region, uint64_t first, uint64_t n, const void *src);
+int mw_offload_set_committed_steps(struct mw_offload *e, uint64_t steps);
+
+/* Bytes the engine holds now on each tier (its tiers' counters): equal to the plan's tier_bytes. */
+void mw_offload_tier_usage(const struct mw_offload *e, uint64_t bytes[MW_OFFLOAD_NTIERS]);
+
+void mw_offload_stats_get(const struct mw_offload *e, struct mw_offload_stats *s);
+void mw_offload_stats_reset(struct mw_offload *e);
+
+/* Testing: the k-th NVMe write from now (k >= 1) fails with -EIO after writing half its bytes
+ * (a torn write); 0 disarms. */
+void mw_offload_inject_write_failure(struct mw_offload *e, uint64_t k);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,376 @@
+/*
+ * engine.c — the offload engine's life cycle: init (allocate exactly what the plan said, open
+ * the NVMe store, write the initial state), the step (enqueue, wait, commit), recovery after a
+ * failed step, and statistics. Gradients are in grads.c, state readers/writers in state.c,
+ * the pipeline itself in pipeline.c.
+ *
+ * Why the step commits in one place: the committed step counter decides which of the two
+ * slots holds the state (transactional mode), so it must move only after every subgroup of
+ * the step was written back, and never when any of them failed.
+ */
+#include "offload/internal.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void mw_offload_hparams_default(struct mw_offload_hparams *h)
+{
+    h->lr = 1e-3;
+    h->beta1 = 0.9;
+    h->beta2 = 0.999;
+    h->eps = 1e-8;
+    h->weight_decay = 1e-2;
+    h->grad_scale = 1.0f;
+}
+
+uint64_t ofl_stripe_for(uint64_t obj_bytes); /* placement.c */
+
+static enum mw_alloc_kind alloc_kind(int r) { return r == OFL_R_MASTER ? MW_KIND_MASTER : MW_KIND_MOMENTS; }
+
+/* ------------------------------------------------------------------ init / free */
+
+static int open_store(struct mw_offload *e)
+{
+    char *dirs_copy = strdup(e->cfg.nvme_dir);
+    const char *dirs[64];
+    int nd = 0;
+    if (!dirs_copy) return mw_error_set(-ENOMEM, "offload: out of memory");
+    for (char *save = NULL, *t = strtok_r(dirs_copy, ":", &save); t && nd < 64; t = strtok_r(NULL, ":", &save))
+        dirs[nd++] = t;
+    struct mw_store_config sc;
+    mw_store_config_default(&sc);
+    sc.dirs = dirs;
+    sc.ndirs = nd;
+    int rc = 0;
+    uint64_t obj_max = 0, ignored;
+    ofl_nvme_span(e, 0, &ignored, &obj_max);
+    sc.stripe_size = ofl_stripe_for(obj_max);
+    sc.capacity = e->plan.tier_bytes[MW_OFFLOAD_NVME] + (uint64_t)nd * sc.stripe_size;
+    sc.tier = e->tier[MW_OFFLOAD_NVME];
+    sc.trace = e->tr;
+    sc.file_prefix = "memwall-offload";
+    /* reads of the next subgroups and writes of the last share one queue: keep it deep */
+    sc.aio_config.queue_depth = e->cfg.io_queue_depth ? e->cfg.io_queue_depth : 128;
+    if (e->cfg.io_block_size) sc.aio_config.block_size = e->cfg.io_block_size;
+    rc = mw_store_open(&e->store, &sc);
+    free(dirs_copy);
+    if (rc) return rc;
+    e->obj = calloc(2 * (size_t)e->nsg, sizeof *e->obj);
+    if (!e->obj) return mw_error_set(-ENOMEM, "offload: out of memory");
+    for (uint32_t i = 0; i < e->nsg; i++) {
+        uint64_t off, len;
+        ofl_nvme_span(e, i, &off, &len);
+        for (int slot = 0; slot < 2; slot++) {
+            char name[64];
+            snprintf(name, sizeof name, "sg%u.slot%d", i, slot);
+            enum mw_alloc_kind k = e->cfg.place.tier[MW_OFFLOAD_MOMENTS] == MW_OFFLOAD_NVME ? MW_KIND_MOMENTS : MW_KIND_MASTER;
+            rc = mw_store_obj_create_ex(e->store, name, len, k, &e->obj[2 * i + slot]);
+            if (rc) return rc;
+        }
+    }
+    return 0;
+}
+
+/* Writes the initial state (master from src or zeros, zero moments) into committed slot 0. */
+static int write_initial(struct mw_offload *e, const float *src)
+{
+    if (!e->txn) {
+        float *m = e->home[OFL_R_MASTER][0].ptr;
+        if (src && !e->master_alias) memcpy(m, src, 4 * e->plan.total_elems);
+        return 0;
+    }
+    for (uint32_t i = 0; i < e->nsg; i++) {
+        struct mw_optim_slice s;
+        ofl_view_staging(e, i, 0, &s);
+        struct ofl_layout L;
+        ofl_layout_make(&e->cfg, e->sgs[i].n, &L);
+        memset(e->staging[0].ptr, 0, L.total);
+        if (src) memcpy(s.master, src + e->sgs[i].first, 4 * e->sgs[i].n);
+        int rc = ofl_slot_store(e, i, 0);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+int mw_offload_init(struct mw_offload **out, const struct mw_offload_registry *r, const struct mw_offload_config *cfg)
+{
+    *out = NULL;
+    struct mw_offload *e = calloc(1, sizeof *e);
+    if (!e) return mw_error_set(-ENOMEM, "offload: out of memory");
+    e->cfg = *cfg;
+    int rc = mw_offload_plan_make(r, cfg, &e->plan);
+    if (rc) { free(e); return rc; }
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv_pipe, NULL);
+    pthread_cond_init(&e->cv_cpu, NULL);
+    pthread_cond_init(&e->cv_done, NULL);
+    e->tr = cfg->trace;
+    e->txn = e->plan.transactional;
+    e->fmt.grad = MW_OPTIM_F32;
+    e->fmt.moments = ofl_mdtype(cfg->moments);
+    e->fmt.weights_out = cfg->weights == MW_OFFLOAD_W_FP32 ? MW_OPTIM_NONE : ofl_wdtype(cfg->weights);
+    e->master_alias = !e->txn && cfg->ext_weights && cfg->weights == MW_OFFLOAD_W_FP32;
+    if ((rc = mw_offload_cut(r, e->plan.subgroup_size, &e->sgs, &e->nsg))) goto err;
+    if ((rc = ofl_runs_build(e, r))) goto err;
+    uint32_t n = e->nsg;
+    e->st = calloc(n, sizeof *e->st);
+    e->readyq = calloc(n, sizeof(uint32_t));
+    e->loadq = calloc(n, sizeof(uint32_t));
+    e->cpuq = calloc(n, sizeof(uint32_t));
+    e->updq = calloc(n, sizeof(uint32_t));
+    if (!e->st || !e->readyq || !e->loadq || !e->cpuq || !e->updq) { rc = mw_error_set(-ENOMEM, "offload: out of memory"); goto err; }
+    for (uint32_t i = 0; i < n; i++) { e->st[i].buf = -1; e->st[i].e = e; }
+
+    /* tiers: the engine's own accounting objects, budgets from the config */
+    static const enum mw_tier_id ids[MW_OFFLOAD_NTIERS] = {MW_TIER_HOST, MW_TIER_NVME, MW_TIER_DEVICE};
+    for (int t = 0; t < MW_OFFLOAD_NTIERS; t++)
+        if ((rc = mw_tier_init(&e->tier[t], ids[t], t == MW_OFFLOAD_NVME ? 0 : cfg->budget[t], e->tr))) goto err;
+    struct mw_tier *host = e->tier[MW_OFFLOAD_DRAM];
+
+    int slots = e->txn ? 2 : 1;
+    uint64_t N = e->plan.total_elems;
+    for (int reg = 0; reg < OFL_NREGIONS; reg++) {
+        uint64_t bytes = ofl_region_bytes(cfg, (enum ofl_region)reg, N);
+        if (!bytes || cfg->place.tier[ofl_region_kind((enum ofl_region)reg)] != MW_OFFLOAD_DRAM) continue;
+        for (int s = 0; s < slots; s++) {
+            if (reg == OFL_R_MASTER && e->master_alias) {
+                e->home[reg][s].ptr = cfg->ext_weights; /* not ours: never freed */
+                continue;
+            }
+            char label[48];
+            snprintf(label, sizeof label, "offload %s slot %d", reg == OFL_R_MASTER ? "master" : reg == OFL_R_M ? "exp_avg"
+                     : reg == OFL_R_V ? "exp_avg_sq" : "moment scales", s);
+            if ((rc = mw_tier_alloc(host, bytes, MW_ALLOC_ZERO | MW_ALLOC_NO_LOCK, alloc_kind(reg), label, &e->home[reg][s]))) goto err;
+        }
+    }
+    if (!(cfg->ext_grads && cfg->ext_grads_accumulate))
+        if ((rc = mw_tier_alloc(host, 4 * N, MW_ALLOC_ZERO | MW_ALLOC_NO_LOCK, MW_KIND_GRADS, "offload grad accumulation", &e->grads))) goto err;
+    if (!cfg->ext_weights)
+        if ((rc = mw_tier_alloc(host, ofl_wbytes(cfg->weights) * N, MW_ALLOC_ZERO | MW_ALLOC_NO_LOCK, MW_KIND_WEIGHTS,
+                                "offload working copy", &e->weights))) goto err;
+    if (e->txn) {
+        ofl_layout_make(cfg, e->plan.subgroup_size, &e->lay);
+        e->nbuf = cfg->buffer_count;
+        e->staging = calloc((size_t)e->nbuf, sizeof *e->staging);
+        e->free_bufs = calloc((size_t)e->nbuf, sizeof(int));
+        if (!e->staging || !e->free_bufs) { rc = mw_error_set(-ENOMEM, "offload: out of memory"); goto err; }
+        for (int b = 0; b < e->nbuf; b++) {
+            if ((rc = mw_tier_alloc(host, e->lay.total, MW_ALLOC_IO, MW_KIND_STAGING, "offload staging", &e->staging[b]))) goto err;
+            e->free_bufs[e->nfree++] = b;
+        }
+        if ((rc = open_store(e))) goto err;
+    }
+    if (cfg->use_device) {
+        if ((rc = ofl_dev_init(&e->dev, e->tier[MW_OFFLOAD_DEVICE], e->plan.device_arena_bytes / 2, &e->cfg, e->tr))) goto err;
+    }
+    const float *src = cfg->ext_weights && cfg->weights == MW_OFFLOAD_W_FP32 ? cfg->ext_weights : NULL;
+    if ((rc = write_initial(e, src))) goto err;
+    if ((rc = ofl_pipe_start(e))) goto err;
+    *out = e;
+    return 0;
+err:
+    {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", mw_error_msg());
+        mw_offload_free(e);
+        return mw_error_set(rc, "%s", msg);
+    }
+}
+
+void mw_offload_free(struct mw_offload *e)
+{
+    if (!e) return;
+    ofl_pipe_stop(e);
+    ofl_dev_free(e->dev);
+    if (e->store) mw_store_close(e->store);
+    free(e->obj);
+    for (int b = 0; b < e->nbuf && e->staging; b++) mw_tier_free(&e->staging[b]);
+    free(e->staging);
+    free(e->free_bufs);
+    for (int r = 0; r < OFL_NREGIONS; r++)
+        for (int s = 0; s < 2; s++) {
+            if (r == OFL_R_MASTER && e->master_alias) continue;
+            mw_tier_free(&e->home[r][s]);
+        }
+    mw_tier_free(&e->grads);
+    mw_tier_free(&e->weights);
+    for (int t = 0; t < MW_OFFLOAD_NTIERS; t++)
+        if (e->tier[t]) mw_tier_free_tier(e->tier[t]);
+    free(e->st);
+    free(e->readyq);
+    free(e->loadq);
+    free(e->cpuq);
+    free(e->updq);
+    free(e->ranges);
+    free(e->sgs);
+    free(e->runs);
+    free(e->sg_run);
+    pthread_cond_destroy(&e->cv_pipe);
+    pthread_cond_destroy(&e->cv_cpu);
+    pthread_cond_destroy(&e->cv_done);
+    pthread_mutex_destroy(&e->mu);
+    free(e);
+}
+
+const struct mw_offload_plan *mw_offload_get_plan(const struct mw_offload *e) { return &e->plan; }
+const struct mw_offload_subgroup *mw_offload_subgroups(const struct mw_offload *e, uint32_t *n)
+{
+    if (n) *n = e->nsg;
+    return e->sgs;
+}
+uint64_t mw_offload_committed_steps(const struct mw_offload *e) { return e->committed; }
+
+/* ------------------------------------------------------------------ helpers shared with state.c and grads.c */
+
+void ofl_refresh_weights(struct mw_offload *e, uint64_t first, uint64_t n, const float *master)
+{
+    if (e->master_alias) return;
+    char *w = e->cfg.ext_weights ? (char *)e->cfg.ext_weights : (char *)e->weights.ptr;
+    if (!w) return;
+    switch (e->cfg.weights) {
+    case MW_OFFLOAD_W_FP32: memcpy(w + 4 * first, master, 4 * n); break;
+    case MW_OFFLOAD_W_BF16: mw_f32_to_bf16_n(master, (uint16_t *)w + first, n); break;
+    case MW_OFFLOAD_W_FP16: mw_f32_to_f16_n(master, (uint16_t *)w + first, n); break;
+    }
+}
+
+/* Subgroups overlapping [first, first+n). */
+void ofl_sg_span(const struct mw_offload *e, uint64_t first, uint64_t n, uint32_t *lo, uint32_t *hi)
+{
+    *lo = (uint32_t)(first / e->plan.subgroup_size);
+    *hi = (uint32_t)((first + n - 1) / e->plan.subgroup_size);
+}
+
+int ofl_check_range(const struct mw_offload *e, uint64_t first, uint64_t n, const char *what)
+{
+    if (n == 0 || first >= e->plan.total_elems || n > e->plan.total_elems - first)
+        return mw_error_set(-EINVAL, "offload %s: range [%llu, +%llu) outside the %llu parameters", what,
+                            (unsigned long long)first, (unsigned long long)n, (unsigned long long)e->plan.total_elems);
+    return 0;
+}
+
+int ofl_check_quiet(struct mw_offload *e, const char *what)
+{
+    if (e->n_started || e->in_backward)
+        return mw_error_set(-EBUSY, "offload %s: not allowed while a step is in progress", what);
+    return 0;
+}
+
+
+/* ------------------------------------------------------------------ the step */
+
+static void reset_step_locked(struct mw_offload *e)
+{
+    e->ready_head = e->ready_tail = e->load_head = e->load_tail = 0;
+    e->cpu_head = e->cpu_tail = e->upd_head = e->upd_tail = 0;
+    e->n_done = e->n_started = 0;
+    e->cpu_busy_until = e->dev_busy_until = 0;
+    for (uint32_t i = 0; i < e->nsg; i++) e->st[i].state = OFL_SG_IDLE;
+}
+
+int mw_offload_step(struct mw_offload *e, const struct mw_offload_hparams *hp)
+{
+    if (e->failed) return mw_error_set(-EBUSY, "offload: the last step failed; call mw_offload_recover first");
+    if (e->in_backward) return mw_error_set(-EINVAL, "offload step: call mw_offload_backward_end first");
+    int rc;
+    if (e->micro_index == 0) { /* no backward reported: every gradient is final as it is */
+        if ((rc = mw_offload_backward_begin(e, 1, NULL)) || (rc = mw_offload_backward_end(e))) return rc;
+    }
+    if (!e->armed && !hp) return mw_error_set(-EINVAL, "offload step: no hyper-parameters (not armed)");
+    uint64_t t0 = mw_now_ns();
+    pthread_mutex_lock(&e->mu);
+    if (!e->armed) { e->hp = *hp; e->armed = 1; } /* armed: the hp given at backward_begin rules (hp ignored) */
+    for (uint32_t i = 0; i < e->nsg; i++) ofl_pipe_enqueue_locked(e, i);
+    while (e->n_done < e->n_started || (e->threads_up && (e->n_reading || e->upd_head != e->upd_tail)))
+        pthread_cond_wait(&e->cv_done, &e->mu);
+    int failed = e->failed;
+    uint64_t started = e->step_t0 ? e->step_t0 : t0;
+    e->stats.step_s += (double)(mw_now_ns() - MW_MIN(started, t0)) * 1e-9;
+    if (!failed) {
+        e->committed++;
+        e->stats.steps++;
+        e->micro_index = 0;
+    }
+    e->armed = 0;
+    reset_step_locked(e);
+    rc = failed ? e->err : 0;
+    pthread_mutex_unlock(&e->mu);
+    if (failed) return mw_error_set(rc, "%s (step %llu not committed; the state of step %llu is intact)", e->errmsg,
+                                    (unsigned long long)e->committed + 1, (unsigned long long)e->committed);
+    uint64_t now = mw_now_ns();
+    struct mw_trace_arg a[1] = {{"step", (int64_t)e->committed}};
+    mw_trace_span(e->tr, "offload", "step", MW_MIN(started, t0), now, a, 1);
+    if (e->tr) { /* the bytes each tier holds, once per step (allocations are traced by the tiers) */
+        static const char *names[MW_OFFLOAD_NTIERS] = {"offload dram bytes", "offload nvme bytes", "offload device bytes"};
+        for (int t = 0; t < MW_OFFLOAD_NTIERS; t++) {
+            struct mw_tier_stats ts;
+            mw_tier_stats(e->tier[t], &ts);
+            mw_trace_counter(e->tr, names[t], now, (double)ts.current);
+        }
+        mw_trace_counter(e->tr, "offload nvme read bytes", now, (double)e->stats.nvme_read_bytes);
+        mw_trace_counter(e->tr, "offload nvme written bytes", now, (double)e->stats.nvme_write_bytes);
+    }
+    return 0;
+}
+
+int mw_offload_skip_step(struct mw_offload *e)
+{
+    if (e->in_backward || e->n_started) return mw_error_set(-EBUSY, "offload skip_step: a step is in progress");
+    e->micro_index = 0;
+    e->armed = 0;
+    return 0;
+}
+
+int mw_offload_recover(struct mw_offload *e)
+{
+    if (e->in_backward) return mw_error_set(-EINVAL, "offload recover: inside a backward pass");
+    e->failed = 0;
+    e->err = 0;
+    if (e->master_alias) return 0;
+    /* the working copy of subgroups refreshed by the failed step: back to the committed master */
+    int rc = 0;
+    int cur = (int)(e->committed % 2);
+    for (uint32_t i = 0; i < e->nsg && !rc; i++) {
+        struct mw_optim_slice s;
+        if (e->txn) {
+            if ((rc = ofl_slot_load(e, i, cur))) break;
+            ofl_view_staging(e, i, 0, &s);
+        } else ofl_view_home(e, i, 0, &s);
+        ofl_refresh_weights(e, e->sgs[i].first, e->sgs[i].n, s.master);
+    }
+    if (rc) e->failed = 1;
+    return rc;
+}
+
+void mw_offload_tier_usage(const struct mw_offload *e, uint64_t bytes[MW_OFFLOAD_NTIERS])
+{
+    for (int t = 0; t < MW_OFFLOAD_NTIERS; t++) {
+        struct mw_tier_stats ts;
+        mw_tier_stats(e->tier[t], &ts);
+        bytes[t] = ts.current;
+    }
+}
+
+void mw_offload_stats_get(const struct mw_offload *e, struct mw_offload_stats *s)
+{
+    pthread_mutex_lock((pthread_mutex_t *)&e->mu);
+    *s = e->stats;
+    pthread_mutex_unlock((pthread_mutex_t *)&e->mu);
+}
+
+void mw_offload_stats_reset(struct mw_offload *e)
+{
+    pthread_mutex_lock(&e->mu);
+    memset(&e->stats, 0, sizeof e->stats);
+    pthread_mutex_unlock(&e->mu);
+}
+
+void mw_offload_inject_write_failure(struct mw_offload *e, uint64_t k)
+{
+    pthread_mutex_lock(&e->mu);
+    e->writes_until_fail = k;
+    pthread_mutex_unlock(&e->mu);
+}

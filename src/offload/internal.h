@@ -1,0 +1,196 @@
+/*
+ * internal.h — what the offload engine's files share: the per-subgroup state layout, the
+ * engine struct, the emulated accelerator and the pipeline entry points.
+ *
+ * Layout of one subgroup's optimizer state (host staging buffers and NVMe objects alike):
+ * five regions, each padded to 4 KiB so that every region can be moved with O_DIRECT:
+ *   [master fp32][m][m_scale][v][v_scale]   (the scale regions are empty unless moments are 8-bit)
+ * A region of a kind placed in DRAM lives in a flat array over the whole parameter space
+ * instead (pointer arithmetic by element), so a DRAM-resident state is one array, as the
+ * model's own arrays are.
+ */
+#ifndef MEMWALL_OFFLOAD_INTERNAL_H
+#define MEMWALL_OFFLOAD_INTERNAL_H
+
+#include "memwall/offload.h"
+#include "memwall/optim.h"
+#include "memwall/store.h"
+#include "memwall/tier.h"
+#include "memwall/trace.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#define OFL_PAD ((uint64_t)4096)
+
+enum ofl_region { OFL_R_MASTER = 0, OFL_R_M, OFL_R_MSCALE, OFL_R_V, OFL_R_VSCALE, OFL_NREGIONS };
+
+/* Byte offsets and lengths of the regions of a subgroup of n elements (padded layout). */
+struct ofl_layout {
+    uint64_t off[OFL_NREGIONS], len[OFL_NREGIONS]; /* len unpadded */
+    uint64_t total;                                /* padded, multiple of OFL_PAD */
+};
+void ofl_layout_make(const struct mw_offload_config *c, uint64_t n, struct ofl_layout *L);
+/* The kind a region belongs to (MASTER or MOMENTS). */
+enum mw_offload_kind ofl_region_kind(enum ofl_region r);
+/* Bytes of region r for n elements (unpadded) and the byte offset of element `first`
+ * within a flat array of region r (scales: first must be a multiple of MW_Q8_BLOCK). */
+uint64_t ofl_region_bytes(const struct mw_offload_config *c, enum ofl_region r, uint64_t n);
+uint64_t ofl_region_offset(const struct mw_offload_config *c, enum ofl_region r, uint64_t first);
+enum mw_optim_dtype ofl_mdtype(enum mw_offload_mfmt f);
+enum mw_optim_dtype ofl_wdtype(enum mw_offload_wfmt f);
+uint64_t ofl_wbytes(enum mw_offload_wfmt f);       /* bytes per working-copy element */
+uint64_t ofl_granule(const struct mw_offload_config *c); /* subgroup sizes are multiples */
+/* Whether any optimizer-state kind is on NVMe: then each subgroup has two slots (see docs). */
+int ofl_transactional(const struct mw_offload_config *c);
+
+/* ------------------------------------------------------------------ emulated accelerator */
+
+struct ofl_dev;
+struct ofl_devjob;
+typedef void (*ofl_devjob_done)(struct ofl_devjob *j, void *user);
+/* One subgroup update on the device: host source arrays, copied in, updated, copied out. */
+struct ofl_devjob {
+    uint32_t sg;
+    struct mw_optim_slice host;           /* host arrays (staging or DRAM homes); grad is fp32 */
+    const struct mw_optim_format *fmt;
+    struct mw_adamw_hp hp;
+    const struct ofl_run *runs;           /* the subgroup's decay runs */
+    uint32_t nruns;
+    ofl_devjob_done done;
+    void *user;
+    int result;
+    uint64_t h2d_bytes, d2h_bytes;
+    uint64_t t_queued, t_h2d0, t_h2d1, t_k0, t_k1, t_d2h0, t_d2h1; /* ns */
+    struct ofl_devjob *next_;
+    int slot_;
+};
+/* The arena holds two job slots of slot_bytes (copy of one overlaps compute of the other). */
+int ofl_dev_init(struct ofl_dev **out, struct mw_tier *dev_tier, uint64_t slot_bytes,
+                 const struct mw_offload_config *c, struct mw_trace *tr);
+void ofl_dev_free(struct ofl_dev *d);
+void ofl_dev_submit(struct ofl_dev *d, struct ofl_devjob *j);
+/* Device-side bytes one job of n elements needs. */
+uint64_t ofl_dev_job_bytes(const struct mw_offload_config *c, uint64_t n);
+
+/* ------------------------------------------------------------------ the engine */
+
+enum ofl_sg_state {
+    OFL_SG_IDLE = 0,   /* waiting for its gradients */
+    OFL_SG_READY,      /* gradients final, update may start */
+    OFL_SG_READING,    /* staging buffer taken, NVMe/DRAM reads in flight */
+    OFL_SG_LOADED,     /* state in staging (or at home), waiting for an update engine */
+    OFL_SG_UPDATING,
+    OFL_SG_UPDATED,    /* updated, write-back not started */
+    OFL_SG_WRITING,
+    OFL_SG_DONE,
+};
+
+struct ofl_sg {
+    enum ofl_sg_state state;
+    uint64_t ready_elems;      /* gradient elements final in this micro-step */
+    int buf;                   /* staging buffer index, -1 */
+    int on_dev;                /* update runs on the device */
+    int io_err;                /* the request is an injected (torn) write failure */
+    struct mw_store_io io;     /* read or write of its slot object (one at a time) */
+    struct ofl_devjob job;
+    double pred_cpu_s, pred_dev_s; /* decision inputs */
+    uint64_t t_ready, t_loaded;    /* ns: became READY; current I/O started */
+    struct mw_offload *e;
+};
+
+struct ofl_range { uint64_t first, n; };
+/* A run of equal weight decay inside a subgroup (elements relative to its start). */
+struct ofl_run { uint64_t off, n; int decay; };
+
+/* update.c: the decay runs of every subgroup, and one subgroup's update over them. */
+int ofl_runs_build(struct mw_offload *e, const struct mw_offload_registry *r);
+int ofl_update(const struct mw_optim_format *f, const struct mw_adamw_hp *hp, const struct mw_optim_slice *s,
+               const struct ofl_run *runs, uint32_t nruns, const struct mw_optim_exec *ex);
+
+struct mw_offload {
+    struct mw_offload_config cfg;
+    struct mw_offload_plan plan;
+    struct mw_optim_format fmt;
+    struct mw_offload_subgroup *sgs;
+    uint32_t nsg;
+    struct ofl_run *runs;      /* decay runs; subgroup i has runs[sg_run[i] .. sg_run[i+1]) */
+    uint32_t *sg_run;          /* [nsg + 1] */
+    struct ofl_sg *st;         /* [nsg] */
+    int txn;                   /* transactional: two slots per optimizer-state kind */
+    struct mw_trace *tr;
+
+    /* tiers and memory */
+    struct mw_tier *tier[MW_OFFLOAD_NTIERS];
+    struct mw_buf home[OFL_NREGIONS][2];   /* DRAM-resident regions: flat arrays, slot 0/1 */
+    struct mw_buf grads;                   /* engine-owned fp32 accumulation buffer */
+    struct mw_buf weights;                 /* engine-owned working copy (no ext_weights) */
+    struct mw_buf *staging;                /* [buffer_count] */
+    int nbuf;
+    struct mw_buf nvme_res;                /* accounting reservation on the nvme tier */
+    struct ofl_layout lay;                 /* layout of a full-size subgroup */
+    uint64_t nvme_obj_bytes;               /* bytes of one slot object (nvme regions only) */
+    int nvme_regions;                      /* bitmask of regions stored on NVMe */
+    struct mw_store *store;
+    struct mw_store_obj **obj;             /* [nsg][2] */
+    struct ofl_dev *dev;
+
+    /* step state (guarded by mu) */
+    pthread_mutex_t mu;
+    pthread_cond_t cv_pipe, cv_cpu, cv_done;
+    pthread_t pipe_thr, cpu_thr;
+    int threads_up, stop;
+    uint64_t committed;        /* steps committed; slot of the committed state = committed % 2 */
+    int in_backward, armed, micro_index, failed;
+    struct mw_offload_hparams hp;
+    /* FIFOs of subgroup ids, [nsg] each; head/tail count up within a step */
+    uint32_t *readyq; uint32_t ready_head, ready_tail; /* READY: waiting for a staging buffer */
+    uint32_t *loadq; uint32_t load_head, load_tail;    /* LOADED: waiting for a decision */
+    uint32_t *cpuq; uint32_t cpu_head, cpu_tail;       /* for the CPU update thread */
+    uint32_t *updq; uint32_t upd_head, upd_tail;       /* UPDATED: waiting for write-back */
+    uint32_t n_done, n_started;                        /* subgroups finished / enqueued this step */
+    int n_reading;                                     /* reads in flight */
+    int master_alias;          /* the master weights ARE the caller's fp32 weight array (all-DRAM) */
+    int *free_bufs; int nfree;
+    int err; char errmsg[512];
+    uint64_t writes_until_fail;    /* 0: no injected failure */
+    double cpu_busy_until, dev_busy_until; /* cost-model clocks, seconds since step start */
+    uint64_t step_t0;
+    struct ofl_range *ranges; uint32_t nranges, cap_ranges; /* ranges reported this micro-step */
+
+    struct mw_offload_stats stats;
+};
+
+/* pipeline.c */
+int ofl_pipe_start(struct mw_offload *e);
+void ofl_pipe_stop(struct mw_offload *e);
+/* With e->mu held: subgroup became READY. */
+void ofl_pipe_enqueue_locked(struct mw_offload *e, uint32_t sg);
+/* Slot views: the arrays of subgroup sg in slot `slot` of its DRAM home, or in staging buffer b. */
+void ofl_view_home(struct mw_offload *e, uint32_t sg, int slot, struct mw_optim_slice *s);
+void ofl_view_staging(struct mw_offload *e, uint32_t sg, int b, struct mw_optim_slice *s);
+const float *ofl_grads_of(struct mw_offload *e, uint32_t sg);
+void *ofl_weights_of(struct mw_offload *e, uint32_t sg);
+/* Synchronous load/store of the whole state of sg in slot `slot` to/from staging buffer 0
+ * (only outside steps: init, readers, writers, recovery). */
+int ofl_slot_load(struct mw_offload *e, uint32_t sg, int slot);
+int ofl_slot_store(struct mw_offload *e, uint32_t sg, int slot);
+/* The byte range of a staging buffer that is subgroup sg's NVMe object (its whole content). */
+void ofl_nvme_span(struct mw_offload *e, uint32_t sg, uint64_t *off, uint64_t *len);
+
+/* engine.c: helpers for state.c and grads.c */
+void ofl_sg_span(const struct mw_offload *e, uint64_t first, uint64_t n, uint32_t *lo, uint32_t *hi);
+int ofl_check_range(const struct mw_offload *e, uint64_t first, uint64_t n, const char *what);
+int ofl_check_quiet(struct mw_offload *e, const char *what);       /* -EBUSY during a step */
+/* Writes master[0..n) (the master of elements first..) into the working copy, converted. */
+void ofl_refresh_weights(struct mw_offload *e, uint64_t first, uint64_t n, const float *master);
+
+/* policy.c */
+/* 1: run on the device, 0: on the CPU. Updates the cost-model clocks. */
+int ofl_policy_decide(struct mw_offload *e, uint32_t sg, double now_s);
+
+/* placement.c: real capacity of a tier (bytes, 0 = unknown) */
+uint64_t ofl_dram_available(void);
+uint64_t ofl_dir_available(const char *dirs);
+
+#endif

@@ -1,0 +1,496 @@
+/*
+ * pipeline.c — the update pipeline: read -> update -> write-back -> working-copy refresh.
+ *
+ * Why this shape: on NVMe the step is I/O-bound, so the disk must never wait for the CPU and
+ * the CPU should wait for the disk as little as possible. Three threads cooperate:
+ *   - the pipeline thread (this file's pipe_main) admits READY subgroups into free staging
+ *     buffers and submits their reads, dispatches LOADED subgroups to the CPU or the
+ *     accelerator (policy.c), and performs the write-back of UPDATED ones (DRAM copies,
+ *     working-copy refresh, NVMe write submission);
+ *   - the CPU update thread runs the optimizer kernel (OpenMP inside) on one subgroup at a time;
+ *   - the store's completion thread calls back when a read or write finishes.
+ * With buffer_count >= 3, the read of subgroup i+1, the update of i and the write of i-1 are
+ * in flight together. Each subgroup moves through the states of enum ofl_sg_state under the
+ * engine mutex; the heavy work (kernels, memcpy, I/O submission) runs with the mutex released.
+ *
+ * Atomic steps: when any optimizer state is on NVMe, every subgroup has two slots and step
+ * t+1 reads slot t%2 and writes slot (t+1)%2. The step commits (the committed counter moves)
+ * only after every write of the step completed; a failed or torn write leaves the committed
+ * slot untouched, so the previous step's state stays readable (docs/offload.md).
+ */
+#include "offload/internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static double secs(uint64_t ns) { return (double)ns * 1e-9; }
+
+/* ------------------------------------------------------------------ views of a subgroup */
+
+void ofl_view_home(struct mw_offload *e, uint32_t sg, int slot, struct mw_optim_slice *s)
+{
+    const struct mw_offload_subgroup *g = &e->sgs[sg];
+    memset(s, 0, sizeof *s);
+    s->n = g->n;
+    s->offset = g->first;
+    void *p[OFL_NREGIONS] = {0};
+    for (int r = 0; r < OFL_NREGIONS; r++)
+        if (e->home[r][slot].ptr)
+            p[r] = (char *)e->home[r][slot].ptr + ofl_region_offset(&e->cfg, (enum ofl_region)r, g->first);
+    s->master = p[OFL_R_MASTER];
+    s->m = p[OFL_R_M];
+    s->m_scale = p[OFL_R_MSCALE];
+    s->v = p[OFL_R_V];
+    s->v_scale = p[OFL_R_VSCALE];
+}
+
+void ofl_view_staging(struct mw_offload *e, uint32_t sg, int b, struct mw_optim_slice *s)
+{
+    const struct mw_offload_subgroup *g = &e->sgs[sg];
+    struct ofl_layout L;
+    ofl_layout_make(&e->cfg, g->n, &L);
+    char *base = e->staging[b].ptr;
+    memset(s, 0, sizeof *s);
+    s->n = g->n;
+    s->offset = g->first;
+    s->master = (float *)(base + L.off[OFL_R_MASTER]);
+    s->m = base + L.off[OFL_R_M];
+    s->v = base + L.off[OFL_R_V];
+    if (L.len[OFL_R_MSCALE]) {
+        s->m_scale = (float *)(base + L.off[OFL_R_MSCALE]);
+        s->v_scale = (float *)(base + L.off[OFL_R_VSCALE]);
+    }
+}
+
+const float *ofl_grads_of(struct mw_offload *e, uint32_t sg)
+{
+    const float *g = e->grads.ptr ? (const float *)e->grads.ptr : e->cfg.ext_grads;
+    return g + e->sgs[sg].first;
+}
+
+void *ofl_weights_of(struct mw_offload *e, uint32_t sg)
+{
+    char *w = e->cfg.ext_weights ? (char *)e->cfg.ext_weights : (char *)e->weights.ptr;
+    return w + e->sgs[sg].first * ofl_wbytes(e->cfg.weights);
+}
+
+static void *region_ptr(const struct mw_optim_slice *s, int r)
+{
+    switch (r) {
+    case OFL_R_MASTER: return s->master;
+    case OFL_R_M: return s->m;
+    case OFL_R_MSCALE: return s->m_scale;
+    case OFL_R_V: return s->v;
+    default: return s->v_scale;
+    }
+}
+
+/* The byte range of a staging buffer that is the subgroup's NVMe object. */
+void ofl_nvme_span(struct mw_offload *e, uint32_t sg, uint64_t *off, uint64_t *len)
+{
+    struct ofl_layout L;
+    ofl_layout_make(&e->cfg, e->sgs[sg].n, &L);
+    int master_nv = e->cfg.place.tier[MW_OFFLOAD_MASTER] == MW_OFFLOAD_NVME;
+    int mom_nv = e->cfg.place.tier[MW_OFFLOAD_MOMENTS] == MW_OFFLOAD_NVME;
+    *off = master_nv ? 0 : L.off[OFL_R_M];
+    *len = (mom_nv ? L.total : MW_ALIGN_UP(L.len[OFL_R_MASTER], OFL_PAD)) - *off;
+}
+
+/* DRAM-resident regions between a staging buffer and home slot `slot` (to_home: direction). */
+static void dram_copy(struct mw_offload *e, uint32_t sg, int b, int slot, int to_home)
+{
+    struct mw_optim_slice h, s;
+    ofl_view_home(e, sg, slot, &h);
+    ofl_view_staging(e, sg, b, &s);
+    for (int r = 0; r < OFL_NREGIONS; r++) {
+        void *hp = region_ptr(&h, r), *sp = region_ptr(&s, r);
+        uint64_t n = ofl_region_bytes(&e->cfg, (enum ofl_region)r, e->sgs[sg].n);
+        if (!hp || !sp || !n) continue;
+        if (to_home) memcpy(hp, sp, n);
+        else memcpy(sp, hp, n);
+    }
+}
+
+int ofl_slot_load(struct mw_offload *e, uint32_t sg, int slot)
+{
+    dram_copy(e, sg, 0, slot, 0);
+    if (!e->store) return 0;
+    uint64_t off, len;
+    ofl_nvme_span(e, sg, &off, &len);
+    int rc = mw_store_read(e->store, e->obj[2 * sg + slot], 0, len, (char *)e->staging[0].ptr + off);
+    if (!rc) e->stats.nvme_read_bytes += len;
+    return rc;
+}
+
+int ofl_slot_store(struct mw_offload *e, uint32_t sg, int slot)
+{
+    dram_copy(e, sg, 0, slot, 1);
+    if (!e->store) return 0;
+    uint64_t off, len;
+    ofl_nvme_span(e, sg, &off, &len);
+    int rc = mw_store_write(e->store, e->obj[2 * sg + slot], 0, len, (char *)e->staging[0].ptr + off);
+    if (!rc) e->stats.nvme_write_bytes += len;
+    return rc;
+}
+
+/* ------------------------------------------------------------------ completions */
+
+static void fail_locked(struct mw_offload *e, int err, const char *msg)
+{
+    if (!e->failed) {
+        e->failed = 1;
+        e->err = err;
+        snprintf(e->errmsg, sizeof e->errmsg, "%s", msg);
+    }
+}
+
+/* A subgroup leaves the step (done or aborted): give back its buffer. */
+static void finish_locked(struct mw_offload *e, uint32_t sg, int ok)
+{
+    struct ofl_sg *s = &e->st[sg];
+    if (s->buf >= 0) { e->free_bufs[e->nfree++] = s->buf; s->buf = -1; }
+    s->state = ok ? OFL_SG_DONE : OFL_SG_IDLE;
+    e->n_done++;
+    pthread_cond_broadcast(&e->cv_done);
+    pthread_cond_signal(&e->cv_pipe);
+}
+
+static void io_done(struct mw_store_io *io, void *user)
+{
+    struct ofl_sg *s = user;
+    struct mw_offload *e = s->e;
+    uint32_t sg = (uint32_t)(s - e->st);
+    uint64_t now = mw_now_ns();
+    int is_read = io->op == MW_AIO_READ;
+    int rc = io->result;
+    char msg[400];
+    if (s->io_err) {
+        rc = -EIO;
+        snprintf(msg, sizeof msg, "offload: injected write failure on subgroup %u (torn write: %llu bytes written)",
+                 sg, (unsigned long long)(io->result ? 0 : io->len));
+    } else if (rc) {
+        snprintf(msg, sizeof msg, "offload: %s of subgroup %u failed: %s", is_read ? "read" : "write", sg,
+                 io->errmsg[0] ? io->errmsg : mw_strerror(rc));
+    }
+    struct mw_trace_arg a[3] = {{"sg", sg}, {"bytes", (int64_t)io->len}, {"result", rc}};
+    mw_trace_span(e->tr, "offload", is_read ? "sg_read" : "sg_write", s->t_loaded, now, a, 3);
+    pthread_mutex_lock(&e->mu);
+    if (rc) {
+        if (is_read) e->n_reading--;
+        fail_locked(e, rc, msg);
+        finish_locked(e, sg, 0);
+    } else if (is_read) {
+        e->stats.nvme_read_bytes += io->len;
+        s->state = OFL_SG_LOADED;
+        e->n_reading--;
+        e->loadq[e->load_tail++ % e->nsg] = sg;
+        pthread_cond_signal(&e->cv_pipe);
+    } else {
+        e->stats.nvme_write_bytes += io->len;
+        finish_locked(e, sg, 1);
+    }
+    pthread_mutex_unlock(&e->mu);
+}
+
+static void dev_done(struct ofl_devjob *j, void *user)
+{
+    struct mw_offload *e = user;
+    struct ofl_sg *s = &e->st[j->sg];
+    uint64_t meas = j->t_d2h1 - j->t_h2d0;
+    struct mw_trace_arg a[4] = {{"sg", j->sg}, {"device", 1}, {"predicted_us", (int64_t)(s->pred_dev_s * 1e6)},
+                                {"measured_us", (int64_t)(meas / 1000)}};
+    mw_trace_span(e->tr, "offload", "update", j->t_h2d0, j->t_d2h1, a, 4);
+    pthread_mutex_lock(&e->mu);
+    e->stats.h2d_bytes += j->h2d_bytes;
+    e->stats.d2h_bytes += j->d2h_bytes;
+    e->stats.dev_updates++;
+    e->stats.predicted_s += s->pred_dev_s;
+    e->stats.measured_s += secs(meas);
+    if (j->result) {
+        fail_locked(e, j->result, "offload: the accelerator's update failed");
+        finish_locked(e, j->sg, 0);
+    } else {
+        s->state = OFL_SG_UPDATED;
+        e->updq[e->upd_tail++ % e->nsg] = j->sg;
+        pthread_cond_signal(&e->cv_pipe);
+    }
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* ------------------------------------------------------------------ the stages */
+
+static void current_view(struct mw_offload *e, uint32_t sg, struct mw_optim_slice *s)
+{
+    if (e->txn) ofl_view_staging(e, sg, e->st[sg].buf, s);
+    else ofl_view_home(e, sg, 0, s);
+    s->grad = ofl_grads_of(e, sg);
+    s->weights_out = e->cfg.weights != MW_OFFLOAD_W_FP32 ? ofl_weights_of(e, sg) : NULL;
+}
+
+static struct mw_adamw_hp step_hp(struct mw_offload *e)
+{
+    struct mw_adamw_hp h = mw_adamw_hp_default();
+    h.lr = e->hp.lr;
+    h.beta1 = e->hp.beta1;
+    h.beta2 = e->hp.beta2;
+    h.eps = e->hp.eps;
+    h.weight_decay = e->hp.weight_decay;
+    h.grad_scale = e->hp.grad_scale;
+    h.step = (int64_t)e->committed + 1;
+    return h;
+}
+
+/* Pipe thread, mutex released: start reading subgroup sg into staging buffer b. */
+static void stage_read(struct mw_offload *e, uint32_t sg)
+{
+    struct ofl_sg *s = &e->st[sg];
+    int cur = (int)(e->committed % 2);
+    s->t_loaded = mw_now_ns();
+    dram_copy(e, sg, s->buf, cur, 0);
+    uint64_t off, len;
+    ofl_nvme_span(e, sg, &off, &len);
+    memset(&s->io, 0, sizeof s->io);
+    s->io.obj = e->obj[2 * sg + cur];
+    s->io.op = MW_AIO_READ;
+    s->io.len = len;
+    s->io.buf = (char *)e->staging[s->buf].ptr + off;
+    s->io.cb = io_done;
+    s->io.user = s;
+    s->io_err = 0;
+    int rc = mw_store_submit(e->store, &s->io);
+    if (rc) {
+        s->io.result = rc;
+        snprintf(s->io.errmsg, sizeof s->io.errmsg, "%s", mw_error_msg());
+        io_done(&s->io, s);
+    }
+}
+
+/* Pipe thread, mutex released: dispatch a loaded subgroup to the CPU or the device. */
+static void stage_dispatch(struct mw_offload *e, uint32_t sg, int on_dev)
+{
+    struct ofl_sg *s = &e->st[sg];
+    if (!on_dev) {
+        pthread_mutex_lock(&e->mu);
+        s->on_dev = 0;
+        e->cpuq[e->cpu_tail++ % e->nsg] = sg;
+        pthread_cond_signal(&e->cv_cpu);
+        pthread_mutex_unlock(&e->mu);
+        return;
+    }
+    s->on_dev = 1;
+    struct ofl_devjob *j = &s->job;
+    memset(j, 0, sizeof *j);
+    j->sg = sg;
+    current_view(e, sg, &j->host);
+    j->fmt = &e->fmt;
+    j->hp = step_hp(e);
+    j->runs = e->runs + e->sg_run[sg];
+    j->nruns = e->sg_run[sg + 1] - e->sg_run[sg];
+    j->done = dev_done;
+    j->user = e;
+    ofl_dev_submit(e->dev, j);
+}
+
+/* Pipe thread, mutex released: write-back and working-copy refresh of an updated subgroup. */
+static void stage_writeback(struct mw_offload *e, uint32_t sg)
+{
+    struct ofl_sg *s = &e->st[sg];
+    const struct mw_offload_subgroup *g = &e->sgs[sg];
+    struct mw_optim_slice v;
+    current_view(e, sg, &v);
+    uint64_t t0 = mw_now_ns();
+    if (e->cfg.weights == MW_OFFLOAD_W_FP32 && !e->master_alias)
+        memcpy(ofl_weights_of(e, sg), v.master, 4 * g->n);
+    if (!e->txn) {
+        uint64_t t1 = mw_now_ns();
+        struct mw_trace_arg a[1] = {{"sg", sg}};
+        mw_trace_span(e->tr, "offload", "refresh", t0, t1, a, 1);
+        pthread_mutex_lock(&e->mu);
+        finish_locked(e, sg, 1);
+        pthread_mutex_unlock(&e->mu);
+        return;
+    }
+    int next = (int)((e->committed + 1) % 2);
+    dram_copy(e, sg, s->buf, next, 1);
+    uint64_t t1 = mw_now_ns();
+    struct mw_trace_arg a[1] = {{"sg", sg}};
+    mw_trace_span(e->tr, "offload", "refresh", t0, t1, a, 1);
+    uint64_t off, len;
+    ofl_nvme_span(e, sg, &off, &len);
+    memset(&s->io, 0, sizeof s->io);
+    s->io.obj = e->obj[2 * sg + next];
+    s->io.op = MW_AIO_WRITE;
+    s->io.len = len;
+    s->io.buf = (char *)e->staging[s->buf].ptr + off;
+    s->io.cb = io_done;
+    s->io.user = s;
+    s->io_err = 0;
+    s->t_loaded = t1;
+    pthread_mutex_lock(&e->mu);
+    int inject = e->writes_until_fail && --e->writes_until_fail == 0;
+    pthread_mutex_unlock(&e->mu);
+    if (inject) { /* torn write: the first half (whole checksum blocks) lands, then -EIO */
+        s->io_err = 1;
+        s->io.len = (len / 2) / (64u << 10) * (64u << 10);
+        if (!s->io.len) { io_done(&s->io, s); return; }
+    }
+    int rc = mw_store_submit(e->store, &s->io);
+    if (rc) {
+        s->io.result = rc;
+        snprintf(s->io.errmsg, sizeof s->io.errmsg, "%s", mw_error_msg());
+        io_done(&s->io, s);
+    }
+}
+
+/* ------------------------------------------------------------------ threads */
+
+/* The pipeline thread. Priorities: write-backs first (they free staging buffers), then
+ * dispatch of loaded subgroups, then admission of READY subgroups into free buffers. */
+static void *pipe_main(void *arg)
+{
+    struct mw_offload *e = arg;
+    mw_trace_thread_name(e->tr, "offload-pipeline");
+    pthread_mutex_lock(&e->mu);
+    while (!e->stop) {
+        if (e->upd_head != e->upd_tail) {
+            uint32_t sg = e->updq[e->upd_head++ % e->nsg];
+            if (e->failed) { finish_locked(e, sg, 0); continue; }
+            pthread_mutex_unlock(&e->mu);
+            stage_writeback(e, sg);
+            pthread_mutex_lock(&e->mu);
+            continue;
+        }
+        if (e->load_head != e->load_tail) {
+            uint32_t sg = e->loadq[e->load_head++ % e->nsg];
+            if (e->failed) { finish_locked(e, sg, 0); continue; }
+            double now = secs(mw_now_ns() - e->step_t0);
+            int on_dev = ofl_policy_decide(e, sg, now);
+            struct ofl_sg *s = &e->st[sg];
+            struct mw_trace_arg a[4] = {{"sg", sg}, {"device", on_dev},
+                                        {"cpu_predicted_us", (int64_t)(s->pred_cpu_s * 1e6)},
+                                        {"dev_predicted_us", (int64_t)(MW_MIN(s->pred_dev_s, 1e9) * 1e6)}};
+            uint64_t t = mw_now_ns();
+            mw_trace_span(e->tr, "offload", "decision", t, t, a, 4);
+            pthread_mutex_unlock(&e->mu);
+            stage_dispatch(e, sg, on_dev);
+            pthread_mutex_lock(&e->mu);
+            continue;
+        }
+        if (e->ready_head != e->ready_tail && (!e->txn || e->nfree > 0 || e->failed)) {
+            uint32_t sg = e->readyq[e->ready_head++ % e->nsg];
+            struct ofl_sg *s = &e->st[sg];
+            if (e->failed) { finish_locked(e, sg, 0); continue; }
+            if (!e->txn) {
+                s->state = OFL_SG_LOADED;
+                e->loadq[e->load_tail++ % e->nsg] = sg;
+                continue;
+            }
+            s->buf = e->free_bufs[--e->nfree];
+            s->state = OFL_SG_READING;
+            e->n_reading++;
+            mw_trace_counter(e->tr, "offload staging buffers in use", mw_now_ns(), e->nbuf - e->nfree);
+            pthread_mutex_unlock(&e->mu);
+            stage_read(e, sg);
+            pthread_mutex_lock(&e->mu);
+            continue;
+        }
+        pthread_cond_wait(&e->cv_pipe, &e->mu);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
+/* The CPU update thread: one subgroup at a time, the kernel's OpenMP team inside. The time it
+ * sits idle while subgroups are being read (or wait for a staging buffer) is the I/O wait. */
+static void *cpu_main(void *arg)
+{
+    struct mw_offload *e = arg;
+    mw_trace_thread_name(e->tr, "offload-cpu-update");
+    pthread_mutex_lock(&e->mu);
+    for (;;) {
+        if (e->cpu_head == e->cpu_tail) {
+            if (e->stop) break;
+            int io_bound = e->n_reading > 0 || (e->ready_head != e->ready_tail && e->nfree == 0);
+            uint64_t t0 = mw_now_ns();
+            pthread_cond_wait(&e->cv_cpu, &e->mu);
+            if (io_bound) e->stats.io_wait_s += secs(mw_now_ns() - t0);
+            continue;
+        }
+        uint32_t sg = e->cpuq[e->cpu_head++ % e->nsg];
+        struct ofl_sg *s = &e->st[sg];
+        s->state = OFL_SG_UPDATING;
+        struct mw_adamw_hp hp = step_hp(e);
+        pthread_mutex_unlock(&e->mu);
+        struct mw_optim_slice v;
+        current_view(e, sg, &v);
+        struct mw_optim_exec ex = {e->cfg.cpu_threads, MW_SIMD_AUTO, 0};
+        uint64_t t0 = mw_now_ns();
+        int rc = ofl_update(&e->fmt, &hp, &v, e->runs + e->sg_run[sg], e->sg_run[sg + 1] - e->sg_run[sg], &ex);
+        uint64_t t1 = mw_now_ns();
+        struct mw_trace_arg a[4] = {{"sg", sg}, {"device", 0}, {"predicted_us", (int64_t)(s->pred_cpu_s * 1e6)},
+                                    {"measured_us", (int64_t)((t1 - t0) / 1000)}};
+        mw_trace_span(e->tr, "offload", "update", t0, t1, a, 4);
+        pthread_mutex_lock(&e->mu);
+        e->stats.kernel_s += secs(t1 - t0);
+        e->stats.cpu_updates++;
+        e->stats.predicted_s += s->pred_cpu_s;
+        e->stats.measured_s += secs(t1 - t0);
+        if (rc) {
+            char msg[300];
+            snprintf(msg, sizeof msg, "offload: update of subgroup %u failed: %s", sg, mw_error_msg());
+            fail_locked(e, rc, msg);
+            finish_locked(e, sg, 0);
+            continue;
+        }
+        s->state = OFL_SG_UPDATED;
+        e->updq[e->upd_tail++ % e->nsg] = sg;
+        pthread_cond_signal(&e->cv_pipe);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
+int ofl_pipe_start(struct mw_offload *e)
+{
+    e->stop = 0;
+    if (pthread_create(&e->pipe_thr, NULL, pipe_main, e))
+        return mw_error_set(-EAGAIN, "offload: cannot start the pipeline thread");
+    if (pthread_create(&e->cpu_thr, NULL, cpu_main, e)) {
+        pthread_mutex_lock(&e->mu);
+        e->stop = 1;
+        pthread_cond_broadcast(&e->cv_pipe);
+        pthread_mutex_unlock(&e->mu);
+        pthread_join(e->pipe_thr, NULL);
+        return mw_error_set(-EAGAIN, "offload: cannot start the CPU update thread");
+    }
+    e->threads_up = 1;
+    return 0;
+}
+
+void ofl_pipe_stop(struct mw_offload *e)
+{
+    if (!e->threads_up) return;
+    pthread_mutex_lock(&e->mu);
+    e->stop = 1;
+    pthread_cond_broadcast(&e->cv_pipe);
+    pthread_cond_broadcast(&e->cv_cpu);
+    pthread_mutex_unlock(&e->mu);
+    pthread_join(e->pipe_thr, NULL);
+    pthread_join(e->cpu_thr, NULL);
+    e->threads_up = 0;
+}
+
+void ofl_pipe_enqueue_locked(struct mw_offload *e, uint32_t sg)
+{
+    struct ofl_sg *s = &e->st[sg];
+    if (s->state != OFL_SG_IDLE) return;
+    if (e->n_started == 0) e->step_t0 = mw_now_ns();
+    s->state = OFL_SG_READY;
+    s->t_ready = mw_now_ns();
+    e->n_started++;
+    e->readyq[e->ready_tail++ % e->nsg] = sg;
+    pthread_cond_signal(&e->cv_pipe);
+    pthread_cond_signal(&e->cv_cpu); /* so an idle CPU thread re-evaluates whether it waits for I/O */
+}

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# `memwall bench offload`: small runs with the state in DRAM and on NVMe print JSON with the
+# required keys and plausible byte counts; the hybrid schedule, --calibrate and --trace work;
+# the NVMe files are removed; usage errors exit 2, runtime failures 1.
+set -u
+cli=${MW_CLI:?}
+dir=${MW_BUILD_DIR:-/tmp}/test-scratch/cli_bench_offload.$$
+mkdir -p "$dir"
+fail=0
+bad() { echo "FAIL: $*"; fail=1; }
+field() { echo "$1" | python3 -c "import json,sys; print(json.load(sys.stdin)['$2'])"; }
+
+out=$("$cli" bench offload --params 300000 --subgroup-size 65536 --tier dram --steps 2 --json) || bad "dram run exited $?"
+for k in update_s nvme_read_bytes nvme_write_bytes io_wait_s kernel_s; do
+  echo "$out" | grep -q "\"$k\"" || bad "dram: '$k' missing in: $out"
+done
+[ "$(field "$out" nvme_read_bytes)" = 0 ] || bad "dram run read from NVMe: $out"
+[ "$(field "$out" subgroups)" = 5 ] || bad "dram: want 5 subgroups: $out"
+
+out=$("$cli" bench offload --params 300000 --subgroup-size 65536 --tier nvme --nvme-dir "$dir/nv" --buffer-count 3 \
+      --steps 2 --json) || bad "nvme run exited $?"
+# per step: master + 2 moments, fp32, read and written once: 12 B/param, objects padded to 4 KiB
+rd=$(field "$out" nvme_read_bytes); wr=$(field "$out" nvme_write_bytes)
+[ "$rd" -ge 3600000 ] && [ "$rd" -le 3700000 ] || bad "nvme: read $rd bytes per step, want ~3.6 MB: $out"
+[ "$rd" = "$wr" ] || bad "nvme: read $rd != written $wr"
+left=$(find "$dir/nv" -type f 2>/dev/null | wc -l)
+[ "$left" = 0 ] || bad "bench offload left $left file(s) in the NVMe directory"
+
+out=$("$cli" bench offload --params 300000 --subgroup-size 65536 --tier nvme --nvme-dir "$dir/nv" --device \
+      --policy every-2 --steps 1 --calibrate "$dir/profile.json" --trace "$dir/trace.json" --json) || bad "hybrid run exited $?"
+[ "$(field "$out" dev_updates)" = 2 ] || bad "every-2 over 5 subgroups: want 2 device updates: $out"
+for k in cpu_params_per_s dev_params_per_s link_bytes_per_s; do
+  grep -q "\"$k\"" "$dir/profile.json" || bad "profile lacks $k"
+done
+for k in '"name":"update"' '"name":"decision"' '"name":"sg_read"' '"name":"sg_write"' '"name":"h2d"' '"name":"d2h"'; do
+  grep -q "$k" "$dir/trace.json" || bad "trace lacks $k events"
+done
+"$cli" bench offload --params 1000 --tier dram --steps 1 | grep -q "update phase" || bad "text output"
+
+"$cli" bench offload --tier tape >/dev/null 2>&1; [ $? = 2 ] || bad "bad --tier should exit 2"
+"$cli" bench offload --device --policy sometimes >/dev/null 2>&1; [ $? = 2 ] || bad "bad --policy should exit 2"
+"$cli" bench offload --params 1000 --tier nvme --nvme-dir /proc/nonexistent >/dev/null 2>&1; [ $? = 1 ] ||
+  bad "unusable --nvme-dir should exit 1"
+rm -rf "$dir"
+[ $fail = 0 ] && echo "cli_bench_offload: passed" || echo "cli_bench_offload: failed"
+exit $fail
