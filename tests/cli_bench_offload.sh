@@ -41,6 +41,9 @@ done
 "$cli" bench offload --device --policy sometimes >/dev/null 2>&1; [ $? = 2 ] || bad "bad --policy should exit 2"
 "$cli" bench offload --params 1000 --tier nvme --nvme-dir /proc/nonexistent >/dev/null 2>&1; [ $? = 1 ] ||
   bad "unusable --nvme-dir should exit 1"
+"$cli" bench offload --params 1000000 --tier nvme --nvme-dir "$dir/nv" --nvme-budget 1M >"$dir/out" 2>&1
+[ $? = 1 ] || bad "a too-small --nvme-budget should exit 1"
+grep -q "refused" "$dir/out" && grep -q "nvme" "$dir/out" || bad "no refusal message: $(cat "$dir/out")"
 rm -rf "$dir"
 [ $fail = 0 ] && echo "cli_bench_offload: passed" || echo "cli_bench_offload: failed"
 exit $fail

@@ -127,7 +127,7 @@ int mw_cmd_bench_offload(int argc, char **argv)
 {
     int64_t params = 64ll << 20, steps = 3, threads = 0, buffers = 8, qd = 128;
     int64_t sgsize = 4ll << 20;
-    uint64_t bsize = 1u << 20;
+    uint64_t bsize = 1u << 20, dram_budget = 0, nvme_budget = 0;
     const char *tier = "nvme", *dir = "/tmp/memwall-bench-offload", *moments = "fp32", *policy = "all-cpu";
     const char *calibrate = NULL, *trace_path = NULL, *profile = NULL;
     int json = 0, device = 0, no_kernel = 0;
@@ -141,6 +141,8 @@ int mw_cmd_bench_offload(int argc, char **argv)
         {"nvme-dir", MW_OPT_STRING, &dir, "DIR", "directory for the NVMe state (several: DIR1:DIR2)", 0, 0, NULL},
         {"queue-depth", MW_OPT_INT, &qd, "Q", "NVMe pieces in flight (reads and writes together)", 1, 4096, NULL},
         {"block-size", MW_OPT_SIZE, &bsize, "BYTES", "bytes per NVMe piece (multiple of 4 KiB)", 4096, 1073741824, NULL},
+        {"dram-budget", MW_OPT_SIZE, &dram_budget, "BYTES", "host memory the engine may use (0: MemAvailable)", 0, 0, NULL},
+        {"nvme-budget", MW_OPT_SIZE, &nvme_budget, "BYTES", "NVMe space the engine may use (0: free space)", 0, 0, NULL},
         {"moments", MW_OPT_CHOICE, &moments, NULL, "moment storage format", 0, 0, mfs},
         {"steps", MW_OPT_INT, &steps, "K", "timed steps (medians are reported), after one warm-up step", 1, 1000, NULL},
         {"threads", MW_OPT_INT, &threads, "T", "optimizer kernel threads, 0 = OpenMP default", 0, 1024, NULL},
@@ -167,6 +169,8 @@ int mw_cmd_bench_offload(int argc, char **argv)
     c.buffer_count = (int)buffers;
     c.io_queue_depth = (unsigned)qd;
     c.io_block_size = bsize;
+    c.budget[MW_OFFLOAD_DRAM] = dram_budget;
+    c.budget[MW_OFFLOAD_NVME] = nvme_budget;
     if (bsize % 4096) { fprintf(stderr, "memwall bench offload: --block-size must be a multiple of 4096\n"); return 2; }
     c.cpu_threads = (int)threads;
     c.moments = !strcmp(moments, "bf16") ? MW_OFFLOAD_M_BF16 : !strcmp(moments, "8bit") ? MW_OFFLOAD_M_8BIT : MW_OFFLOAD_M_FP32;

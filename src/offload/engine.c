@@ -118,10 +118,9 @@ int mw_offload_init(struct mw_offload **out, const struct mw_offload_registry *r
     uint32_t n = e->nsg;
     e->st = calloc(n, sizeof *e->st);
     e->readyq = calloc(n, sizeof(uint32_t));
-    e->loadq = calloc(n, sizeof(uint32_t));
     e->cpuq = calloc(n, sizeof(uint32_t));
     e->updq = calloc(n, sizeof(uint32_t));
-    if (!e->st || !e->readyq || !e->loadq || !e->cpuq || !e->updq) { rc = mw_error_set(-ENOMEM, "offload: out of memory"); goto err; }
+    if (!e->st || !e->readyq || !e->cpuq || !e->updq) { rc = mw_error_set(-ENOMEM, "offload: out of memory"); goto err; }
     for (uint32_t i = 0; i < n; i++) { e->st[i].buf = -1; e->st[i].e = e; }
 
     /* tiers: the engine's own accounting objects, budgets from the config */
@@ -201,7 +200,6 @@ void mw_offload_free(struct mw_offload *e)
         if (e->tier[t]) mw_tier_free_tier(e->tier[t]);
     free(e->st);
     free(e->readyq);
-    free(e->loadq);
     free(e->cpuq);
     free(e->updq);
     free(e->ranges);
@@ -264,7 +262,7 @@ int ofl_check_quiet(struct mw_offload *e, const char *what)
 
 static void reset_step_locked(struct mw_offload *e)
 {
-    e->ready_head = e->ready_tail = e->load_head = e->load_tail = 0;
+    e->ready_head = e->ready_tail = 0;
     e->cpu_head = e->cpu_tail = e->upd_head = e->upd_tail = 0;
     e->n_done = e->n_started = 0;
     e->cpu_busy_until = e->dev_busy_until = 0;
@@ -284,7 +282,7 @@ int mw_offload_step(struct mw_offload *e, const struct mw_offload_hparams *hp)
     pthread_mutex_lock(&e->mu);
     if (!e->armed) { e->hp = *hp; e->armed = 1; } /* armed: the hp given at backward_begin rules (hp ignored) */
     for (uint32_t i = 0; i < e->nsg; i++) ofl_pipe_enqueue_locked(e, i);
-    while (e->n_done < e->n_started || (e->threads_up && (e->n_reading || e->upd_head != e->upd_tail)))
+    while (e->n_done < e->n_started || (e->threads_up && (e->n_reading || e->n_writing || e->upd_head != e->upd_tail)))
         pthread_cond_wait(&e->cv_done, &e->mu);
     int failed = e->failed;
     uint64_t started = e->step_t0 ? e->step_t0 : t0;

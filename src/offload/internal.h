@@ -145,11 +145,10 @@ struct mw_offload {
     struct mw_offload_hparams hp;
     /* FIFOs of subgroup ids, [nsg] each; head/tail count up within a step */
     uint32_t *readyq; uint32_t ready_head, ready_tail; /* READY: waiting for a staging buffer */
-    uint32_t *loadq; uint32_t load_head, load_tail;    /* LOADED: waiting for a decision */
     uint32_t *cpuq; uint32_t cpu_head, cpu_tail;       /* for the CPU update thread */
     uint32_t *updq; uint32_t upd_head, upd_tail;       /* UPDATED: waiting for write-back */
     uint32_t n_done, n_started;                        /* subgroups finished / enqueued this step */
-    int n_reading;                                     /* reads in flight */
+    int n_reading, n_writing;                          /* NVMe reads / writes in flight */
     int master_alias;          /* the master weights ARE the caller's fp32 weight array (all-DRAM) */
     int *free_bufs; int nfree;
     int err; char errmsg[512];

@@ -4,11 +4,12 @@
  * Why this shape: on NVMe the step is I/O-bound, so the disk must never wait for the CPU and
  * the CPU should wait for the disk as little as possible. Three threads cooperate:
  *   - the pipeline thread (this file's pipe_main) admits READY subgroups into free staging
- *     buffers and submits their reads, dispatches LOADED subgroups to the CPU or the
- *     accelerator (policy.c), and performs the write-back of UPDATED ones (DRAM copies,
- *     working-copy refresh, NVMe write submission);
+ *     buffers and submits their reads, and performs the write-back of UPDATED ones (DRAM
+ *     copies, working-copy refresh, NVMe write submission);
  *   - the CPU update thread runs the optimizer kernel (OpenMP inside) on one subgroup at a time;
- *   - the store's completion thread calls back when a read or write finishes.
+ *   - the store's completion thread calls back when a read or write finishes; a finished read
+ *     makes the subgroup LOADED and the policy (policy.c) sends it to the CPU queue or to the
+ *     accelerator right there (in DRAM mode, that happens when it becomes READY).
  * With buffer_count >= 3, the read of subgroup i+1, the update of i and the write of i-1 are
  * in flight together. Each subgroup moves through the states of enum ofl_sg_state under the
  * engine mutex; the heavy work (kernels, memcpy, I/O submission) runs with the mutex released.
@@ -137,6 +138,8 @@ int ofl_slot_store(struct mw_offload *e, uint32_t sg, int slot)
 
 /* ------------------------------------------------------------------ completions */
 
+static void dispatch_locked(struct mw_offload *e, uint32_t sg);
+
 static void fail_locked(struct mw_offload *e, int err, const char *msg)
 {
     if (!e->failed) {
@@ -177,16 +180,15 @@ static void io_done(struct mw_store_io *io, void *user)
     struct mw_trace_arg a[3] = {{"sg", sg}, {"bytes", (int64_t)io->len}, {"result", rc}};
     mw_trace_span(e->tr, "offload", is_read ? "sg_read" : "sg_write", s->t_loaded, now, a, 3);
     pthread_mutex_lock(&e->mu);
+    if (is_read) e->n_reading--;
+    else e->n_writing--;
     if (rc) {
-        if (is_read) e->n_reading--;
         fail_locked(e, rc, msg);
         finish_locked(e, sg, 0);
     } else if (is_read) {
         e->stats.nvme_read_bytes += io->len;
-        s->state = OFL_SG_LOADED;
-        e->n_reading--;
-        e->loadq[e->load_tail++ % e->nsg] = sg;
-        pthread_cond_signal(&e->cv_pipe);
+        if (e->failed) finish_locked(e, sg, 0);
+        else dispatch_locked(e, sg);
     } else {
         e->stats.nvme_write_bytes += io->len;
         finish_locked(e, sg, 1);
@@ -267,19 +269,25 @@ static void stage_read(struct mw_offload *e, uint32_t sg)
     }
 }
 
-/* Pipe thread, mutex released: dispatch a loaded subgroup to the CPU or the device. */
-static void stage_dispatch(struct mw_offload *e, uint32_t sg, int on_dev)
+/* e->mu held: sg is LOADED (in its staging buffer, or at home in DRAM): the policy decides,
+ * and it goes to the CPU queue or to the device. Runs on whichever thread made it LOADED (the
+ * store's completion thread, or the thread that made it READY), so no hand-off through the
+ * pipeline thread delays the next update. */
+static void dispatch_locked(struct mw_offload *e, uint32_t sg)
 {
     struct ofl_sg *s = &e->st[sg];
+    s->state = OFL_SG_LOADED;
+    int on_dev = ofl_policy_decide(e, sg, secs(mw_now_ns() - e->step_t0));
+    struct mw_trace_arg a[4] = {{"sg", sg}, {"device", on_dev}, {"cpu_predicted_us", (int64_t)(s->pred_cpu_s * 1e6)},
+                                {"dev_predicted_us", (int64_t)(MW_MIN(s->pred_dev_s, 1e9) * 1e6)}};
+    uint64_t t = mw_now_ns();
+    mw_trace_span(e->tr, "offload", "decision", t, t, a, 4);
+    s->on_dev = on_dev;
     if (!on_dev) {
-        pthread_mutex_lock(&e->mu);
-        s->on_dev = 0;
         e->cpuq[e->cpu_tail++ % e->nsg] = sg;
         pthread_cond_signal(&e->cv_cpu);
-        pthread_mutex_unlock(&e->mu);
         return;
     }
-    s->on_dev = 1;
     struct ofl_devjob *j = &s->job;
     memset(j, 0, sizeof *j);
     j->sg = sg;
@@ -290,7 +298,7 @@ static void stage_dispatch(struct mw_offload *e, uint32_t sg, int on_dev)
     j->nruns = e->sg_run[sg + 1] - e->sg_run[sg];
     j->done = dev_done;
     j->user = e;
-    ofl_dev_submit(e->dev, j);
+    ofl_dev_submit(e->dev, j); /* lock order: e->mu, then the device's (never the reverse) */
 }
 
 /* Pipe thread, mutex released: write-back and working-copy refresh of an updated subgroup. */
@@ -330,6 +338,7 @@ static void stage_writeback(struct mw_offload *e, uint32_t sg)
     s->t_loaded = t1;
     pthread_mutex_lock(&e->mu);
     int inject = e->writes_until_fail && --e->writes_until_fail == 0;
+    e->n_writing++;
     pthread_mutex_unlock(&e->mu);
     if (inject) { /* torn write: the first half (whole checksum blocks) lands, then -EIO */
         s->io_err = 1;
@@ -347,7 +356,7 @@ static void stage_writeback(struct mw_offload *e, uint32_t sg)
 /* ------------------------------------------------------------------ threads */
 
 /* The pipeline thread. Priorities: write-backs first (they free staging buffers), then
- * dispatch of loaded subgroups, then admission of READY subgroups into free buffers. */
+ * admission of READY subgroups into free buffers (NVMe reads). */
 static void *pipe_main(void *arg)
 {
     struct mw_offload *e = arg;
@@ -362,31 +371,10 @@ static void *pipe_main(void *arg)
             pthread_mutex_lock(&e->mu);
             continue;
         }
-        if (e->load_head != e->load_tail) {
-            uint32_t sg = e->loadq[e->load_head++ % e->nsg];
-            if (e->failed) { finish_locked(e, sg, 0); continue; }
-            double now = secs(mw_now_ns() - e->step_t0);
-            int on_dev = ofl_policy_decide(e, sg, now);
-            struct ofl_sg *s = &e->st[sg];
-            struct mw_trace_arg a[4] = {{"sg", sg}, {"device", on_dev},
-                                        {"cpu_predicted_us", (int64_t)(s->pred_cpu_s * 1e6)},
-                                        {"dev_predicted_us", (int64_t)(MW_MIN(s->pred_dev_s, 1e9) * 1e6)}};
-            uint64_t t = mw_now_ns();
-            mw_trace_span(e->tr, "offload", "decision", t, t, a, 4);
-            pthread_mutex_unlock(&e->mu);
-            stage_dispatch(e, sg, on_dev);
-            pthread_mutex_lock(&e->mu);
-            continue;
-        }
-        if (e->ready_head != e->ready_tail && (!e->txn || e->nfree > 0 || e->failed)) {
+        if (e->ready_head != e->ready_tail && (e->nfree > 0 || e->failed)) {
             uint32_t sg = e->readyq[e->ready_head++ % e->nsg];
             struct ofl_sg *s = &e->st[sg];
             if (e->failed) { finish_locked(e, sg, 0); continue; }
-            if (!e->txn) {
-                s->state = OFL_SG_LOADED;
-                e->loadq[e->load_tail++ % e->nsg] = sg;
-                continue;
-            }
             s->buf = e->free_bufs[--e->nfree];
             s->state = OFL_SG_READING;
             e->n_reading++;
@@ -402,8 +390,55 @@ static void *pipe_main(void *arg)
     return NULL;
 }
 
-/* The CPU update thread: one subgroup at a time, the kernel's OpenMP team inside. The time it
- * sits idle while subgroups are being read (or wait for a staging buffer) is the I/O wait. */
+/* With e->mu held and cpuq not empty: runs the next CPU update (the mutex is released during
+ * the kernel). */
+static void cpu_update_one_locked(struct mw_offload *e)
+{
+    uint32_t sg = e->cpuq[e->cpu_head++ % e->nsg];
+    struct ofl_sg *s = &e->st[sg];
+    s->state = OFL_SG_UPDATING;
+    struct mw_adamw_hp hp = step_hp(e);
+    pthread_mutex_unlock(&e->mu);
+    struct mw_optim_slice v;
+    current_view(e, sg, &v);
+    struct mw_optim_exec ex = {e->cfg.cpu_threads, MW_SIMD_AUTO, 0};
+    uint64_t t0 = mw_now_ns();
+    int rc = ofl_update(&e->fmt, &hp, &v, e->runs + e->sg_run[sg], e->sg_run[sg + 1] - e->sg_run[sg], &ex);
+    uint64_t t1 = mw_now_ns();
+    struct mw_trace_arg a[4] = {{"sg", sg}, {"device", 0}, {"predicted_us", (int64_t)(s->pred_cpu_s * 1e6)},
+                                {"measured_us", (int64_t)((t1 - t0) / 1000)}};
+    mw_trace_span(e->tr, "offload", "update", t0, t1, a, 4);
+    pthread_mutex_lock(&e->mu);
+    e->stats.kernel_s += secs(t1 - t0);
+    e->stats.cpu_updates++;
+    e->stats.predicted_s += s->pred_cpu_s;
+    e->stats.measured_s += secs(t1 - t0);
+    if (rc) {
+        char msg[300];
+        snprintf(msg, sizeof msg, "offload: update of subgroup %u failed: %s", sg, mw_error_msg());
+        fail_locked(e, rc, msg);
+        finish_locked(e, sg, 0);
+        return;
+    }
+    s->state = OFL_SG_UPDATED;
+    e->updq[e->upd_tail++ % e->nsg] = sg;
+    pthread_cond_signal(&e->cv_pipe);
+}
+
+/* Waits (e->mu held) for CPU work; the time counts as I/O wait when subgroups are being read
+ * or written, or wait for a staging buffer (i.e. for a write). */
+static void cpu_wait_locked(struct mw_offload *e, pthread_cond_t *cv)
+{
+    int io_bound = e->n_reading > 0 || e->n_writing > 0 || (e->ready_head != e->ready_tail && e->nfree == 0);
+    uint64_t t0 = mw_now_ns();
+    pthread_cond_wait(cv, &e->mu);
+    if (io_bound) e->stats.io_wait_s += secs(mw_now_ns() - t0);
+}
+
+/* The CPU update thread: one subgroup at a time, the kernel's OpenMP team inside.
+ * (Running an unarmed step's updates on the caller's thread instead was tried: on this shared
+ * 2-core machine it made the DRAM update phase 2-3x slower than the bare kernel, against
+ * 1.0-1.1x with this dedicated thread.) */
 static void *cpu_main(void *arg)
 {
     struct mw_offload *e = arg;
@@ -412,41 +447,10 @@ static void *cpu_main(void *arg)
     for (;;) {
         if (e->cpu_head == e->cpu_tail) {
             if (e->stop) break;
-            int io_bound = e->n_reading > 0 || (e->ready_head != e->ready_tail && e->nfree == 0);
-            uint64_t t0 = mw_now_ns();
-            pthread_cond_wait(&e->cv_cpu, &e->mu);
-            if (io_bound) e->stats.io_wait_s += secs(mw_now_ns() - t0);
+            cpu_wait_locked(e, &e->cv_cpu);
             continue;
         }
-        uint32_t sg = e->cpuq[e->cpu_head++ % e->nsg];
-        struct ofl_sg *s = &e->st[sg];
-        s->state = OFL_SG_UPDATING;
-        struct mw_adamw_hp hp = step_hp(e);
-        pthread_mutex_unlock(&e->mu);
-        struct mw_optim_slice v;
-        current_view(e, sg, &v);
-        struct mw_optim_exec ex = {e->cfg.cpu_threads, MW_SIMD_AUTO, 0};
-        uint64_t t0 = mw_now_ns();
-        int rc = ofl_update(&e->fmt, &hp, &v, e->runs + e->sg_run[sg], e->sg_run[sg + 1] - e->sg_run[sg], &ex);
-        uint64_t t1 = mw_now_ns();
-        struct mw_trace_arg a[4] = {{"sg", sg}, {"device", 0}, {"predicted_us", (int64_t)(s->pred_cpu_s * 1e6)},
-                                    {"measured_us", (int64_t)((t1 - t0) / 1000)}};
-        mw_trace_span(e->tr, "offload", "update", t0, t1, a, 4);
-        pthread_mutex_lock(&e->mu);
-        e->stats.kernel_s += secs(t1 - t0);
-        e->stats.cpu_updates++;
-        e->stats.predicted_s += s->pred_cpu_s;
-        e->stats.measured_s += secs(t1 - t0);
-        if (rc) {
-            char msg[300];
-            snprintf(msg, sizeof msg, "offload: update of subgroup %u failed: %s", sg, mw_error_msg());
-            fail_locked(e, rc, msg);
-            finish_locked(e, sg, 0);
-            continue;
-        }
-        s->state = OFL_SG_UPDATED;
-        e->updq[e->upd_tail++ % e->nsg] = sg;
-        pthread_cond_signal(&e->cv_pipe);
+        cpu_update_one_locked(e);
     }
     pthread_mutex_unlock(&e->mu);
     return NULL;
@@ -490,6 +494,10 @@ void ofl_pipe_enqueue_locked(struct mw_offload *e, uint32_t sg)
     s->state = OFL_SG_READY;
     s->t_ready = mw_now_ns();
     e->n_started++;
+    if (!e->txn) { /* the state is at home: nothing to read */
+        dispatch_locked(e, sg);
+        return;
+    }
     e->readyq[e->ready_tail++ % e->nsg] = sg;
     pthread_cond_signal(&e->cv_pipe);
     pthread_cond_signal(&e->cv_cpu); /* so an idle CPU thread re-evaluates whether it waits for I/O */
