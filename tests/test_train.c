@@ -207,8 +207,12 @@ static void test_bad_config(const struct mw_data *d)
     small_vocab.padded_vocab_size = 0;
     CHECK(mw_trainer_init(&tr, &small_vocab, &c, d) == -EINVAL); /* bytes up to 'z' and EOT 256 */
     CHECK(strstr(mw_error_msg(), "--vocab") != NULL);
+    /* The NVMe tier is sized before anything is allocated: a too-small budget is refused. */
     c.tier = MW_OPT_TIER_NVME;
-    CHECK(mw_trainer_init(&tr, &tiny, &c, d) == -ENOTSUP);
+    c.nvme_dir = tu_scratch_dir("train_nvme_budget");
+    c.nvme_budget = 4096;
+    CHECK(mw_trainer_init(&tr, &tiny, &c, d) == MW_EBUDGET);
+    CHECK(strstr(mw_error_msg(), "nvme") != NULL);
 }
 
 int main(void)

@@ -29,11 +29,14 @@
 #include "memwall/data.h"
 #include "memwall/gpt2.h"
 
+struct mw_trace; /* memwall/trace.h */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* Where the optimizer state lives. NVMe arrives with the offload engine. */
+/* Where the optimizer state lives (master weights and AdamW moments; the offload engine,
+ * memwall/offload.h, holds it in both cases). */
 enum mw_opt_tier { MW_OPT_TIER_DRAM = 0, MW_OPT_TIER_NVME = 1 };
 
 struct mw_train_config {
@@ -54,6 +57,14 @@ struct mw_train_config {
     int threads;           /* OpenMP / OpenBLAS threads; 0 = all */
     int recompute;         /* activation recomputation in backward */
     enum mw_opt_tier tier; /* optimizer-state tier */
+    /* Offload engine settings (not saved in checkpoints; 0 / NULL = the engine's default). */
+    const char *nvme_dir;       /* NVMe tier directory (tier nvme; NULL = ./run/nvme) */
+    uint64_t subgroup_size;     /* elements per subgroup */
+    int buffer_count;           /* NVMe staging buffers */
+    const char *offload_policy; /* "auto", "all-cpu", "all-device", "every-K"; NULL = all-cpu */
+    uint64_t dram_budget;       /* bytes for the whole run in DRAM (model + optimizer); 0 = none */
+    uint64_t nvme_budget;       /* bytes for the optimizer state on NVMe; 0 = none */
+    struct mw_trace *trace;     /* optional recorder (memwall/trace.h), borrowed */
 };
 
 /* Learning rate at optimizer step `step` (1-based): linear warm-up over `warmup` steps to lr,
@@ -70,13 +81,17 @@ struct mw_train_step_stats {
     int skipped;           /* 1 if the gradient held inf/NaN and no update was made */
     uint64_t tokens;       /* B * T * grad_accum */
     uint64_t ns;           /* wall time of the step */
+    uint64_t nvme_read_bytes, nvme_write_bytes; /* optimizer state moved this step, bytes */
+    double io_wait_s;      /* time the optimizer's update thread waited for NVMe this step, s */
+    uint64_t forward_ns, backward_ns, update_ns; /* phase times of this step (summed over micro-batches) */
 };
 
 /* Bytes each part of the training state occupies, per tier (for the progress line and the
  * trace). */
 struct mw_train_bytes {
     uint64_t params, grads, acts;  /* DRAM */
-    uint64_t opt_dram, opt_nvme;   /* optimizer state (AdamW m and v) */
+    uint64_t opt_dram, opt_nvme;   /* optimizer engine (moments, master unless it is the params,
+                                      staging buffers; on NVMe both slots) */
 };
 
 struct mw_train_opt;   /* src/train/optimizer_step.h: the optimizer behind a small interface */

@@ -11,6 +11,10 @@
 #include "memwall/common.h"
 #include "memwall/data.h"
 #include "memwall/gpt2.h"
+#include "memwall/offload.h"
+#include "memwall/report.h"
+#include "memwall/tier.h"
+#include "memwall/trace.h"
 #include "memwall/train.h"
 
 #include <errno.h>
@@ -43,7 +47,9 @@ static const struct preset presets[] = {
 };
 
 struct args {
-    const char *preset, *data, *out_dir, *resume, *init_st, *log_json, *trace, *tier, *nvme_dir;
+    const char *preset, *data, *out_dir, *resume, *init_st, *log_json, *trace, *tier, *nvme_dir, *policy;
+    uint64_t subgroup_size, dram_budget, nvme_budget;
+    int64_t buffer_count;
     int64_t layers, heads, width, context, vocab;
     int64_t batch, seq, accum, steps, warmup, val_every, val_batches, ckpt_every, threads, sample_len, top_k;
     int64_t print_every, seed;
@@ -85,9 +91,14 @@ static const struct mw_opt train_opts[] = {
     {"threads", MW_OPT_INT, &A.threads, "N", "CPU threads (OpenMP and OpenBLAS); 0 = all cores", 0, 4096, NULL},
     {"recompute", MW_OPT_FLAG, &A.recompute, NULL, "recompute activations in backward (less memory, same gradients)", 0, 0, NULL},
     {"log-json", MW_OPT_STRING, &A.log_json, "FILE", "one JSON object per step (step, loss, val_loss, tokens_per_s, ms, ...)", 0, 0, NULL},
-    {"trace", MW_OPT_STRING, &A.trace, "FILE", "trace of the run (Chrome/Perfetto JSON; recorder pending, see docs/train.md)", 0, 0, NULL},
-    {"optimizer-tier", MW_OPT_CHOICE, &A.tier, NULL, "where the AdamW state lives (nvme: needs the offload engine, not yet built)", 0, 0, tier_names},
-    {"nvme-dir", MW_OPT_STRING, &A.nvme_dir, "DIR", "directory for the NVMe tier's files", 0, 0, NULL},
+    {"trace", MW_OPT_STRING, &A.trace, "FILE", "trace of the run (Chrome/Perfetto JSON, for 'memwall report'); a summary is printed at the end", 0, 0, NULL},
+    {"optimizer-tier", MW_OPT_CHOICE, &A.tier, NULL, "where the AdamW state (master weights, moments) lives: host DRAM or NVMe files", 0, 0, tier_names},
+    {"nvme-dir", MW_OPT_STRING, &A.nvme_dir, "DIR", "directory for the NVMe tier's files (several: D1:D2); default run/nvme", 0, 0, NULL},
+    {"subgroup-size", MW_OPT_SIZE, &A.subgroup_size, "N", "parameters per optimizer subgroup (the unit of NVMe I/O and update); default 4M = 4194304", 1, 1e15, NULL},
+    {"buffer-count", MW_OPT_INT, &A.buffer_count, "N", "host staging buffers of the NVMe pipeline", 1, 1024, NULL},
+    {"offload-policy", MW_OPT_STRING, &A.policy, "P", "where subgroups are updated: all-cpu, auto, all-device, every-K (device: emulated accelerator)", 0, 0, NULL},
+    {"dram-budget", MW_OPT_SIZE, &A.dram_budget, "BYTES", "DRAM for the whole run (model + optimizer), refused up front if short; 0 = no limit", 0, 0, NULL},
+    {"nvme-budget", MW_OPT_SIZE, &A.nvme_budget, "BYTES", "NVMe bytes for the optimizer state, refused up front if short; 0 = the free space", 0, 0, NULL},
     {"sample-len", MW_OPT_INT, &A.sample_len, "N", "tokens of text generated at the end; 0 = none", 0, 1 << 20, NULL},
     {"temperature", MW_OPT_DOUBLE, &A.temperature, "X", "sampling temperature", 0.01, 100, NULL},
     {"top-k", MW_OPT_INT, &A.top_k, "N", "sample among the k likeliest tokens; 0 = all", 0, 1 << 20, NULL},
@@ -110,7 +121,7 @@ static void set_defaults(const struct preset *p)
     A.val_every = p->val_every; A.val_batches = p->val_batches; A.sample_len = p->sample_len; A.lr = p->lr;
     A.accum = 1; A.min_lr_frac = 0.1; A.wd = 0.1; A.clip = 1.0; A.beta1 = 0.9; A.beta2 = 0.95;
     A.ckpt_every = 0; A.seed = 1337; A.threads = 0; A.temperature = 0.8; A.top_k = 40; A.print_every = 1;
-    A.tier = "dram";
+    A.tier = "dram"; A.buffer_count = 8;
 }
 
 static const struct preset *find_preset(const char *name)
@@ -171,6 +182,8 @@ static int apply_checkpoint(const struct mw_ckpt_info *ci)
     if (!GIVEN("threads")) A.threads = t->threads;
     if (!GIVEN("recompute")) A.recompute = t->recompute;
     if (!GIVEN("data") && ci->data_path[0]) A.data = ci->data_path;
+    /* The checkpoint holds the state in one format for every tier: resuming may change it. */
+    if (!GIVEN("optimizer-tier")) A.tier = t->tier == MW_OPT_TIER_NVME ? "nvme" : "dram";
     return 0;
 }
 
@@ -258,9 +271,11 @@ int mw_cmd_train(int argc, char **argv)
         if (err) { mw_cli_fail("reading the checkpoint", err); return 1; }
         if ((r = apply_checkpoint(&ci))) return r;
     }
-    if (!strcmp(A.tier, "nvme"))
-        return usage_error("--optimizer-tier nvme is not available yet: it needs the offload engine (%s); use dram",
-                           "issue #8 / branch offload");
+    if (A.policy) {
+        enum mw_offload_policy pol;
+        int k;
+        if (mw_offload_policy_parse(A.policy, &pol, &k)) return usage_error("--offload-policy: %s", mw_error_msg());
+    }
     if (A.ckpt_every > 0 && !A.out_dir) return usage_error("--ckpt-every needs --out-dir%s", "");
     if (A.resume && A.init_st) return usage_error("--init-safetensors cannot be combined with --resume%s", "");
     if (A.init_st) {
@@ -289,7 +304,10 @@ int mw_cmd_train(int argc, char **argv)
         .warmup = A.warmup, .min_lr_frac = A.min_lr_frac, .weight_decay = A.wd, .beta1 = A.beta1,
         .beta2 = A.beta2, .eps = 1e-8, .clip = A.clip, .val_every = A.val_every, .val_batches = A.val_batches,
         .ckpt_every = A.ckpt_every, .seed = (uint64_t)A.seed, .threads = (int)A.threads,
-        .recompute = A.recompute, .tier = MW_OPT_TIER_DRAM,
+        .recompute = A.recompute, .tier = !strcmp(A.tier, "nvme") ? MW_OPT_TIER_NVME : MW_OPT_TIER_DRAM,
+        .nvme_dir = A.nvme_dir ? A.nvme_dir : "run/nvme", .subgroup_size = A.subgroup_size,
+        .buffer_count = (int)A.buffer_count, .offload_policy = A.policy, .dram_budget = A.dram_budget,
+        .nvme_budget = A.nvme_budget,
     };
     if (tc.threads == 0) tc.threads = omp_get_max_threads();
     char corpus[PATH_MAX];
@@ -303,17 +321,31 @@ int mw_cmd_train(int argc, char **argv)
             return 1;
         }
     }
-    if (A.nvme_dir && !strcmp(A.tier, "dram"))
-        mw_log(MW_LOG_WARN, "--nvme-dir is unused with --optimizer-tier dram");
+    if ((A.nvme_dir || A.nvme_budget) && !strcmp(A.tier, "dram"))
+        mw_log(MW_LOG_WARN, "--nvme-dir and --nvme-budget are unused with --optimizer-tier dram");
     return run(data_path, &mc, &tc, A.resume ? &ci : NULL);
 }
 
 struct run_state {
     FILE *log;
+    struct mw_trace *trace;
     struct mw_trainer tr;
     struct mw_data data;
     char tiers[256];
 };
+
+/* The model's own arrays are plain host allocations (the engine's go through its tiers, which
+ * record themselves): account them in the trace as host memory. */
+static void trace_model_memory(struct run_state *s, const struct mw_train_bytes *tb)
+{
+    uint64_t total = 0;
+    total += tb->params;
+    mw_trace_alloc(s->trace, MW_TIER_HOST, MW_KIND_WEIGHTS, tb->params, "model params", total);
+    total += tb->grads;
+    mw_trace_alloc(s->trace, MW_TIER_HOST, MW_KIND_GRADS, tb->grads, "model grads", total);
+    total += tb->acts;
+    mw_trace_alloc(s->trace, MW_TIER_HOST, MW_KIND_ACTIVATIONS, tb->acts, "model activations", total);
+}
 
 static int do_eval(struct run_state *s, int64_t step, float *val)
 {
@@ -347,7 +379,14 @@ static int run(const char *data_path, const struct mw_gpt2_config *mc, const str
     /* Checkpoints record the absolute path, so --resume works from any directory. */
     char abs_data[PATH_MAX];
     if (realpath(data_path, abs_data)) data_path = abs_data;
-    if ((err = mw_trainer_init(&s.tr, mc, tc, &s.data))) { mw_cli_fail("building the model", err); goto out; }
+    struct mw_train_config tcfg = *tc;
+    if (A.trace) {
+        if ((err = mw_trace_init(&s.trace, 0))) { mw_cli_fail("creating the trace recorder", err); goto out; }
+        mw_trace_thread_name(s.trace, "train");
+        mw_trace_meta(s.trace, "command", "memwall train");
+        tcfg.trace = s.trace;
+    }
+    if ((err = mw_trainer_init(&s.tr, mc, &tcfg, &s.data))) { mw_cli_fail("building the model", err); goto out; }
     if (A.init_st && (err = mw_gpt2_load_safetensors(&s.tr.model, A.init_st))) {
         mw_cli_fail("loading --init-safetensors", err);
         goto out;
@@ -359,14 +398,9 @@ static int run(const char *data_path, const struct mw_gpt2_config *mc, const str
         mw_cli_fail("opening --log-json", -errno);
         goto out;
     }
-    /* TRACE HOOK (memwall/trace.h, branch io): when the recorder is merged, here:
-     *   mw_trace_init(&trace, 0) if A.trace; mw_trace_set_tier() for DRAM (and NVMe);
-     *   mw_trace_alloc() for params, grads, acts and the optimizer state with the byte sizes
-     *   of mw_trainer_bytes(); in the loop one mw_trace_span("train", "step", ...) per step
-     *   (args: step, tokens) and mw_trace_counter("loss"); after it mw_trace_write(trace,
-     *   A.trace) and mw_trace_free(). Until then the path is only recorded and reported. */
     struct mw_train_bytes tb;
     mw_trainer_bytes(&s.tr, &tb);
+    if (s.trace) trace_model_memory(&s, &tb);
     fmt_tiers(s.tiers, sizeof s.tiers, &tb);
     char b1[32], b2[32];
     printf("memwall train: GPT-2 L=%d heads=%d width=%d context=%d vocab=%d (%zu params, %s fp32)\n",
@@ -380,7 +414,10 @@ static int run(const char *data_path, const struct mw_gpt2_config *mc, const str
            tc->batch, tc->seq, tc->grad_accum, tc->batch * tc->seq * tc->grad_accum, tc->steps, tc->lr,
            tc->warmup, tc->lr * tc->min_lr_frac, tc->threads, A.tier, tc->recompute ? ", recompute" : "");
     printf("  memory: %s (activations %s)\n", s.tiers, mw_fmt_bytes(b2, sizeof b2, tb.acts));
-    if (A.trace) printf("  trace: %s requested; the trace recorder is not built yet, nothing is written\n", A.trace);
+    if (!strcmp(A.tier, "nvme"))
+        printf("  optimizer state (fp32 master + moments, two slots) on NVMe in %s: %s\n", tc->nvme_dir,
+               mw_fmt_bytes(b1, sizeof b1, tb.opt_nvme));
+    if (A.trace) printf("  trace: %s\n", A.trace);
     if (resume_info) printf("  resumed from %s at step %" PRId64 "\n", A.resume, s.tr.step);
     fflush(stdout);
 
@@ -395,21 +432,29 @@ static int run(const char *data_path, const struct mw_gpt2_config *mc, const str
         if ((err = mw_trainer_step(&s.tr, &st))) { mw_cli_fail("the training step", err); goto out; }
         tokens_run += st.tokens;
         double ms = (double)st.ns / 1e6, tps = (double)st.tokens / ((double)st.ns / 1e9);
+        char io[96] = "";
+        if (st.nvme_read_bytes + st.nvme_write_bytes) {
+            char r1[32], r2[32];
+            snprintf(io, sizeof io, " | NVMe %s (%s)", mw_fmt_bytes(r1, sizeof r1, st.nvme_read_bytes + st.nvme_write_bytes),
+                     mw_fmt_rate(r2, sizeof r2, (double)(st.nvme_read_bytes + st.nvme_write_bytes) / ((double)st.ns / 1e9)));
+        }
         int last = st.step == tc->steps;
         int have_val = tc->val_every > 0 && (st.step % tc->val_every == 0 || last);
         if (st.step % A.print_every == 0 || last || st.step == 1 || st.skipped)
-            printf("step %6" PRId64 "/%" PRId64 " | loss %.6f | lr %.2e | norm %6.3f%s | %7.0f tok/s | %8.1f ms | %s\n",
+            printf("step %6" PRId64 "/%" PRId64 " | loss %.6f | lr %.2e | norm %6.3f%s | %7.0f tok/s | %8.1f ms | %s%s\n",
                    st.step, tc->steps, st.loss, st.lr, st.grad_norm,
-                   st.skipped ? " (inf/NaN: skipped)" : st.clipped ? " (clipped)" : "", tps, ms, s.tiers);
+                   st.skipped ? " (inf/NaN: skipped)" : st.clipped ? " (clipped)" : "", tps, ms, s.tiers, io);
         fflush(stdout);
         if (have_val && do_eval(&s, st.step, &val)) goto out;
         if (s.log) {
             fprintf(s.log, "{\"step\":%" PRId64 ",\"loss\":%.9g,", st.step, st.loss);
             if (have_val) fprintf(s.log, "\"val_loss\":%.9g,", val);
             fprintf(s.log, "\"lr\":%.9g,\"grad_norm\":%.9g,\"clipped\":%s,\"skipped\":%s,\"tokens\":%" PRIu64
-                    ",\"tokens_per_s\":%.1f,\"ms\":%.3f,\"dram_bytes\":%" PRIu64 ",\"nvme_bytes\":%" PRIu64 "}\n",
+                    ",\"tokens_per_s\":%.1f,\"ms\":%.3f,\"dram_bytes\":%" PRIu64 ",\"nvme_bytes\":%" PRIu64
+                    ",\"nvme_read_bytes\":%" PRIu64 ",\"nvme_write_bytes\":%" PRIu64 ",\"io_wait_s\":%.6f}\n",
                     st.lr, st.grad_norm, st.clipped ? "true" : "false", st.skipped ? "true" : "false", st.tokens,
-                    tps, ms, tb.params + tb.grads + tb.opt_dram + tb.acts, tb.opt_nvme);
+                    tps, ms, tb.params + tb.grads + tb.opt_dram + tb.acts, tb.opt_nvme, st.nvme_read_bytes,
+                    st.nvme_write_bytes, st.io_wait_s);
             if (ferror(s.log)) {
                 mw_error_set(-EIO, "writing %s failed", A.log_json);
                 mw_cli_fail("writing --log-json", -EIO);
@@ -441,10 +486,19 @@ static int run(const char *data_path, const struct mw_gpt2_config *mc, const str
         free(out);
     }
     if (A.log_json) printf("log: %s\n", A.log_json);
+    if (s.trace) {
+        /* The engine's threads are idle between steps; free it first so its tiers record the frees. */
+        mw_trainer_free(&s.tr);
+        if ((err = mw_trace_write(s.trace, A.trace))) { mw_cli_fail("writing the trace", err); goto out; }
+        printf("trace: %s\n", A.trace);
+        fflush(stdout);
+        if ((err = mw_report_text_summary(A.trace, stdout))) { mw_cli_fail("summarising the trace", err); goto out; }
+    }
     rc = 0;
 out:
     if (s.log) fclose(s.log);
     mw_trainer_free(&s.tr);
+    mw_trace_free(s.trace);
     mw_data_free(&s.data);
     return rc;
 }

@@ -265,7 +265,7 @@ int mw_trainer_load(struct mw_trainer *tr, const char *path)
     rewind(f);
     if ((err = r_fn(&r, hdr, sizeof hdr))) goto out;
     if ((err = r_fn(&r, tr->model.params, in.n_params * 4))) goto out;
-    if ((err = mw_train_opt_load(tr->opt, r_fn, &r))) goto out;
+    if ((err = mw_train_opt_load(tr->opt, r_fn, &r, in.step))) goto out;
     uint32_t crc = r.crc;
     if (fread(trl, 1, sizeof trl, f) != sizeof trl || memcmp(trl, CKPT_END, 8)) {
         err = mw_error_set(MW_EFORMAT, "checkpoint %s has no completion marker: it was not written to the end", path);

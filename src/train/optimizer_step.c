@@ -1,50 +1,111 @@
 /*
- * optimizer_step.c — AdamW over fp32 moments in DRAM through optim.h's slice kernel (see
- * optimizer_step.h for why this sits behind an interface).
+ * optimizer_step.c — the trainer's optimizer is the offload engine (see optimizer_step.h for
+ * why it sits behind an interface).
  * Weight decay follows GPT-2 practice: 2-D tensors (embeddings and linear weights) decay,
- * biases and LayerNorm parameters do not. Adjacent tensors with the same decay are merged
- * into one range, so a step is a few calls per block rather than one per tensor; optim.h
- * guarantees that any cut of the array gives bitwise the same result.
+ * biases and LayerNorm parameters (1-D) are registered with MW_OFFLOAD_NO_DECAY. The model
+ * accumulates its gradients itself (zero_grad, then backward adds), so the engine reads the
+ * model's gradient array at update time (ext_grads_accumulate) and owns no gradient buffer; the
+ * model's fp32 params are the engine's working copy (and, all in DRAM, its master).
+ * The update is not armed during backward: global-norm clipping needs the whole norm before
+ * the first subgroup is updated (docs/offload.md, two-phase clipping).
  */
 #include "train/optimizer_step.h"
 #include "memwall/common.h"
-#include "memwall/optim.h"
 
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
-int mw_train_opt_init(struct mw_train_opt *o, const struct mw_gpt2 *m, const struct mw_train_config *c)
+/* mkdir -p for each ':'-separated NVMe directory. */
+static int mkdir_p(const char *dirs)
+{
+    char p[4096];
+    if (snprintf(p, sizeof p, "%s", dirs) >= (int)sizeof p) return mw_error_set(-ENAMETOOLONG, "--nvme-dir too long");
+    char *save = NULL;
+    for (char *d = strtok_r(p, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
+        size_t len = strlen(d);
+        for (size_t i = 1; i <= len; i++) {
+            if (d[i] != '/' && d[i] != 0) continue;
+            char c = d[i];
+            d[i] = 0;
+            if (mkdir(d, 0755) != 0 && errno != EEXIST) {
+                int e = errno;
+                return mw_error_set(-e, "cannot create the NVMe directory %s: %s", d, strerror(e));
+            }
+            d[i] = c;
+        }
+    }
+    return 0;
+}
+
+int mw_train_opt_init(struct mw_train_opt *o, struct mw_gpt2 *m, const struct mw_train_config *c,
+                      uint64_t model_dram_bytes)
 {
     memset(o, 0, sizeof *o);
-    if (c->tier != MW_OPT_TIER_DRAM)
-        return mw_error_set(-ENOTSUP, "the NVMe optimizer tier needs the offload engine, which is not built yet; "
-                            "use --optimizer-tier dram");
+    mw_offload_registry_init(&o->reg);
     int err = 0;
     o->tier = c->tier;
     o->n_params = m->sizes.n_params;
+    o->params = m->params;
     o->beta1 = c->beta1;
     o->beta2 = c->beta2;
     o->eps = c->eps;
-    o->threads = c->threads;
-    size_t bytes = MW_ALIGN_UP(o->n_params * sizeof(float), 64);
-    o->m = aligned_alloc(64, bytes);
-    o->v = aligned_alloc(64, bytes);
-    o->ranges = calloc((size_t)m->n_tensors, sizeof *o->ranges);
-    if (!o->m || !o->v || !o->ranges) {
-        err = mw_error_set(-ENOMEM, "no memory for the optimizer state (2 x %zu bytes)", bytes);
-        goto err;
-    }
-    memset(o->m, 0, bytes);
-    memset(o->v, 0, bytes);
+    o->weight_decay = c->weight_decay;
     for (int i = 0; i < m->n_tensors; i++) {
         const struct mw_gpt2_tensor *t = &m->tensors[i];
-        double wd = t->ndim == 2 ? c->weight_decay : 0.0;
-        struct mw_train_opt_range *last = o->nranges ? &o->ranges[o->nranges - 1] : NULL;
-        if (last && last->weight_decay == wd && last->first + last->n == t->offset) last->n += t->numel;
-        else o->ranges[o->nranges++] = (struct mw_train_opt_range){t->offset, t->numel, wd};
+        int64_t shape[2] = {(int64_t)t->shape[0], (int64_t)t->shape[1]};
+        if ((size_t)o->reg.total != t->offset) {
+            err = mw_error_set(-EINVAL, "model tensor %s starts at element %zu, not after the previous one (%llu)",
+                               t->name, t->offset, (unsigned long long)o->reg.total);
+            goto err;
+        }
+        if ((err = mw_offload_registry_add_ex(&o->reg, t->name, t->ndim, shape, t->ndim == 2 ? 0 : MW_OFFLOAD_NO_DECAY)))
+            goto err;
     }
+    if (o->reg.total != o->n_params) {
+        err = mw_error_set(-EINVAL, "model tensors hold %llu elements, the model %zu",
+                           (unsigned long long)o->reg.total, o->n_params);
+        goto err;
+    }
+    struct mw_offload_config *cfg = &o->cfg;
+    mw_offload_config_default(cfg);
+    if (c->subgroup_size) cfg->subgroup_size = c->subgroup_size;
+    if (c->buffer_count) cfg->buffer_count = c->buffer_count;
+    if (c->tier == MW_OPT_TIER_NVME) {
+        cfg->place.tier[MW_OFFLOAD_MASTER] = MW_OFFLOAD_NVME;
+        cfg->place.tier[MW_OFFLOAD_MOMENTS] = MW_OFFLOAD_NVME;
+        cfg->nvme_dir = c->nvme_dir ? c->nvme_dir : "run/nvme";
+    }
+    if (c->offload_policy) {
+        int k = 2;
+        if ((err = mw_offload_policy_parse(c->offload_policy, &cfg->policy, &k))) goto err;
+        cfg->every_k = k;
+        cfg->use_device = cfg->policy != MW_OFFLOAD_POLICY_ALL_CPU;
+    }
+    cfg->ext_weights = m->params;
+    cfg->ext_grads = m->grads;
+    cfg->ext_grads_accumulate = 1;
+    cfg->cpu_threads = c->threads;
+    cfg->trace = c->trace;
+    if (c->dram_budget) {
+        if (model_dram_bytes >= c->dram_budget) {
+            char a[32], b[32];
+            err = mw_error_set(MW_EBUDGET, "DRAM budget %s is used up by the model alone (params, grads and "
+                               "activations: %s) before the optimizer state",
+                               mw_fmt_bytes(a, sizeof a, c->dram_budget), mw_fmt_bytes(b, sizeof b, model_dram_bytes));
+            goto err;
+        }
+        cfg->budget[MW_OFFLOAD_DRAM] = c->dram_budget - model_dram_bytes;
+    }
+    cfg->budget[MW_OFFLOAD_NVME] = c->nvme_budget;
+    if (cfg->nvme_dir) {
+        /* The plan checks the free space of the directory, so it must exist. */
+        if ((err = mkdir_p(cfg->nvme_dir))) goto err;
+    }
+    if ((err = mw_offload_plan_make(&o->reg, cfg, &o->plan))) goto err;
     return 0;
 err:
     mw_train_opt_free(o);
@@ -53,61 +114,89 @@ err:
 
 void mw_train_opt_free(struct mw_train_opt *o)
 {
-    free(o->m);
-    free(o->v);
-    free(o->ranges);
+    if (o->eng) mw_offload_free(o->eng);
+    mw_offload_registry_free(&o->reg);
     memset(o, 0, sizeof *o);
+}
+
+/* The engine is created at first use, so weights loaded after mw_train_opt_init (safetensors,
+ * checkpoint) are the master copy it writes to its tiers. */
+static int ensure_engine(struct mw_train_opt *o)
+{
+    if (o->eng) return 0;
+    return mw_offload_init(&o->eng, &o->reg, &o->cfg);
 }
 
 int mw_train_opt_backward_begin(struct mw_train_opt *o, int last)
 {
-    (void)last; /* DRAM: the update runs after backward, in mw_train_opt_step */
     o->err = 0;
-    return 0;
+    int err = ensure_engine(o);
+    return err ? err : mw_offload_backward_begin(o->eng, last, NULL);
 }
 
 void mw_train_opt_grad_ready(size_t first_elem, size_t n_elems, void *user)
 {
-    (void)first_elem; (void)n_elems; (void)user; /* offload engine: mw_offload_grad_ready here */
+    struct mw_train_opt *o = user;
+    if (o->err) return;
+    o->err = mw_offload_grad_ready(o->eng, first_elem, n_elems);
 }
 
 int mw_train_opt_backward_end(struct mw_train_opt *o)
 {
-    return o->err;
+    int err = mw_offload_backward_end(o->eng);
+    return o->err ? o->err : err;
 }
 
-int mw_train_opt_grad_norm(struct mw_train_opt *o, const float *grads, double *norm)
+int mw_train_opt_grad_norm(struct mw_train_opt *o, double *norm)
 {
-    const struct mw_optim_exec ex = {o->threads, MW_SIMD_AUTO, 0};
-    double sumsq = 0;
-    int err = mw_grad_sumsq(MW_OPTIM_F32, grads, o->n_params, 1.0f, &ex, &sumsq);
-    *norm = sqrt(sumsq);
+    int err = mw_offload_grad_norm(o->eng, norm);
     if (err == 0 && !isfinite(*norm)) err = MW_EOVERFLOW;
     return err;
 }
 
-int mw_train_opt_step(struct mw_train_opt *o, float *params, const float *grads, double lr,
-                      float grad_scale, int64_t t)
+static int align_steps(struct mw_train_opt *o, uint64_t done)
 {
-    const struct mw_optim_format fmt = {MW_OPTIM_F32, MW_OPTIM_F32, MW_OPTIM_NONE};
-    const struct mw_optim_exec ex = {o->threads, MW_SIMD_AUTO, 0};
-    for (int i = 0; i < o->nranges; i++) {
-        const struct mw_train_opt_range *r = &o->ranges[i];
-        struct mw_adamw_hp hp = {lr, o->beta1, o->beta2, o->eps, r->weight_decay, t, grad_scale};
-        struct mw_optim_slice s = {
-            .n = r->n, .offset = r->first, .master = params + r->first, .grad = grads + r->first,
-            .m = o->m + r->first, .v = o->v + r->first,
-        };
-        int err = mw_adamw_step(&fmt, &hp, &s, &ex);
-        if (err) return err;
+    return mw_offload_committed_steps(o->eng) == done ? 0 : mw_offload_set_committed_steps(o->eng, done);
+}
+
+int mw_train_opt_step(struct mw_train_opt *o, double lr, float grad_scale, int64_t t)
+{
+    /* The engine's AdamW step number is its committed steps + 1; skipped steps keep it aligned. */
+    int err = align_steps(o, (uint64_t)(t - 1));
+    if (err) return err;
+    struct mw_offload_hparams hp;
+    mw_offload_hparams_default(&hp);
+    hp.lr = lr;
+    hp.beta1 = o->beta1;
+    hp.beta2 = o->beta2;
+    hp.eps = o->eps;
+    hp.weight_decay = o->weight_decay;
+    hp.grad_scale = grad_scale;
+    err = mw_offload_step(o->eng, &hp);
+    if (err) {
+        /* The committed state (step t-1) is intact; put the working copy back to it. */
+        int err2 = mw_offload_recover(o->eng);
+        (void)err2;
     }
-    return 0;
+    return err;
+}
+
+int mw_train_opt_skip(struct mw_train_opt *o, int64_t t)
+{
+    int err = mw_offload_skip_step(o->eng);
+    return err ? err : align_steps(o, (uint64_t)t);
 }
 
 void mw_train_opt_bytes(const struct mw_train_opt *o, uint64_t *dram, uint64_t *nvme)
 {
-    *dram = 2ull * o->n_params * sizeof(float);
-    *nvme = 0;
+    *dram = o->plan.tier_bytes[MW_OFFLOAD_DRAM];
+    *nvme = o->plan.tier_bytes[MW_OFFLOAD_NVME];
+}
+
+void mw_train_opt_stats(const struct mw_train_opt *o, struct mw_offload_stats *s)
+{
+    if (o->eng) mw_offload_stats_get(o->eng, s);
+    else memset(s, 0, sizeof *s);
 }
 
 uint64_t mw_train_opt_state_bytes(const struct mw_train_opt *o)
@@ -115,14 +204,53 @@ uint64_t mw_train_opt_state_bytes(const struct mw_train_opt *o)
     return 2ull * o->n_params * sizeof(float);
 }
 
-int mw_train_opt_save(const struct mw_train_opt *o, mw_train_io_fn write, void *user)
+/* Pieces of one subgroup: the engine reads and writes the state a subgroup at a time. */
+static uint64_t piece_elems(const struct mw_train_opt *o)
 {
-    int err = write(user, o->m, o->n_params * sizeof(float));
-    return err ? err : write(user, o->v, o->n_params * sizeof(float));
+    uint64_t n = o->plan.subgroup_size ? o->plan.subgroup_size : (1u << 20);
+    return MW_MIN(n, (uint64_t)o->n_params);
 }
 
-int mw_train_opt_load(struct mw_train_opt *o, mw_train_io_fn read, void *user)
+int mw_train_opt_save(const struct mw_train_opt *o, mw_train_io_fn write, void *user)
 {
-    int err = read(user, o->m, o->n_params * sizeof(float));
-    return err ? err : read(user, o->v, o->n_params * sizeof(float));
+    static const int regions[2] = {MW_OFFLOAD_R_EXP_AVG, MW_OFFLOAD_R_EXP_AVG_SQ};
+    struct mw_train_opt *mo = (struct mw_train_opt *)o; /* the engine reads its tiers: not const */
+    int err = ensure_engine(mo);
+    if (err) return err;
+    uint64_t piece = piece_elems(o);
+    float *buf = malloc(piece * sizeof *buf);
+    if (!buf) return mw_error_set(-ENOMEM, "no memory for a checkpoint piece (%llu elements)", (unsigned long long)piece);
+    for (int r = 0; r < 2 && !err; r++)
+        for (uint64_t a = 0; a < o->n_params && !err; a += piece) {
+            uint64_t n = MW_MIN(piece, o->n_params - a);
+            if (!(err = mw_offload_read_raw(mo->eng, regions[r], a, n, buf))) err = write(user, buf, n * sizeof *buf);
+        }
+    free(buf);
+    return err;
+}
+
+int mw_train_opt_load(struct mw_train_opt *o, mw_train_io_fn read, void *user, int64_t step)
+{
+    static const int regions[2] = {MW_OFFLOAD_R_EXP_AVG, MW_OFFLOAD_R_EXP_AVG_SQ};
+    int err = ensure_engine(o);
+    /* Move the committed slot first: the writes below then land in it. */
+    if (!err) err = mw_offload_set_committed_steps(o->eng, (uint64_t)step);
+    if (err) return err;
+    uint64_t piece = piece_elems(o);
+    float *buf = malloc(piece * sizeof *buf);
+    if (!buf) return mw_error_set(-ENOMEM, "no memory for a checkpoint piece (%llu elements)", (unsigned long long)piece);
+    for (int r = 0; r < 2 && !err; r++)
+        for (uint64_t a = 0; a < o->n_params && !err; a += piece) {
+            uint64_t n = MW_MIN(piece, o->n_params - a);
+            if (!(err = read(user, buf, n * sizeof *buf))) err = mw_offload_write_raw(o->eng, regions[r], a, n, buf);
+        }
+    /* The master copy from the checkpoint's weights (already in the model's params). Through a
+     * copy: a MASTER write also refreshes the working copy, which is those params. */
+    for (uint64_t a = 0; a < o->n_params && !err; a += piece) {
+        uint64_t n = MW_MIN(piece, o->n_params - a);
+        memcpy(buf, o->params + a, n * sizeof *buf);
+        err = mw_offload_write_raw(o->eng, MW_OFFLOAD_R_MASTER, a, n, buf);
+    }
+    free(buf);
+    return err;
 }

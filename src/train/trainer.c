@@ -7,6 +7,7 @@
  */
 #include "memwall/train.h"
 #include "memwall/common.h"
+#include "memwall/trace.h"
 #include "train/optimizer_step.h"
 
 #include <errno.h>
@@ -57,7 +58,9 @@ int mw_trainer_init(struct mw_trainer *tr, const struct mw_gpt2_config *mcfg,
     tr->targets = malloc(n * sizeof *tr->targets);
     tr->opt = calloc(1, sizeof *tr->opt);
     if (!tr->inputs || !tr->targets || !tr->opt) { err = mw_error_set(-ENOMEM, "no memory for the batch"); goto err; }
-    if ((err = mw_train_opt_init(tr->opt, &tr->model, cfg))) goto err;
+    const struct mw_gpt2_sizes *z = &tr->model.sizes;
+    if ((err = mw_train_opt_init(tr->opt, &tr->model, cfg, z->params_bytes + z->grads_bytes + z->acts_bytes)))
+        goto err;
     /* The sampler's stream is derived from the seed but distinct from the weights' stream. */
     tr->data_rng = cfg->seed ^ 0xda7a5eedda7a5eedull;
     return 0;
@@ -76,31 +79,51 @@ void mw_trainer_free(struct mw_trainer *tr)
     memset(tr, 0, sizeof *tr);
 }
 
+/* A phase span (docs/trace-conventions.md) from t0 to now; returns the duration. */
+static uint64_t phase(struct mw_trace *trace, const char *name, uint64_t t0, int64_t step)
+{
+    uint64_t t1 = mw_now_ns();
+    struct mw_trace_arg a[1] = {{"step", step}};
+    mw_trace_span(trace, "phase", name, t0, t1, a, 1);
+    return t1 - t0;
+}
+
 int mw_trainer_step(struct mw_trainer *tr, struct mw_train_step_stats *st)
 {
     const struct mw_train_config *c = &tr->cfg;
-    uint64_t t0 = mw_now_ns();
+    struct mw_trace *trace = c->trace;
+    uint64_t t0 = mw_now_ns(), t;
     memset(st, 0, sizeof *st);
+    int64_t step = tr->step + 1;
+    struct mw_offload_stats s0, s1;
+    mw_train_opt_stats(tr->opt, &s0);
     mw_gpt2_zero_grad(&tr->model);
     float loss_sum = 0;
     int err;
     for (int a = 0; a < c->grad_accum; a++) {
+        t = mw_now_ns();
         mw_data_train_batch(tr->data, &tr->data_rng, c->batch, c->seq, tr->inputs, tr->targets, NULL);
+        if (trace) phase(trace, "data", t, step);
+        t = mw_now_ns();
         if ((err = mw_gpt2_forward(&tr->model, tr->inputs, tr->targets, c->batch, c->seq))) return err;
+        st->forward_ns += phase(trace, "forward", t, step);
         loss_sum += tr->model.loss;
+        t = mw_now_ns();
         if ((err = mw_train_opt_backward_begin(tr->opt, a == c->grad_accum - 1))) return err;
         err = mw_gpt2_backward(&tr->model, 1.0f / (float)c->grad_accum, mw_train_opt_grad_ready, tr->opt);
         int err2 = mw_train_opt_backward_end(tr->opt);
         if (err || (err = err2)) return err;
+        st->backward_ns += phase(trace, "backward", t, step);
     }
-    int64_t step = tr->step + 1;
+    t = mw_now_ns();
     st->step = step;
     st->loss = loss_sum / (float)c->grad_accum;
     st->lr = mw_train_lr(c, step);
     st->tokens = (uint64_t)c->batch * (uint64_t)c->seq * (uint64_t)c->grad_accum;
-    err = mw_train_opt_grad_norm(tr->opt, tr->model.grads, &st->grad_norm);
+    err = mw_train_opt_grad_norm(tr->opt, &st->grad_norm);
     if (err == MW_EOVERFLOW) {
         st->skipped = 1; /* keep the weights; the step still counts for the schedule */
+        if ((err = mw_train_opt_skip(tr->opt, step))) return err;
     } else if (err) {
         return err;
     } else {
@@ -109,11 +132,21 @@ int mw_trainer_step(struct mw_trainer *tr, struct mw_train_step_stats *st)
             scale = (float)(c->clip / st->grad_norm);
             st->clipped = 1;
         }
-        if ((err = mw_train_opt_step(tr->opt, tr->model.params, tr->model.grads, st->lr, scale, step)))
-            return err;
+        if ((err = mw_train_opt_step(tr->opt, st->lr, scale, step))) return err;
     }
+    st->update_ns = phase(trace, "update", t, step);
     tr->step = step;
-    st->ns = mw_now_ns() - t0;
+    uint64_t t1 = mw_now_ns();
+    st->ns = t1 - t0;
+    mw_train_opt_stats(tr->opt, &s1);
+    st->nvme_read_bytes = s1.nvme_read_bytes - s0.nvme_read_bytes;
+    st->nvme_write_bytes = s1.nvme_write_bytes - s0.nvme_write_bytes;
+    st->io_wait_s = s1.io_wait_s - s0.io_wait_s;
+    if (trace) {
+        struct mw_trace_arg a[2] = {{"step", step}, {"tokens", (int64_t)st->tokens}};
+        mw_trace_span(trace, "step", "step", t0, t1, a, 2);
+        mw_trace_counter(trace, "loss", t1, st->loss);
+    }
     return 0;
 }
 
@@ -121,6 +154,7 @@ int mw_trainer_eval(struct mw_trainer *tr, float *val_loss)
 {
     const struct mw_train_config *c = &tr->cfg;
     int64_t nb = c->val_batches > 0 ? c->val_batches : 1;
+    uint64_t t0 = mw_now_ns();
     double sum = 0;
     for (int64_t k = 0; k < nb; k++) {
         mw_data_val_batch(tr->data, (uint64_t)k, c->batch, c->seq, tr->inputs, tr->targets, NULL);
@@ -129,6 +163,7 @@ int mw_trainer_eval(struct mw_trainer *tr, float *val_loss)
         sum += tr->model.loss;
     }
     *val_loss = (float)(sum / (double)nb);
+    if (c->trace) phase(c->trace, "validation", t0, tr->step);
     return 0;
 }
 
