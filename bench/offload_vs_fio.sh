@@ -2,7 +2,7 @@
 # offload_vs_fio.sh DIR [PARAMS] [REPS] — the offload engine's update phase beside fio.
 #  1. NVMe: `memwall bench offload --tier nvme` (master + fp32 moments on NVMe) reads R and
 #     writes W bytes per step; fio then reads R bytes and writes W bytes concurrently (two jobs,
-#     1 MiB blocks, queue depth 64 each: 128 as the engine, O_DIRECT, io_uring) — the I/O-bound limit of the same
+#     1 MiB blocks, queue depth 32 each (fio does worse at 64), O_DIRECT, io_uring) — the I/O-bound limit of the same
 #     step. Ratio = engine (R+W)/update_s over fio (R+W)/max(job runtimes). fio runs with its
 #     default (4 KiB-page) buffers; the engine uses 2 MiB huge-page staging buffers.
 #  2. DRAM: `memwall bench offload --tier dram`: update phase over the bare AdamW kernel on the
@@ -28,7 +28,7 @@ median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[
 f2() { awk -v x="$1" -v d="${2:-1}" 'BEGIN {printf "%.2f", x/d}'; }
 
 fio_rw() { # fio_rw READ_BYTES WRITE_BYTES -> seconds until both jobs are done
-  fio --output-format=json --direct=1 --ioengine=io_uring --bs=1M --iodepth=64 \
+  fio --output-format=json --direct=1 --ioengine=io_uring --bs=1M --iodepth=32 \
       --name=r --rw=read --filename="$rf" --size="$1" --name=w --rw=write --filename="$wf" --size="$2" 2>/dev/null |
     python3 -c 'import json,sys; j=json.load(sys.stdin)["jobs"]; print(max(j[0]["read"]["runtime"], j[1]["write"]["runtime"])/1000)'
 }

@@ -47,7 +47,8 @@ struct ou_snap {
 
 static inline size_t ou_region_bytes(enum mw_offload_mfmt mf, int region, uint64_t n)
 {
-    enum mw_optim_dtype md = mf == MW_OFFLOAD_M_BF16 ? MW_OPTIM_BF16 : mf == MW_OFFLOAD_M_8BIT ? MW_OPTIM_Q8 : MW_OPTIM_F32;
+    enum mw_optim_dtype md = mf == MW_OFFLOAD_M_BF16 ? MW_OPTIM_BF16 : mf == MW_OFFLOAD_M_BF16_SR ? MW_OPTIM_BF16_SR
+                           : mf == MW_OFFLOAD_M_8BIT ? MW_OPTIM_Q8 : MW_OPTIM_F32;
     if (region == 0) return 4 * n;
     if (region == 1 || region == 3) return mw_optim_array_bytes(md, n);
     return mw_optim_scale_bytes(md, n);

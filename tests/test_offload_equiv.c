@@ -391,6 +391,7 @@ int main(void)
     matrix(&r, MW_OFFLOAD_M_FP32, MW_OFFLOAD_W_FP32, "fp32");
     matrix(&r, MW_OFFLOAD_M_BF16, MW_OFFLOAD_W_BF16, "bf16 moments, bf16 weights");
     matrix(&r, MW_OFFLOAD_M_8BIT, MW_OFFLOAD_W_FP16, "8-bit moments, fp16 weights");
+    matrix(&r, MW_OFFLOAD_M_BF16_SR, MW_OFFLOAD_W_FP32, "bf16 stochastic-rounding moments");
     accumulation(&r);
     clipping(&r);
     checkpoint(&r);

@@ -101,7 +101,8 @@ const char *mw_offload_placement_str(const struct mw_offload_placement *p, char 
 /* ---------------------------------------------------------------- formats, policy, cost model */
 
 enum mw_offload_wfmt { MW_OFFLOAD_W_FP32 = 0, MW_OFFLOAD_W_BF16 = 1, MW_OFFLOAD_W_FP16 = 2 };
-enum mw_offload_mfmt { MW_OFFLOAD_M_FP32 = 0, MW_OFFLOAD_M_BF16 = 1, MW_OFFLOAD_M_8BIT = 2 };
+/* BF16_SR: bf16 with the optimizer's reproducible stochastic rounding (v can decay; optim.h). */
+enum mw_offload_mfmt { MW_OFFLOAD_M_FP32 = 0, MW_OFFLOAD_M_BF16 = 1, MW_OFFLOAD_M_8BIT = 2, MW_OFFLOAD_M_BF16_SR = 3 };
 
 enum mw_offload_policy {
     MW_OFFLOAD_POLICY_AUTO = 0,       /* per subgroup: the engine predicted to finish it first */

@@ -132,7 +132,7 @@ int mw_cmd_bench_offload(int argc, char **argv)
     const char *calibrate = NULL, *trace_path = NULL, *profile = NULL;
     int json = 0, device = 0, no_kernel = 0;
     static const char *const tiers[] = {"dram", "nvme", NULL};
-    static const char *const mfs[] = {"fp32", "bf16", "8bit", NULL};
+    static const char *const mfs[] = {"fp32", "bf16", "bf16-sr", "8bit", NULL};
     const struct mw_opt opts[] = {
         {"params", MW_OPT_INT, &params, "N", "number of parameters (elements)", 1, 1e12, NULL},
         {"subgroup-size", MW_OPT_INT, &sgsize, "N", "elements per subgroup", 1, 1e12, NULL},
@@ -173,7 +173,8 @@ int mw_cmd_bench_offload(int argc, char **argv)
     c.budget[MW_OFFLOAD_NVME] = nvme_budget;
     if (bsize % 4096) { fprintf(stderr, "memwall bench offload: --block-size must be a multiple of 4096\n"); return 2; }
     c.cpu_threads = (int)threads;
-    c.moments = !strcmp(moments, "bf16") ? MW_OFFLOAD_M_BF16 : !strcmp(moments, "8bit") ? MW_OFFLOAD_M_8BIT : MW_OFFLOAD_M_FP32;
+    c.moments = !strcmp(moments, "bf16") ? MW_OFFLOAD_M_BF16 : !strcmp(moments, "bf16-sr") ? MW_OFFLOAD_M_BF16_SR
+              : !strcmp(moments, "8bit") ? MW_OFFLOAD_M_8BIT : MW_OFFLOAD_M_FP32;
     if (!strcmp(tier, "nvme")) {
         if (mw_offload_placement_parse("optim=nvme", &c.place)) return 2;
         c.nvme_dir = dir;
@@ -210,7 +211,8 @@ int mw_cmd_bench_offload(int argc, char **argv)
     char plantxt[1024];
     mw_offload_plan_format(plan, plantxt, sizeof plantxt);
 
-    enum mw_optim_dtype md = c.moments == MW_OFFLOAD_M_BF16 ? MW_OPTIM_BF16 : c.moments == MW_OFFLOAD_M_8BIT ? MW_OPTIM_Q8 : MW_OPTIM_F32;
+    enum mw_optim_dtype md = c.moments == MW_OFFLOAD_M_BF16 ? MW_OPTIM_BF16 : c.moments == MW_OFFLOAD_M_BF16_SR ? MW_OPTIM_BF16_SR
+                           : c.moments == MW_OFFLOAD_M_8BIT ? MW_OPTIM_Q8 : MW_OPTIM_F32;
     struct bare bk = {0};
     if (!no_kernel && (rc = bare_init(&bk, n, md, (int)threads, w, g))) {
         mw_cli_fail("bare kernel", rc); mw_offload_free(e); free(w); free(g); return 1;

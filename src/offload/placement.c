@@ -91,7 +91,12 @@ void mw_offload_config_default(struct mw_offload_config *c)
 
 enum mw_optim_dtype ofl_mdtype(enum mw_offload_mfmt f)
 {
-    return f == MW_OFFLOAD_M_BF16 ? MW_OPTIM_BF16 : f == MW_OFFLOAD_M_8BIT ? MW_OPTIM_Q8 : MW_OPTIM_F32;
+    switch (f) {
+    case MW_OFFLOAD_M_BF16: return MW_OPTIM_BF16;
+    case MW_OFFLOAD_M_BF16_SR: return MW_OPTIM_BF16_SR;
+    case MW_OFFLOAD_M_8BIT: return MW_OPTIM_Q8;
+    default: return MW_OPTIM_F32;
+    }
 }
 enum mw_optim_dtype ofl_wdtype(enum mw_offload_wfmt f)
 {
