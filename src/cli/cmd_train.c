@@ -451,10 +451,12 @@ static int run(const char *data_path, const struct mw_gpt2_config *mc, const str
             if (have_val) fprintf(s.log, "\"val_loss\":%.9g,", val);
             fprintf(s.log, "\"lr\":%.9g,\"grad_norm\":%.9g,\"clipped\":%s,\"skipped\":%s,\"tokens\":%" PRIu64
                     ",\"tokens_per_s\":%.1f,\"ms\":%.3f,\"dram_bytes\":%" PRIu64 ",\"nvme_bytes\":%" PRIu64
-                    ",\"nvme_read_bytes\":%" PRIu64 ",\"nvme_write_bytes\":%" PRIu64 ",\"io_wait_s\":%.6f}\n",
+                    ",\"nvme_read_bytes\":%" PRIu64 ",\"nvme_write_bytes\":%" PRIu64 ",\"io_wait_s\":%.6f"
+                    ",\"forward_ms\":%.3f,\"backward_ms\":%.3f,\"update_ms\":%.3f}\n",
                     st.lr, st.grad_norm, st.clipped ? "true" : "false", st.skipped ? "true" : "false", st.tokens,
                     tps, ms, tb.params + tb.grads + tb.opt_dram + tb.acts, tb.opt_nvme, st.nvme_read_bytes,
-                    st.nvme_write_bytes, st.io_wait_s);
+                    st.nvme_write_bytes, st.io_wait_s, (double)st.forward_ns / 1e6, (double)st.backward_ns / 1e6,
+                    (double)st.update_ns / 1e6);
             if (ferror(s.log)) {
                 mw_error_set(-EIO, "writing %s failed", A.log_json);
                 mw_cli_fail("writing --log-json", -EIO);
