@@ -429,7 +429,12 @@ static void cpu_update_one_locked(struct mw_offload *e)
  * or written, or wait for a staging buffer (i.e. for a write). */
 static void cpu_wait_locked(struct mw_offload *e, pthread_cond_t *cv)
 {
-    int io_bound = e->n_reading > 0 || e->n_writing > 0 || (e->ready_head != e->ready_tail && e->nfree == 0);
+    /* Waiting counts as I/O wait only while this step still has subgroups to update (upd_tail
+     * counts the updated ones; it stays at nsg between steps). Without that guard the wait after
+     * the step's last update, with its write-backs still in flight, ran on through the next
+     * forward and backward and was booked as I/O wait. */
+    int io_bound = e->upd_tail < e->nsg &&
+                   (e->n_reading > 0 || e->n_writing > 0 || (e->ready_head != e->ready_tail && e->nfree == 0));
     uint64_t t0 = mw_now_ns();
     pthread_cond_wait(cv, &e->mu);
     if (io_bound) e->stats.io_wait_s += secs(mw_now_ns() - t0);
