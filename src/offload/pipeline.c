@@ -437,7 +437,12 @@ static void cpu_wait_locked(struct mw_offload *e, pthread_cond_t *cv)
                    (e->n_reading > 0 || e->n_writing > 0 || (e->ready_head != e->ready_tail && e->nfree == 0));
     uint64_t t0 = mw_now_ns();
     pthread_cond_wait(cv, &e->mu);
-    if (io_bound) e->stats.io_wait_s += secs(mw_now_ns() - t0);
+    if (io_bound) {
+        uint64_t t1 = mw_now_ns();
+        e->stats.io_wait_s += secs(t1 - t0);
+        /* The report's "exposed I/O wait" (docs/trace-conventions.md): the update thread blocked on I/O. */
+        mw_trace_span(e->tr, "offload", "wait", t0, t1, NULL, 0);
+    }
 }
 
 /* The CPU update thread: one subgroup at a time, the kernel's OpenMP team inside.
