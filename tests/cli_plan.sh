@@ -14,7 +14,7 @@ expect() { # expect CODE cmd...
   "$@" >"$tmp/out" 2>"$tmp/err"; local got=$?
   if [ "$got" != "$want" ]; then bad "'$*' exited $got, want $want"; cat "$tmp/out" "$tmp/err"; fi
 }
-command -v python3 >/dev/null || { echo "SKIP: python3 is needed to read the JSON"; exit 77; }
+command -v python3 >/dev/null || { echo "FAIL: python3 is needed to read the JSON (scripts/install-deps.sh installs it)"; exit 1; }
 
 # JSON: required keys, sizes are integers.
 expect 0 "$cli" plan --model llama-3-70b --gpus 8 --tp 8 --zero 1 --offload-optimizer nvme --context 8192 \

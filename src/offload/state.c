@@ -12,6 +12,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The base address of one region (master, m, v, or a moment's 8-bit scales) in a slice view. */
+static char *region_base(const struct mw_optim_slice *s, int region)
+{
+    switch (region) {
+    case OFL_R_MASTER: return (char *)s->master;
+    case OFL_R_M: return (char *)s->m;
+    case OFL_R_V: return (char *)s->v;
+    case OFL_R_MSCALE: return (char *)s->m_scale;
+    default: return (char *)s->v_scale;
+    }
+}
+
 int mw_offload_read_raw(struct mw_offload *e, int region, uint64_t first, uint64_t n, void *dst)
 {
     int rc = ofl_check_range(e, first, n, "read");
@@ -34,11 +46,9 @@ int mw_offload_read_raw(struct mw_offload *e, int region, uint64_t first, uint64
             if ((rc = ofl_slot_load(e, i, cur))) return rc;
             ofl_view_staging(e, i, 0, &s);
         } else ofl_view_home(e, i, 0, &s);
-        char *src = region == OFL_R_MASTER ? (char *)s.master : region == OFL_R_M ? (char *)s.m :
-                    region == OFL_R_V ? (char *)s.v : region == OFL_R_MSCALE ? (char *)s.m_scale : (char *)s.v_scale;
+        char *src = region_base(&s, region);
         uint64_t so = ofl_region_offset(&e->cfg, r, a - g->first);
         uint64_t nb = ofl_region_bytes(&e->cfg, r, b - g->first) - so;
-        if (scale) nb = ofl_region_bytes(&e->cfg, r, b - g->first) - so;
         memcpy(out, src + so, nb);
         out += nb;
     }
@@ -94,8 +104,7 @@ int mw_offload_write_raw(struct mw_offload *e, int region, uint64_t first, uint6
             if ((rc = ofl_slot_load(e, i, cur))) return rc;
             ofl_view_staging(e, i, 0, &s);
         } else ofl_view_home(e, i, 0, &s);
-        char *dst = region == OFL_R_MASTER ? (char *)s.master : region == OFL_R_M ? (char *)s.m :
-                    region == OFL_R_V ? (char *)s.v : region == OFL_R_MSCALE ? (char *)s.m_scale : (char *)s.v_scale;
+        char *dst = region_base(&s, region);
         uint64_t so = ofl_region_offset(&e->cfg, r, a - g->first);
         uint64_t nb = ofl_region_bytes(&e->cfg, r, b - g->first) - so;
         memcpy(dst + so, in, nb);
