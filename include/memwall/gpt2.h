@@ -103,6 +103,20 @@ int mw_gpt2_sizes(const struct mw_gpt2_config *cfg, const struct mw_gpt2_options
                   struct mw_gpt2_sizes *out);
 
 struct mw_gpt2_impl; /* private: activation layout, scratch */
+struct mw_gpt2;
+
+/* Weight units: the contiguous ranges of params a pass reads one after another, for callers
+ * that keep only part of the weights resident (ZeRO-3: gather a unit before use, release it
+ * after). Unit 0 = the embeddings (wte + wpe, [0, tensors[2].offset)), units 1..L = blocks
+ * h.0..h.L-1, unit L+1 = ln_f. Forward reads 0, 1, ..., L, L+1, 0 (the tied LM head); backward
+ * reads 0 (LM head), L+1, L, ..., 1 (the embedding backward needs no weights). */
+enum mw_gpt2_unit_event { MW_GPT2_UNIT_ACQUIRE = 0, MW_GPT2_UNIT_RELEASE = 1 };
+/* Called with ACQUIRE before the pass reads unit `unit` and with RELEASE after its last read
+ * (backward = 1 inside mw_gpt2_backward). A non-zero return ends the pass with that code. */
+typedef int (*mw_gpt2_weights_fn)(void *user, int event, int unit, int backward);
+int mw_gpt2_n_units(const struct mw_gpt2 *m); /* L + 2 */
+/* Element range of a unit; -EINVAL outside [0, n_units). */
+int mw_gpt2_unit_range(const struct mw_gpt2 *m, int unit, size_t *first, size_t *n);
 
 /* A model. Fields are read-only for callers except the CONTENTS of params and grads: an
  * optimizer (or the offload engine) writes new weights into params and may zero grads. */
@@ -112,12 +126,15 @@ struct mw_gpt2 {
     struct mw_gpt2_sizes sizes;
     int n_tensors;                     /* 2 + 12 * L + 2 */
     struct mw_gpt2_tensor *tensors;    /* [n_tensors] in registration order */
-    float *params;                     /* [n_params] fp32, 64-byte aligned */
-    float *grads;                      /* [n_params] fp32, 64-byte aligned */
+    float *params;                     /* [n_params] fp32, page-aligned, whole pages (a caller may
+                                          madvise(MADV_DONTNEED) pages of units it released) */
+    float *grads;                      /* [n_params] fp32, page-aligned, whole pages */
     float *acts;                       /* [acts_bytes / 4] the single activation allocation */
     int B, T;                          /* shape of the last forward() */
     float loss;                        /* mean cross-entropy of the last forward() with targets;
                                           -1 when it had no targets */
+    mw_gpt2_weights_fn weights_hook;   /* optional (NULL): unit acquire/release, see above */
+    void *weights_user;
     struct mw_gpt2_impl *impl;
 };
 

@@ -16,9 +16,12 @@
  *   header   "MWCKPT01", version, header bytes, model config, training config, step,
  *            data-RNG state, data path, element counts, section byte sizes
  *   params   n_params fp32
- *   opt      the optimizer state as its tier writes it (DRAM AdamW: m then v, fp32)
+ *   opt      the optimizer state of the owned range (DRAM AdamW: m then v, fp32)
  *   trailer  "MWCKEND1", crc32c of everything before it, total file bytes
  * written to PATH.tmp, fsynced, then renamed: a file without its trailer was never complete.
+ * Several ranks: each writes its own file (its optimizer shard; the params section is the
+ * whole model on every rank) and the header records world size, rank, ZeRO stage, subgroup
+ * size and owned range; a resume with another rank count or stage is refused.
  */
 #ifndef MEMWALL_TRAIN_H
 #define MEMWALL_TRAIN_H
@@ -65,6 +68,11 @@ struct mw_train_config {
     uint64_t dram_budget;       /* bytes for the whole run in DRAM (model + optimizer); 0 = none */
     uint64_t nvme_budget;       /* bytes for the optimizer state on NVMe; 0 = none */
     struct mw_trace *trace;     /* optional recorder (memwall/trace.h), borrowed */
+    /* Data parallelism (docs/mpi.md). comm NULL or one rank: a single-process run. Otherwise
+     * `batch` is the GLOBAL micro-batch (it must divide by the ranks); each rank runs batch/N
+     * sequences of it, and the loss is the mean over the global batch on every rank. */
+    struct mw_comm *comm;       /* borrowed (memwall/comm.h) */
+    int zero_stage;             /* 0: replicate and allreduce; 1, 2, 3: ZeRO (saved in checkpoints) */
 };
 
 /* Learning rate at optimizer step `step` (1-based): linear warm-up over `warmup` steps to lr,
@@ -84,6 +92,8 @@ struct mw_train_step_stats {
     uint64_t nvme_read_bytes, nvme_write_bytes; /* optimizer state moved this step, bytes */
     double io_wait_s;      /* time the optimizer's update thread waited for NVMe this step, s */
     uint64_t forward_ns, backward_ns, update_ns; /* phase times of this step (summed over micro-batches) */
+    uint64_t comm_sent_bytes;  /* bytes this rank sent in collectives this step (ring model) */
+    double comm_wait_s;        /* time this rank was blocked waiting for collectives this step, s */
 };
 
 /* Bytes each part of the training state occupies, per tier (for the progress line and the
@@ -95,6 +105,7 @@ struct mw_train_bytes {
 };
 
 struct mw_train_opt;   /* src/train/optimizer_step.h: the optimizer behind a small interface */
+struct mw_train_zero;  /* src/train/zero.h: data parallelism and ZeRO */
 
 struct mw_trainer {
     struct mw_train_config cfg;
@@ -103,7 +114,11 @@ struct mw_trainer {
     struct mw_train_opt *opt;
     int64_t step;                  /* optimizer steps completed */
     uint64_t data_rng;             /* state of the batch sampler */
-    int32_t *inputs, *targets;     /* [B * T] the current micro-batch */
+    int32_t *inputs, *targets;     /* [B * T] the current micro-batch (this rank's slice) */
+    int32_t *g_inputs, *g_targets; /* [B * T] the global micro-batch (several ranks only) */
+    struct mw_train_zero *zero;    /* several ranks only */
+    int world, rank;               /* ranks of the run and this one's (1, 0 without MPI) */
+    int local_batch;               /* sequences this rank runs per micro-batch */
 };
 
 /* Builds the model (weights initialised from cfg->seed), the optimizer and the batch buffers.
@@ -127,6 +142,23 @@ int mw_trainer_sample(struct mw_trainer *tr, const int32_t *prompt, int n_prompt
 
 void mw_trainer_bytes(const struct mw_trainer *tr, struct mw_train_bytes *b);
 
+/* ZeRO facts of a multi-rank run (all zero for one rank). */
+struct mw_train_zero_info {
+    int stage, world, rank, shard_ranks, replicas;
+    uint64_t subgroup_size;           /* elements */
+    uint64_t own_first, own_n;        /* owned elements of the flat parameter space */
+    uint64_t weights_resident_peak;   /* ZeRO-3: peak bytes of the weight array resident (mincore) */
+    uint64_t weights_resident_now;
+};
+void mw_trainer_zero_info(const struct mw_trainer *tr, struct mw_train_zero_info *zi);
+/* Peak over all ranks of the ZeRO-3 resident weights since the last reset (collective: every
+ * rank calls it); resets the peak when reset != 0. */
+int mw_trainer_zero_peak(struct mw_trainer *tr, uint64_t *max_bytes, int reset);
+/* Collective: every unit of the weights present on every rank (ZeRO-3: gathered; others:
+ * nothing to do), e.g. before writing the whole model; mw_trainer_weights_release undoes it. */
+int mw_trainer_weights_whole(struct mw_trainer *tr);
+int mw_trainer_weights_release(struct mw_trainer *tr);
+
 /* ---- checkpoints ---- */
 
 /* What a checkpoint says about its run, readable without building a model. */
@@ -139,6 +171,10 @@ struct mw_ckpt_info {
     char data_path[512];
     uint64_t n_params;
     uint64_t opt_bytes;
+    /* Data parallelism: ranks of the run that wrote it, the writer's rank, the ZeRO stage, the
+     * subgroup size and the owned range (0 in single-rank checkpoints: world 1). */
+    int world, rank, zero_stage;
+    uint64_t subgroup_size, own_first, own_n;
 };
 
 /* Writes the trainer's state to path (path.tmp, fsync, rename). */

@@ -8,6 +8,7 @@
  */
 #include "cli/commands.h"
 #include "cli/opts.h"
+#include "memwall/comm.h"
 #include "memwall/common.h"
 #include "memwall/data.h"
 #include "memwall/gpt2.h"
@@ -47,18 +48,24 @@ static const struct preset presets[] = {
 };
 
 struct args {
-    const char *preset, *data, *out_dir, *resume, *init_st, *log_json, *trace, *tier, *nvme_dir, *policy;
+    const char *preset, *data, *out_dir, *resume, *init_st, *log_json, *trace, *tier, *nvme_dir, *policy, *hier;
     uint64_t subgroup_size, dram_budget, nvme_budget;
     int64_t buffer_count;
     int64_t layers, heads, width, context, vocab;
     int64_t batch, seq, accum, steps, warmup, val_every, val_batches, ckpt_every, threads, sample_len, top_k;
     int64_t print_every, seed;
-    double lr, min_lr_frac, wd, clip, beta1, beta2, temperature;
+    double lr, min_lr_frac, wd, clip, beta1, beta2, temperature, comm_timeout;
+    int64_t zero;
     int recompute;
 };
 
+/* The data-parallel job (mpirun); one rank without a launcher. */
+static struct mw_comm *comm;
+static int world = 1, rank = 0;
+
 static const char *const preset_names[] = {"demo", "gpt2-124m", "tiny", NULL};
 static const char *const tier_names[] = {"dram", "nvme", NULL};
+static const char *const hier_names[] = {"global", "node", NULL};
 
 static struct args A;
 
@@ -103,6 +110,9 @@ static const struct mw_opt train_opts[] = {
     {"temperature", MW_OPT_DOUBLE, &A.temperature, "X", "sampling temperature", 0.01, 100, NULL},
     {"top-k", MW_OPT_INT, &A.top_k, "N", "sample among the k likeliest tokens; 0 = all", 0, 1 << 20, NULL},
     {"print-every", MW_OPT_INT, &A.print_every, "N", "a progress line every N steps", 1, 1e12, NULL},
+    {"zero", MW_OPT_INT, &A.zero, "S", "under mpirun: 0 replicate everything (allreduce gradients), 1 shard the optimizer state, 2 also the gradients, 3 also the weights", 0, 3, NULL},
+    {"zero-hierarchy", MW_OPT_CHOICE, &A.hier, NULL, "ZeRO 1-3: shard over all ranks, or within each node and replicate across nodes", 0, 0, hier_names},
+    {"comm-timeout", MW_OPT_DOUBLE, &A.comm_timeout, "S", "a collective not finished after S seconds ends the job (a rank died or hangs)", 0.1, 1e6, NULL},
 };
 
 static const struct mw_cmd_spec train_spec = {
@@ -110,7 +120,8 @@ static const struct mw_cmd_spec train_spec = {
     "Train a GPT-2-family model on the CPU: micro-batches with gradient accumulation, AdamW with "
     "warm-up + cosine learning rate and global-norm clipping, validation, checkpoints that resume "
     "bitwise, and a generated sample at the end. Defaults follow --preset ('--preset tiny --help' "
-    "shows tiny's).",
+    "shows tiny's). Data parallel over MPI: 'mpirun -np N memwall train --zero S ...' (--batch is the "
+    "global batch; %r in --nvme-dir, --trace and --resume is the rank).",
     train_opts, MW_NOPTS(train_opts), 0, 0,
 };
 
@@ -122,6 +133,7 @@ static void set_defaults(const struct preset *p)
     A.accum = 1; A.min_lr_frac = 0.1; A.wd = 0.1; A.clip = 1.0; A.beta1 = 0.9; A.beta2 = 0.95;
     A.ckpt_every = 0; A.seed = 1337; A.threads = 0; A.temperature = 0.8; A.top_k = 40; A.print_every = 1;
     A.tier = "dram"; A.buffer_count = 8;
+    A.zero = 0; A.hier = "global"; A.comm_timeout = 300;
 }
 
 static const struct preset *find_preset(const char *name)
@@ -181,6 +193,8 @@ static int apply_checkpoint(const struct mw_ckpt_info *ci)
     if (!GIVEN("seed")) A.seed = (int64_t)t->seed;
     if (!GIVEN("threads")) A.threads = t->threads;
     if (!GIVEN("recompute")) A.recompute = t->recompute;
+    if (!GIVEN("zero")) A.zero = ci->zero_stage;
+    if (!GIVEN("subgroup-size") && ci->world > 1 && ci->zero_stage >= 1) A.subgroup_size = ci->subgroup_size;
     if (!GIVEN("data") && ci->data_path[0]) A.data = ci->data_path;
     /* The checkpoint holds the state in one format for every tier: resuming may change it. */
     if (!GIVEN("optimizer-tier")) A.tier = t->tier == MW_OPT_TIER_NVME ? "nvme" : "dram";
@@ -254,7 +268,89 @@ static void print_sample(const int32_t *tok, int n, enum mw_tokenizer kind)
 static int run(const char *data_path, const struct mw_gpt2_config *mc, const struct mw_train_config *tc,
                const struct mw_ckpt_info *resume_info);
 
+/* Copies in with every "%r" replaced by the rank; 0 when something was replaced. */
+static int expand_rank(const char *in, char *out, size_t n)
+{
+    size_t o = 0;
+    int found = 0;
+    for (const char *p = in; *p && o + 12 < n; p++) {
+        if (p[0] == '%' && p[1] == 'r') {
+            o += (size_t)snprintf(out + o, n - o, "%d", rank);
+            p++;
+            found = 1;
+        } else {
+            out[o++] = *p;
+        }
+    }
+    out[o] = 0;
+    return found ? 0 : 1;
+}
+
+/* MPI (when started by mpirun) and what depends on the rank: paths, output of rank 0 only. */
+static int comm_start(void)
+{
+    static char nvme[PATH_MAX], trace[PATH_MAX], resume[PATH_MAX];
+    struct mw_comm_config cc;
+    mw_comm_config_default(&cc);
+    cc.timeout_s = A.comm_timeout;
+    if (mw_comm_hierarchy_parse(A.hier, &cc.hierarchy)) return usage_error("--zero-hierarchy: %s", mw_error_msg());
+    const char *rpn = getenv("MEMWALL_RANKS_PER_NODE"); /* tests: simulated nodes on one host */
+    if (rpn) cc.ranks_per_node = atoi(rpn);
+    int err = mw_comm_init(&comm, NULL, NULL, &cc);
+    if (err) { mw_cli_fail("starting MPI", err); return 1; }
+    world = mw_comm_size(comm, MW_COMM_WORLD);
+    rank = mw_comm_rank(comm, MW_COMM_WORLD);
+    mw_cli_set_rank(rank, world);
+    if (world > 1 && rank != 0) {
+        fflush(stdout);
+        if (!freopen("/dev/null", "w", stdout)) return 1; /* rank 0 alone prints progress */
+    }
+    if (world == 1) {
+        if (A.zero > 0) mw_log(MW_LOG_WARN, "--zero %d with one rank: nothing to shard (start with mpirun -np N)", (int)A.zero);
+        return 0;
+    }
+    if (A.nvme_dir) {
+        if (expand_rank(A.nvme_dir, nvme, sizeof nvme)) snprintf(nvme + strlen(nvme), sizeof nvme - strlen(nvme), "/rank%d", rank);
+        A.nvme_dir = nvme;
+    } else if (!strcmp(A.tier, "nvme")) {
+        snprintf(nvme, sizeof nvme, "run/nvme/rank%d", rank);
+        A.nvme_dir = nvme;
+    }
+    if (A.trace) {
+        if (expand_rank(A.trace, trace, sizeof trace))
+            return usage_error("--trace %s would be written by every rank: put %%r (the rank) in it, e.g. run/trace.%%r.json", A.trace);
+        A.trace = trace;
+    }
+    if (A.resume) {
+        if (expand_rank(A.resume, resume, sizeof resume))
+            return usage_error("--resume %s: each rank resumes from its own file; put %%r (the rank) in the path, e.g. "
+                               "run/ckpt_00000100.r%%r.mwck", A.resume);
+        A.resume = resume;
+    }
+    return 0;
+}
+
+static int train_main(int argc, char **argv);
+
 int mw_cmd_train(int argc, char **argv)
+{
+    comm = NULL;
+    world = 1;
+    rank = 0;
+    int rc = train_main(argc, argv);
+    if (comm) {
+        fflush(stdout);
+        /* A runtime failure on one rank would leave the others waiting in a collective. */
+        if (rc == 1 && world > 1) mw_comm_abort(comm, 1);
+        int err = mw_comm_free(comm);
+        if (err && !rc) { mw_cli_fail("shutting MPI down", err); rc = 1; }
+        comm = NULL;
+    }
+    mw_cli_set_rank(0, 1);
+    return rc;
+}
+
+static int train_main(int argc, char **argv)
 {
     memset(&A, 0, sizeof A);
     A.preset = prescan_preset(argc, argv)->name;
@@ -264,12 +360,18 @@ int mw_cmd_train(int argc, char **argv)
     int r = mw_opts_parse(&train_spec, argc, argv, pos, &npos);
     if (r == MW_OPTS_HELP) return 0;
     if (r != MW_OPTS_OK) return 2;
+    if ((r = comm_start())) return r;
 
     struct mw_ckpt_info ci;
     if (A.resume) {
         int err = mw_ckpt_read_info(A.resume, &ci);
         if (err) { mw_cli_fail("reading the checkpoint", err); return 1; }
         if ((r = apply_checkpoint(&ci))) return r;
+    }
+    if (A.batch % world) {
+        fprintf(stderr, "memwall train: --batch %d is the global batch and must divide by the %d ranks\n"
+                "run 'memwall train --help' for the options\n", (int)A.batch, world);
+        return 2;
     }
     if (A.policy) {
         enum mw_offload_policy pol;
@@ -307,7 +409,7 @@ int mw_cmd_train(int argc, char **argv)
         .recompute = A.recompute, .tier = !strcmp(A.tier, "nvme") ? MW_OPT_TIER_NVME : MW_OPT_TIER_DRAM,
         .nvme_dir = A.nvme_dir ? A.nvme_dir : "run/nvme", .subgroup_size = A.subgroup_size,
         .buffer_count = (int)A.buffer_count, .offload_policy = A.policy, .dram_budget = A.dram_budget,
-        .nvme_budget = A.nvme_budget,
+        .nvme_budget = A.nvme_budget, .comm = world > 1 ? comm : NULL, .zero_stage = (int)A.zero,
     };
     if (tc.threads == 0) tc.threads = omp_get_max_threads();
     char corpus[PATH_MAX];
@@ -359,11 +461,50 @@ static int do_eval(struct run_state *s, int64_t step, float *val)
 static int save_ckpt(struct run_state *s, const char *data_path)
 {
     char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/ckpt_%08" PRId64 ".mwck", A.out_dir, s->tr.step);
+    if (world > 1) snprintf(path, sizeof path, "%s/ckpt_%08" PRId64 ".r%d.mwck", A.out_dir, s->tr.step, rank);
+    else snprintf(path, sizeof path, "%s/ckpt_%08" PRId64 ".mwck", A.out_dir, s->tr.step);
     uint64_t t0 = mw_now_ns();
-    int err = mw_trainer_save(&s->tr, data_path, path);
+    /* ZeRO-3: every rank writes the whole weights beside its optimizer shard. */
+    int err = mw_trainer_weights_whole(&s->tr);
+    if (!err) err = mw_trainer_save(&s->tr, data_path, path);
+    if (!err) err = mw_trainer_weights_release(&s->tr);
     if (err) { mw_cli_fail("writing the checkpoint", err); return 1; }
-    printf("ckpt  step %6" PRId64 " | %s (%.1f s)\n", s->tr.step, path, (double)(mw_now_ns() - t0) / 1e9);
+    if (world > 1)
+        printf("ckpt  step %6" PRId64 " | %s/ckpt_%08" PRId64 ".r%%r.mwck, one per rank (%.1f s)\n", s->tr.step, A.out_dir,
+               s->tr.step, (double)(mw_now_ns() - t0) / 1e9);
+    else
+        printf("ckpt  step %6" PRId64 " | %s (%.1f s)\n", s->tr.step, path, (double)(mw_now_ns() - t0) / 1e9);
+    return 0;
+}
+
+/* Tests of rank failure: MEMWALL_TEST_EXIT_AT=R:S makes rank R exit(3) after step S. */
+static void test_exit_hook(int64_t step)
+{
+    const char *e = getenv("MEMWALL_TEST_EXIT_AT");
+    int r;
+    long long st;
+    if (e && sscanf(e, "%d:%lld", &r, &st) == 2 && r == rank && st == step) {
+        fprintf(stderr, "memwall (rank %d): MEMWALL_TEST_EXIT_AT: exiting with status 3 after step %lld\n", rank, st);
+        fflush(NULL);
+        exit(3);
+    }
+}
+
+/* ZeRO-3: the weight memory each rank held, measured, against what the layout implies. */
+static int report_zero3(struct run_state *s, const struct mw_gpt2_config *mc)
+{
+    struct mw_train_zero_info zi;
+    mw_trainer_zero_info(&s->tr, &zi);
+    if (zi.stage != 3) return 0;
+    uint64_t peak;
+    int err = mw_trainer_zero_peak(&s->tr, &peak, 0);
+    if (err) { mw_cli_fail("collecting the ZeRO-3 memory figures", err); return 1; }
+    (void)mc;
+    char a[32], b[32];
+    printf("ZeRO-3 weights per rank: peak resident %s (largest over the %d ranks, measured with mincore), of %s for "
+           "the whole model; shard of rank 0 %s\n", mw_fmt_bytes(a, sizeof a, peak), world,
+           mw_fmt_bytes(b, sizeof b, s->tr.model.sizes.params_bytes),
+           mw_fmt_bytes(b, sizeof b, zi.own_n * sizeof(float)));
     return 0;
 }
 
@@ -384,7 +525,15 @@ static int run(const char *data_path, const struct mw_gpt2_config *mc, const str
         if ((err = mw_trace_init(&s.trace, 0))) { mw_cli_fail("creating the trace recorder", err); goto out; }
         mw_trace_thread_name(s.trace, "train");
         mw_trace_meta(s.trace, "command", "memwall train");
+        char v[32];
+        snprintf(v, sizeof v, "%d", rank);
+        mw_trace_meta(s.trace, "rank", v);
+        snprintf(v, sizeof v, "%d", world);
+        mw_trace_meta(s.trace, "world_size", v);
+        snprintf(v, sizeof v, "%d", world > 1 ? (int)A.zero : 0);
+        mw_trace_meta(s.trace, "zero_stage", v);
         tcfg.trace = s.trace;
+        if (comm) mw_comm_set_trace(comm, s.trace);
     }
     if ((err = mw_trainer_init(&s.tr, mc, &tcfg, &s.data))) { mw_cli_fail("building the model", err); goto out; }
     if (A.init_st && (err = mw_gpt2_load_safetensors(&s.tr.model, A.init_st))) {
@@ -393,7 +542,7 @@ static int run(const char *data_path, const struct mw_gpt2_config *mc, const str
     }
     if (resume_info && (err = mw_trainer_load(&s.tr, A.resume))) { mw_cli_fail("resuming from the checkpoint", err); goto out; }
     if (A.out_dir && (err = mkdir_p(A.out_dir))) { mw_cli_fail("creating --out-dir", err); goto out; }
-    if (A.log_json && !(s.log = fopen(A.log_json, resume_info ? "a" : "w"))) {
+    if (A.log_json && rank == 0 && !(s.log = fopen(A.log_json, resume_info ? "a" : "w"))) {
         mw_error_set(-errno, "cannot open %s: %s", A.log_json, strerror(errno));
         mw_cli_fail("opening --log-json", -errno);
         goto out;
@@ -417,7 +566,18 @@ static int run(const char *data_path, const struct mw_gpt2_config *mc, const str
     if (!strcmp(A.tier, "nvme"))
         printf("  optimizer state (fp32 master + moments, two slots) on NVMe in %s: %s\n", tc->nvme_dir,
                mw_fmt_bytes(b1, sizeof b1, tb.opt_nvme));
-    if (A.trace) printf("  trace: %s\n", A.trace);
+    if (world > 1) {
+        struct mw_train_zero_info zi;
+        mw_trainer_zero_info(&s.tr, &zi);
+        printf("  data parallel: %d ranks on %d node%s (MPI), global batch %d = %d per rank, ZeRO-%d", world,
+               mw_comm_nodes(comm), mw_comm_nodes(comm) == 1 ? "" : "s", tc->batch, tc->batch / world, zi.stage);
+        if (zi.stage >= 1)
+            printf(", hierarchy %s (shard over %d rank%s, %d replica%s), subgroups of %" PRIu64 " params, rank 0 owns %" PRIu64
+                   " of them", A.hier, zi.shard_ranks, zi.shard_ranks == 1 ? "" : "s", zi.replicas, zi.replicas == 1 ? "" : "s",
+                   zi.subgroup_size, zi.own_n);
+        printf("\n");
+    }
+    if (A.trace) printf("  trace: %s%s\n", A.trace, world > 1 ? " (this rank's; one file per rank)" : "");
     if (resume_info) printf("  resumed from %s at step %" PRId64 "\n", A.resume, s.tr.step);
     fflush(stdout);
 
@@ -432,11 +592,18 @@ static int run(const char *data_path, const struct mw_gpt2_config *mc, const str
         if ((err = mw_trainer_step(&s.tr, &st))) { mw_cli_fail("the training step", err); goto out; }
         tokens_run += st.tokens;
         double ms = (double)st.ns / 1e6, tps = (double)st.tokens / ((double)st.ns / 1e9);
-        char io[96] = "";
+        test_exit_hook(st.step);
+        char io[160] = "";
         if (st.nvme_read_bytes + st.nvme_write_bytes) {
             char r1[32], r2[32];
             snprintf(io, sizeof io, " | NVMe %s (%s)", mw_fmt_bytes(r1, sizeof r1, st.nvme_read_bytes + st.nvme_write_bytes),
                      mw_fmt_rate(r2, sizeof r2, (double)(st.nvme_read_bytes + st.nvme_write_bytes) / ((double)st.ns / 1e9)));
+        }
+        if (world > 1) {
+            char c1[32];
+            size_t l = strlen(io);
+            snprintf(io + l, sizeof io - l, " | comm %s sent, %.1f ms waited", mw_fmt_bytes(c1, sizeof c1, st.comm_sent_bytes),
+                     st.comm_wait_s * 1e3);
         }
         int last = st.step == tc->steps;
         int have_val = tc->val_every > 0 && (st.step % tc->val_every == 0 || last);
@@ -452,11 +619,12 @@ static int run(const char *data_path, const struct mw_gpt2_config *mc, const str
             fprintf(s.log, "\"lr\":%.9g,\"grad_norm\":%.9g,\"clipped\":%s,\"skipped\":%s,\"tokens\":%" PRIu64
                     ",\"tokens_per_s\":%.1f,\"ms\":%.3f,\"dram_bytes\":%" PRIu64 ",\"nvme_bytes\":%" PRIu64
                     ",\"nvme_read_bytes\":%" PRIu64 ",\"nvme_write_bytes\":%" PRIu64 ",\"io_wait_s\":%.6f"
-                    ",\"forward_ms\":%.3f,\"backward_ms\":%.3f,\"update_ms\":%.3f}\n",
+                    ",\"forward_ms\":%.3f,\"backward_ms\":%.3f,\"update_ms\":%.3f,\"ranks\":%d,\"zero\":%d"
+                    ",\"comm_sent_bytes\":%" PRIu64 ",\"comm_wait_s\":%.6f}\n",
                     st.lr, st.grad_norm, st.clipped ? "true" : "false", st.skipped ? "true" : "false", st.tokens,
                     tps, ms, tb.params + tb.grads + tb.opt_dram + tb.acts, tb.opt_nvme, st.nvme_read_bytes,
                     st.nvme_write_bytes, st.io_wait_s, (double)st.forward_ns / 1e6, (double)st.backward_ns / 1e6,
-                    (double)st.update_ns / 1e6);
+                    (double)st.update_ns / 1e6, world, world > 1 ? (int)A.zero : 0, st.comm_sent_bytes, st.comm_wait_s);
             if (ferror(s.log)) {
                 mw_error_set(-EIO, "writing %s failed", A.log_json);
                 mw_cli_fail("writing --log-json", -EIO);
@@ -468,10 +636,14 @@ static int run(const char *data_path, const struct mw_gpt2_config *mc, const str
     }
     double secs = (double)(mw_now_ns() - t_run) / 1e9;
     if (tokens_run) printf("done: %" PRIu64 " tokens in %.1f s, %.0f tokens/s\n", tokens_run, secs, (double)tokens_run / secs);
+    if (world > 1 && s.tr.zero && (err = report_zero3(&s, mc))) goto out;
     if (A.out_dir) {
         char path[PATH_MAX];
         snprintf(path, sizeof path, "%s/model.safetensors", A.out_dir);
-        if ((err = mw_gpt2_save_safetensors(&s.tr.model, path))) { mw_cli_fail("writing the model", err); goto out; }
+        err = mw_trainer_weights_whole(&s.tr);
+        if (!err && rank == 0) err = mw_gpt2_save_safetensors(&s.tr.model, path);
+        if (!err) err = mw_trainer_weights_release(&s.tr);
+        if (err) { mw_cli_fail("writing the model", err); goto out; }
         printf("model: %s\n", path);
     }
     if (A.sample_len > 0) {

@@ -15,5 +15,7 @@ int mw_cmd_bench_offload(int argc, char **argv); /* cmd_bench_offload.c */
 
 /* Prints "memwall: <what> failed: <detail from mw_error_msg()>" to stderr. */
 void mw_cli_fail(const char *what, int err);
+/* Multi-rank runs: failure messages name the rank ("memwall (rank 1 of 2): ..."). */
+void mw_cli_set_rank(int rank, int world);
 
 #endif

@@ -40,10 +40,18 @@ static void usage(FILE *f)
     fprintf(f, "\n  version    print the version\n\nrun 'memwall <command> --help' for its options\n");
 }
 
+static char cli_who[48] = "memwall";
+
+void mw_cli_set_rank(int rank, int world)
+{
+    if (world > 1) snprintf(cli_who, sizeof cli_who, "memwall (rank %d of %d)", rank, world);
+    else snprintf(cli_who, sizeof cli_who, "memwall");
+}
+
 void mw_cli_fail(const char *what, int err)
 {
-    fprintf(stderr, "memwall: %s failed: %s\n", what, mw_error_msg());
-    if (err) fprintf(stderr, "memwall: (error code %d: %s)\n", err, mw_strerror(err));
+    fprintf(stderr, "%s: %s failed: %s\n", cli_who, what, mw_error_msg());
+    if (err) fprintf(stderr, "%s: (error code %d: %s)\n", cli_who, err, mw_strerror(err));
 }
 
 static int dispatch(const struct mw_command *t, size_t n, const char *group, int argc, char **argv)

@@ -145,13 +145,31 @@ int mw_gpt2_sizes(const struct mw_gpt2_config *cfg, const struct mw_gpt2_options
     return 0;
 }
 
+/* Page-aligned whole pages: a ZeRO-3 caller releases the pages of units it does not hold
+ * (madvise), which must not touch another allocation. */
 static void *alloc_floats(size_t n)
 {
-    size_t bytes = MW_ALIGN_UP(n * sizeof(float), 64);
+    size_t bytes = MW_ALIGN_UP(n * sizeof(float), 4096);
     void *p = NULL;
-    if (bytes == 0) bytes = 64;
-    if (posix_memalign(&p, 64, bytes)) return NULL;
+    if (bytes == 0) bytes = 4096;
+    if (posix_memalign(&p, 4096, bytes)) return NULL;
     return p;
+}
+
+int mw_gpt2_n_units(const struct mw_gpt2 *m) { return m->cfg.n_layer + 2; }
+
+int mw_gpt2_unit_range(const struct mw_gpt2 *m, int unit, size_t *first, size_t *n)
+{
+    const struct mw_gpt2_impl *im = m->impl;
+    int L = m->cfg.n_layer;
+    if (unit < 0 || unit > L + 1) return mw_error_set(-EINVAL, "gpt2: no weight unit %d (0..%d)", unit, L + 1);
+    if (unit == 0) { *first = 0; *n = im->off[0]; return 0; }
+    if (unit == L + 1) { *first = im->off_lnfw; *n = 2 * (size_t)m->cfg.n_embd; return 0; }
+    size_t a = im->off[(size_t)(unit - 1) * MW_GPT2_BLOCK_KINDS];
+    size_t b = unit < L ? im->off[(size_t)unit * MW_GPT2_BLOCK_KINDS] : im->off_lnfw;
+    *first = a;
+    *n = b - a;
+    return 0;
 }
 
 int mw_gpt2_init(struct mw_gpt2 *m, const struct mw_gpt2_config *cfg, const struct mw_gpt2_options *opts)

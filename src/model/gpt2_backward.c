@@ -45,6 +45,11 @@ static void block_bwd(struct mw_gpt2 *m, int l, int B, int T)
                        dC, im->res[l], mw_gpt2_p(m, p, l, MW_GPT2_LN1_W), a->ln1_mean, a->ln1_rstd, N, C, nt);
 }
 
+static int unit_hook(struct mw_gpt2 *m, int event, int unit)
+{
+    return m->weights_hook ? m->weights_hook(m->weights_user, event, unit, 1) : 0;
+}
+
 int mw_gpt2_backward(struct mw_gpt2 *m, float grad_scale, mw_gpt2_grad_ready_fn cb, void *user)
 {
     struct mw_gpt2_impl *im = m->impl;
@@ -59,21 +64,28 @@ int mw_gpt2_backward(struct mw_gpt2 *m, float grad_scale, mw_gpt2_grad_ready_fn 
 
     /* Loss -> logits -> ln_f output, and wte's LM-head share. */
     float *dlogits = im->logits;
+    int rc;
+    im->have_targets = 0; /* logits become their gradients (also when a hook fails below) */
     mw_k_crossentropy_bwd(dlogits, im->lse, im->targets, grad_scale / (float)N, N, V, Vp, nt);
+    if ((rc = unit_hook(m, MW_GPT2_UNIT_ACQUIRE, 0))) return rc;
     mw_k_sgemm(0, 0, N, C, Vp, 1.0f, dlogits, Vp, p + im->off_wte, C, 0.0f, im->dC, C, nt);
+    if ((rc = unit_hook(m, MW_GPT2_UNIT_RELEASE, 0))) return rc;
     mw_k_sgemm(1, 0, Vp, C, N, 1.0f, dlogits, Vp, im->lnf, C, 1.0f, g + im->off_wte, C, nt);
     memset(im->dres, 0, (size_t)N * (size_t)C * sizeof(float));
+    if ((rc = unit_hook(m, MW_GPT2_UNIT_ACQUIRE, L + 1))) return rc;
     mw_k_layernorm_bwd(im->dres, g + im->off_lnfw, g + im->off_lnfb, im->dC, im->res[L],
                        p + im->off_lnfw, im->lnf_mean, im->lnf_rstd, N, C, nt);
-    im->have_targets = 0; /* logits are gone */
+    if ((rc = unit_hook(m, MW_GPT2_UNIT_RELEASE, L + 1))) return rc;
     if (cb) cb(im->off_lnfw, 2 * (size_t)C, user);
 
     size_t block_numel = im->off[MW_GPT2_BLOCK_KINDS] - im->off[0];
     if (L == 1) block_numel = im->off_lnfw - im->off[0];
     for (int l = L - 1; l >= 0; l--) {
+        if ((rc = unit_hook(m, MW_GPT2_UNIT_ACQUIRE, l + 1))) return rc;
         if (m->opts.recompute && !(l == L - 1 && im->last_layer_live))
             mw_gpt2_block_fwd(m, l, B, T, 0);
         block_bwd(m, l, B, T);
+        if ((rc = unit_hook(m, MW_GPT2_UNIT_RELEASE, l + 1))) return rc;
         if (cb) cb(im->off[(size_t)l * MW_GPT2_BLOCK_KINDS], block_numel, user);
     }
     im->last_layer_live = 0;

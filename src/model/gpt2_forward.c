@@ -48,6 +48,11 @@ static int check_tokens(const int32_t *tok, size_t n, int V, const char *what)
     return 0;
 }
 
+static int unit_hook(struct mw_gpt2 *m, int event, int unit)
+{
+    return m->weights_hook ? m->weights_hook(m->weights_user, event, unit, 0) : 0;
+}
+
 int mw_gpt2_forward(struct mw_gpt2 *m, const int32_t *inputs, const int32_t *targets, int B, int T)
 {
     struct mw_gpt2_impl *im = m->impl;
@@ -69,11 +74,21 @@ int mw_gpt2_forward(struct mw_gpt2 *m, const int32_t *inputs, const int32_t *tar
     openblas_set_num_threads(1); /* we split products over our own threads: mw_k_sgemm */
 
     const float *p = m->params;
+    if ((rc = unit_hook(m, MW_GPT2_UNIT_ACQUIRE, 0))) return rc;
     mw_k_encoder_fwd(im->res[0], im->inputs, p + im->off_wte, p + im->off_wpe, B, T, C, nt);
-    for (int l = 0; l < L; l++) mw_gpt2_block_fwd(m, l, B, T, 1);
+    if ((rc = unit_hook(m, MW_GPT2_UNIT_RELEASE, 0))) return rc;
+    for (int l = 0; l < L; l++) {
+        if ((rc = unit_hook(m, MW_GPT2_UNIT_ACQUIRE, l + 1))) return rc;
+        mw_gpt2_block_fwd(m, l, B, T, 1);
+        if ((rc = unit_hook(m, MW_GPT2_UNIT_RELEASE, l + 1))) return rc;
+    }
+    if ((rc = unit_hook(m, MW_GPT2_UNIT_ACQUIRE, L + 1))) return rc;
     mw_k_layernorm_fwd(im->lnf, im->lnf_mean, im->lnf_rstd, im->res[L], p + im->off_lnfw,
                        p + im->off_lnfb, (int)N, C, nt);
+    if ((rc = unit_hook(m, MW_GPT2_UNIT_RELEASE, L + 1))) return rc;
+    if ((rc = unit_hook(m, MW_GPT2_UNIT_ACQUIRE, 0))) return rc;
     mw_k_sgemm(0, 1, (int)N, Vp, C, 1.0f, im->lnf, C, p + im->off_wte, C, 0.0f, im->logits, Vp, nt);
+    if ((rc = unit_hook(m, MW_GPT2_UNIT_RELEASE, 0))) return rc;
     if (!targets) {
         m->loss = -1.0f;
         return 0;

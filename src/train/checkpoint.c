@@ -9,6 +9,7 @@
 #include "memwall/train.h"
 #include "memwall/common.h"
 #include "train/optimizer_step.h"
+#include "train/zero.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -77,6 +78,8 @@ enum {
     H_STEPS = 112, H_LR = 120, H_WARMUP = 128, H_MINLR = 136, H_WD = 144, H_B1 = 152, H_B2 = 160,
     H_EPS = 168, H_CLIP = 176, H_VALEVERY = 184, H_VALB = 192, H_CKEVERY = 200, H_SEED = 208,
     H_DATAPATH = 216, H_DATAPATH_LEN = 512,
+    /* Data parallelism (0 in files of single-rank runs, read as world 1). */
+    H_WORLD = 728, H_RANK = 732, H_ZERO = 736, H_SGSIZE = 744, H_OWNFIRST = 752, H_OWNN = 760,
 };
 
 static void encode_header(uint8_t *h, const struct mw_ckpt_info *in)
@@ -104,6 +107,9 @@ static void encode_header(uint8_t *h, const struct mw_ckpt_info *in)
     put64(h, H_VALEVERY, (uint64_t)t->val_every); put64(h, H_VALB, (uint64_t)t->val_batches);
     put64(h, H_CKEVERY, (uint64_t)t->ckpt_every); put64(h, H_SEED, t->seed);
     snprintf((char *)h + H_DATAPATH, H_DATAPATH_LEN, "%s", in->data_path);
+    put32(h, H_WORLD, (uint32_t)in->world); put32(h, H_RANK, (uint32_t)in->rank);
+    put32(h, H_ZERO, (uint32_t)in->zero_stage); put64(h, H_SGSIZE, in->subgroup_size);
+    put64(h, H_OWNFIRST, in->own_first); put64(h, H_OWNN, in->own_n);
 }
 
 static int decode_header(const uint8_t *h, struct mw_ckpt_info *out, const char *path)
@@ -134,6 +140,14 @@ static int decode_header(const uint8_t *h, struct mw_ckpt_info *out, const char 
     t->ckpt_every = (int64_t)get64(h, H_CKEVERY); t->seed = get64(h, H_SEED);
     memcpy(out->data_path, h + H_DATAPATH, H_DATAPATH_LEN);
     out->data_path[sizeof out->data_path - 1] = 0;
+    out->world = (int)get32(h, H_WORLD); out->rank = (int)get32(h, H_RANK);
+    out->zero_stage = (int)get32(h, H_ZERO); out->subgroup_size = get64(h, H_SGSIZE);
+    out->own_first = get64(h, H_OWNFIRST); out->own_n = get64(h, H_OWNN);
+    if (out->world == 0) out->world = 1;
+    t->zero_stage = out->zero_stage;
+    if (out->world < 1 || out->rank >= out->world || out->zero_stage > 3)
+        return mw_error_set(MW_EFORMAT, "checkpoint %s: invalid rank fields (rank %d of %d, ZeRO %d)", path,
+                            out->rank, out->world, out->zero_stage);
     if (mw_gpt2_config_check(m) != 0)
         return mw_error_set(MW_EFORMAT, "checkpoint %s: invalid model config in the header (%s)", path, mw_error_msg());
     if (out->n_params != mw_gpt2_num_params(m) || get64(h, H_PBYTES) != out->n_params * 4 || out->step < 0)
@@ -167,6 +181,20 @@ int mw_trainer_save(const struct mw_trainer *tr, const char *data_path, const ch
     snprintf(in.data_path, sizeof in.data_path, "%s", data_path ? data_path : "");
     in.n_params = tr->model.sizes.n_params;
     in.opt_bytes = mw_train_opt_state_bytes(tr->opt);
+    in.world = tr->world;
+    in.rank = tr->rank;
+    if (tr->zero) {
+        const struct mw_train_zero *z = tr->zero;
+        in.zero_stage = z->stage;
+        in.subgroup_size = z->sg_size;
+        in.own_first = z->own.first;
+        in.own_n = z->own.n;
+        if (z->stage == 3)
+            for (int u = 0; u < z->n_units; u++)
+                if (z->u_state[u] != 2)
+                    return mw_error_set(-EINVAL, "ZeRO-3: weight unit %d is not gathered; call mw_trainer_weights_whole "
+                                        "before mw_trainer_save", u);
+    }
     char tmp[1100];
     if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
         return mw_error_set(-ENAMETOOLONG, "checkpoint path too long: %s", path);
@@ -253,6 +281,21 @@ int mw_trainer_load(struct mw_trainer *tr, const char *path)
     int err = open_checked(path, &f, &in);
     if (err) return err;
     const struct mw_gpt2_config *a = &in.model, *b = &tr->model.cfg;
+    int zstage = tr->zero ? tr->zero->stage : 0;
+    if (in.world != tr->world) {
+        err = mw_error_set(-EINVAL, "checkpoint %s was written by a run on %d rank%s (ZeRO-%d); this run has %d: resume "
+                           "with the same number of ranks (mpirun -np %d); resharding to another count is not "
+                           "supported yet", path, in.world, in.world == 1 ? "" : "s", in.zero_stage, tr->world, in.world);
+        goto out;
+    }
+    if (in.world > 1 && (in.rank != tr->rank || in.zero_stage != zstage ||
+                         (tr->zero && (in.own_first != tr->zero->own.first || in.own_n != tr->zero->own.n)))) {
+        err = mw_error_set(-EINVAL, "checkpoint %s holds rank %d's shard of a ZeRO-%d run (elements %llu+%llu); this is "
+                           "rank %d with ZeRO-%d%s: give each rank its own file (--resume with %%r) and the same "
+                           "--zero and --subgroup-size", path, in.rank, in.zero_stage, (unsigned long long)in.own_first,
+                           (unsigned long long)in.own_n, tr->rank, zstage, tr->zero ? "" : "");
+        goto out;
+    }
     if (a->n_layer != b->n_layer || a->n_head != b->n_head || a->n_embd != b->n_embd ||
         a->max_seq_len != b->max_seq_len || a->vocab_size != b->vocab_size ||
         a->padded_vocab_size != b->padded_vocab_size || in.opt_bytes != mw_train_opt_state_bytes(tr->opt)) {
@@ -278,6 +321,11 @@ int mw_trainer_load(struct mw_trainer *tr, const char *path)
     }
     tr->step = in.step;
     tr->data_rng = in.data_rng;
+    if (tr->zero && tr->zero->stage == 3) {
+        /* The whole weights were read: release what this rank does not own at the next pass. */
+        for (int u = 0; u < tr->zero->n_units; u++) tr->zero->u_state[u] = 2;
+        tr->zero->started = 0;
+    }
 out:
     fclose(f);
     return err;

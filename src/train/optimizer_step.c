@@ -42,31 +42,45 @@ static int mkdir_p(const char *dirs)
 }
 
 int mw_train_opt_init(struct mw_train_opt *o, struct mw_gpt2 *m, const struct mw_train_config *c,
-                      uint64_t model_dram_bytes)
+                      uint64_t model_dram_bytes, uint64_t own_first, uint64_t own_n)
 {
     memset(o, 0, sizeof *o);
     mw_offload_registry_init(&o->reg);
     int err = 0;
+    if (own_n == 0) { own_first = 0; own_n = m->sizes.n_params; }
+    if (own_first + own_n > m->sizes.n_params) {
+        err = mw_error_set(-EINVAL, "owned range [%llu, +%llu) is outside the model's %zu parameters",
+                           (unsigned long long)own_first, (unsigned long long)own_n, m->sizes.n_params);
+        goto err;
+    }
     o->tier = c->tier;
-    o->n_params = m->sizes.n_params;
-    o->params = m->params;
+    o->own_first = own_first;
+    o->n_params = own_n;
+    o->params = m->params + own_first;
     o->beta1 = c->beta1;
     o->beta2 = c->beta2;
     o->eps = c->eps;
     o->weight_decay = c->weight_decay;
+    /* The engine's flat space is the owned range: the tensors (or their pieces) inside it. */
     for (int i = 0; i < m->n_tensors; i++) {
         const struct mw_gpt2_tensor *t = &m->tensors[i];
-        int64_t shape[2] = {(int64_t)t->shape[0], (int64_t)t->shape[1]};
-        if ((size_t)o->reg.total != t->offset) {
-            err = mw_error_set(-EINVAL, "model tensor %s starts at element %zu, not after the previous one (%llu)",
-                               t->name, t->offset, (unsigned long long)o->reg.total);
-            goto err;
+        uint64_t a = MW_MAX((uint64_t)t->offset, own_first), b = MW_MIN((uint64_t)(t->offset + t->numel), own_first + own_n);
+        if (a >= b) continue;
+        unsigned flags = t->ndim == 2 ? 0 : MW_OFFLOAD_NO_DECAY;
+        if (a == t->offset && b == t->offset + t->numel) {
+            int64_t shape[2] = {(int64_t)t->shape[0], (int64_t)t->shape[1]};
+            err = mw_offload_registry_add_ex(&o->reg, t->name, t->ndim, shape, flags);
+        } else {
+            char name[MW_OFFLOAD_NAME_MAX];
+            snprintf(name, sizeof name, "%s[%llu:%llu]", t->name, (unsigned long long)(a - t->offset),
+                     (unsigned long long)(b - t->offset));
+            int64_t shape[1] = {(int64_t)(b - a)};
+            err = mw_offload_registry_add_ex(&o->reg, name, 1, shape, flags);
         }
-        if ((err = mw_offload_registry_add_ex(&o->reg, t->name, t->ndim, shape, t->ndim == 2 ? 0 : MW_OFFLOAD_NO_DECAY)))
-            goto err;
+        if (err) goto err;
     }
     if (o->reg.total != o->n_params) {
-        err = mw_error_set(-EINVAL, "model tensors hold %llu elements, the model %zu",
+        err = mw_error_set(-EINVAL, "model tensors hold %llu elements of the owned %zu",
                            (unsigned long long)o->reg.total, o->n_params);
         goto err;
     }
@@ -85,8 +99,8 @@ int mw_train_opt_init(struct mw_train_opt *o, struct mw_gpt2 *m, const struct mw
         cfg->every_k = k;
         cfg->use_device = cfg->policy != MW_OFFLOAD_POLICY_ALL_CPU;
     }
-    cfg->ext_weights = m->params;
-    cfg->ext_grads = m->grads;
+    cfg->ext_weights = m->params + own_first;
+    cfg->ext_grads = m->grads + own_first;
     cfg->ext_grads_accumulate = 1;
     cfg->cpu_threads = c->threads;
     cfg->trace = c->trace;
@@ -138,7 +152,9 @@ void mw_train_opt_grad_ready(size_t first_elem, size_t n_elems, void *user)
 {
     struct mw_train_opt *o = user;
     if (o->err) return;
-    o->err = mw_offload_grad_ready(o->eng, first_elem, n_elems);
+    uint64_t a = MW_MAX((uint64_t)first_elem, o->own_first);
+    uint64_t b = MW_MIN((uint64_t)(first_elem + n_elems), o->own_first + o->n_params);
+    if (a < b) o->err = mw_offload_grad_ready(o->eng, a - o->own_first, b - a);
 }
 
 int mw_train_opt_backward_end(struct mw_train_opt *o)

@@ -19,12 +19,13 @@
 
 struct mw_train_opt {
     enum mw_opt_tier tier;
-    size_t n_params;
+    uint64_t own_first;                /* first element of the model this optimizer owns (ZeRO) */
+    size_t n_params;                   /* elements it owns (all of the model without ZeRO) */
     struct mw_offload_registry reg;    /* the model's tensors, in its flat order */
     struct mw_offload_config cfg;      /* ext_weights = model params, ext_grads = model grads */
     struct mw_offload_plan plan;       /* sized at init, before anything is allocated */
     struct mw_offload *eng;            /* created at first use, from the weights of that moment */
-    float *params;                     /* the model's flat fp32 weights (the working copy) */
+    float *params;                     /* the model's flat fp32 weights from own_first (the working copy) */
     double beta1, beta2, eps, weight_decay;
     int err;                           /* first error of a grad_ready callback, or 0 */
 };
@@ -34,9 +35,11 @@ struct mw_train_opt {
  * refused here (MW_EBUDGET, message with the numbers). model_dram_bytes: the model's own DRAM
  * (params + grads + activations), charged against c->dram_budget first. The engine itself is
  * created at the first backward pass or checkpoint load, so weights loaded after init (from a
- * safetensors file) become its master copy. */
+ * safetensors file) become its master copy. ZeRO: the optimizer holds only elements
+ * [own_first, own_first + own_n) of the model (own_n = 0: all); tensors cut by the range are
+ * registered as 1-D pieces "name[a:b]" with their decay flag. */
 int mw_train_opt_init(struct mw_train_opt *o, struct mw_gpt2 *m, const struct mw_train_config *c,
-                      uint64_t model_dram_bytes);
+                      uint64_t model_dram_bytes, uint64_t own_first, uint64_t own_n);
 void mw_train_opt_free(struct mw_train_opt *o);
 
 /* The backward pass of each micro-batch is bracketed (mw_offload_backward_begin / grad_ready /

@@ -9,6 +9,8 @@
 #include "memwall/common.h"
 #include "memwall/trace.h"
 #include "train/optimizer_step.h"
+#include "train/zero.h"
+#include "memwall/comm.h"
 
 #include <errno.h>
 #include <math.h>
@@ -50,17 +52,54 @@ int mw_trainer_init(struct mw_trainer *tr, const struct mw_gpt2_config *mcfg,
     if ((err = check_config(mcfg, cfg, data))) return err;
     tr->cfg = *cfg;
     tr->data = data;
-    struct mw_gpt2_options mo = {cfg->batch, cfg->seq, cfg->recompute, cfg->threads};
+    tr->world = cfg->comm ? mw_comm_size(cfg->comm, MW_COMM_WORLD) : 1;
+    tr->rank = cfg->comm ? mw_comm_rank(cfg->comm, MW_COMM_WORLD) : 0;
+    if (cfg->zero_stage < 0 || cfg->zero_stage > 3)
+        return mw_error_set(-EINVAL, "ZeRO stage %d: use 0, 1, 2 or 3", cfg->zero_stage);
+    if (cfg->batch % tr->world)
+        return mw_error_set(-EINVAL, "the global batch (%d sequences) must divide by the %d ranks", cfg->batch, tr->world);
+    tr->local_batch = cfg->batch / tr->world;
+    struct mw_gpt2_options mo = {tr->local_batch, cfg->seq, cfg->recompute, cfg->threads};
     if ((err = mw_gpt2_init(&tr->model, mcfg, &mo))) return err;
     mw_gpt2_init_weights(&tr->model, cfg->seed);
-    size_t n = (size_t)cfg->batch * (size_t)cfg->seq;
+    size_t n = (size_t)tr->local_batch * (size_t)cfg->seq, ng = (size_t)cfg->batch * (size_t)cfg->seq;
     tr->inputs = malloc(n * sizeof *tr->inputs);
     tr->targets = malloc(n * sizeof *tr->targets);
     tr->opt = calloc(1, sizeof *tr->opt);
     if (!tr->inputs || !tr->targets || !tr->opt) { err = mw_error_set(-ENOMEM, "no memory for the batch"); goto err; }
+    uint64_t own_first = 0, own_n = 0, sg = cfg->subgroup_size;
+    if (tr->world > 1) {
+        tr->g_inputs = malloc(ng * sizeof *tr->g_inputs);
+        tr->g_targets = malloc(ng * sizeof *tr->g_targets);
+        tr->zero = calloc(1, sizeof *tr->zero);
+        if (!tr->g_inputs || !tr->g_targets || !tr->zero) { err = mw_error_set(-ENOMEM, "no memory for the batch"); goto err; }
+        /* Under ZeRO the subgroups are the unit of ownership: enough of them for every rank. */
+        if (cfg->zero_stage >= 1) {
+            int shard = mw_comm_size(cfg->comm, MW_COMM_SHARD);
+            if (!sg) sg = mw_train_zero_sg_size(tr->model.sizes.n_params, shard, 4ull << 20);
+            tr->cfg.subgroup_size = sg;
+        }
+        if ((err = mw_train_zero_init(tr->zero, cfg->comm, cfg->zero_stage, &tr->model, sg ? sg : tr->model.sizes.n_params,
+                                      cfg->trace))) {
+            free(tr->zero);
+            tr->zero = NULL;
+            goto err;
+        }
+        if (cfg->zero_stage >= 1) { own_first = tr->zero->own.first; own_n = tr->zero->own.n; }
+        if (cfg->zero_stage == 3) {
+            tr->model.weights_hook = mw_train_zero_weights_hook;
+            tr->model.weights_user = tr->zero;
+        }
+    }
     const struct mw_gpt2_sizes *z = &tr->model.sizes;
-    if ((err = mw_train_opt_init(tr->opt, &tr->model, cfg, z->params_bytes + z->grads_bytes + z->acts_bytes)))
+    if ((err = mw_train_opt_init(tr->opt, &tr->model, &tr->cfg, z->params_bytes + z->grads_bytes + z->acts_bytes,
+                                 own_first, own_n)))
         goto err;
+    if (tr->zero && cfg->zero_stage >= 1 && tr->opt->plan.subgroup_size != sg) {
+        err = mw_error_set(-EINVAL, "the optimizer rounded the subgroup size %llu to %llu; give --subgroup-size as a "
+                           "multiple of 4096", (unsigned long long)sg, (unsigned long long)tr->opt->plan.subgroup_size);
+        goto err;
+    }
     /* The sampler's stream is derived from the seed but distinct from the weights' stream. */
     tr->data_rng = cfg->seed ^ 0xda7a5eedda7a5eedull;
     return 0;
@@ -73,10 +112,49 @@ void mw_trainer_free(struct mw_trainer *tr)
 {
     if (tr->opt) mw_train_opt_free(tr->opt);
     free(tr->opt);
+    if (tr->zero) mw_train_zero_free(tr->zero);
+    free(tr->zero);
     free(tr->inputs);
     free(tr->targets);
+    free(tr->g_inputs);
+    free(tr->g_targets);
     if (tr->model.params) mw_gpt2_free(&tr->model);
     memset(tr, 0, sizeof *tr);
+}
+
+/* This rank's slice of a global micro-batch: sequences [rank*b, (rank+1)*b) of it. */
+static void take_slice(struct mw_trainer *tr)
+{
+    size_t n = (size_t)tr->local_batch * (size_t)tr->cfg.seq, off = (size_t)tr->rank * n;
+    memcpy(tr->inputs, tr->g_inputs + off, n * sizeof *tr->inputs);
+    memcpy(tr->targets, tr->g_targets + off, n * sizeof *tr->targets);
+}
+
+static void train_batch(struct mw_trainer *tr)
+{
+    const struct mw_train_config *c = &tr->cfg;
+    if (!tr->zero) {
+        mw_data_train_batch(tr->data, &tr->data_rng, c->batch, c->seq, tr->inputs, tr->targets, NULL);
+        return;
+    }
+    mw_data_train_batch(tr->data, &tr->data_rng, c->batch, c->seq, tr->g_inputs, tr->g_targets, NULL);
+    take_slice(tr);
+}
+
+static void val_batch(struct mw_trainer *tr, uint64_t k)
+{
+    const struct mw_train_config *c = &tr->cfg;
+    if (!tr->zero) {
+        mw_data_val_batch(tr->data, k, c->batch, c->seq, tr->inputs, tr->targets, NULL);
+        return;
+    }
+    mw_data_val_batch(tr->data, k, c->batch, c->seq, tr->g_inputs, tr->g_targets, NULL);
+    take_slice(tr);
+}
+
+static int pass_begin(struct mw_trainer *tr, int training)
+{
+    return tr->zero ? mw_train_zero_pass_begin(tr->zero, training) : 0;
 }
 
 /* A phase span (docs/trace-conventions.md) from t0 to now; returns the duration. */
@@ -88,29 +166,53 @@ static uint64_t phase(struct mw_trace *trace, const char *name, uint64_t t0, int
     return t1 - t0;
 }
 
+/* Gradient norm over all ranks: the owned shards' sums of squares (ZeRO >= 1) or the engine's
+ * norm of the averaged gradients (one rank, stage 0). */
+static int grad_norm(struct mw_trainer *tr, double *norm)
+{
+    if (!tr->zero || tr->zero->stage == 0) return mw_train_opt_grad_norm(tr->opt, norm);
+    double local, global;
+    int err = mw_train_zero_local_sumsq(tr->zero, &local);
+    if (!err) err = mw_train_zero_sumsq(tr->zero, local, &global);
+    if (err) return err;
+    *norm = sqrt(global);
+    return isfinite(*norm) ? 0 : MW_EOVERFLOW;
+}
+
 int mw_trainer_step(struct mw_trainer *tr, struct mw_train_step_stats *st)
 {
     const struct mw_train_config *c = &tr->cfg;
     struct mw_trace *trace = c->trace;
+    struct mw_train_zero *zr = tr->zero;
     uint64_t t0 = mw_now_ns(), t;
     memset(st, 0, sizeof *st);
     int64_t step = tr->step + 1;
     struct mw_offload_stats s0, s1;
     mw_train_opt_stats(tr->opt, &s0);
+    if (zr) mw_comm_stats_reset(c->comm);
     mw_gpt2_zero_grad(&tr->model);
     float loss_sum = 0;
     int err;
     for (int a = 0; a < c->grad_accum; a++) {
+        int last = a == c->grad_accum - 1;
         t = mw_now_ns();
-        mw_data_train_batch(tr->data, &tr->data_rng, c->batch, c->seq, tr->inputs, tr->targets, NULL);
+        train_batch(tr);
         if (trace) phase(trace, "data", t, step);
         t = mw_now_ns();
-        if ((err = mw_gpt2_forward(&tr->model, tr->inputs, tr->targets, c->batch, c->seq))) return err;
+        if ((err = pass_begin(tr, 1))) return err;
+        if ((err = mw_gpt2_forward(&tr->model, tr->inputs, tr->targets, tr->local_batch, c->seq))) return err;
         st->forward_ns += phase(trace, "forward", t, step);
         loss_sum += tr->model.loss;
         t = mw_now_ns();
-        if ((err = mw_train_opt_backward_begin(tr->opt, a == c->grad_accum - 1))) return err;
-        err = mw_gpt2_backward(&tr->model, 1.0f / (float)c->grad_accum, mw_train_opt_grad_ready, tr->opt);
+        if ((err = mw_train_opt_backward_begin(tr->opt, last))) return err;
+        if (zr) {
+            mw_train_zero_backward_begin(zr, a, last);
+            err = mw_gpt2_backward(&tr->model, 1.0f / (float)c->grad_accum, mw_train_zero_grad_ready, zr);
+            int err1 = mw_train_zero_backward_end(zr);
+            if (!err) err = err1;
+        } else {
+            err = mw_gpt2_backward(&tr->model, 1.0f / (float)c->grad_accum, mw_train_opt_grad_ready, tr->opt);
+        }
         int err2 = mw_train_opt_backward_end(tr->opt);
         if (err || (err = err2)) return err;
         st->backward_ns += phase(trace, "backward", t, step);
@@ -118,9 +220,10 @@ int mw_trainer_step(struct mw_trainer *tr, struct mw_train_step_stats *st)
     t = mw_now_ns();
     st->step = step;
     st->loss = loss_sum / (float)c->grad_accum;
+    if (zr && (err = mw_train_zero_mean(zr, &st->loss))) return err;
     st->lr = mw_train_lr(c, step);
     st->tokens = (uint64_t)c->batch * (uint64_t)c->seq * (uint64_t)c->grad_accum;
-    err = mw_train_opt_grad_norm(tr->opt, &st->grad_norm);
+    err = grad_norm(tr, &st->grad_norm);
     if (err == MW_EOVERFLOW) {
         st->skipped = 1; /* keep the weights; the step still counts for the schedule */
         if ((err = mw_train_opt_skip(tr->opt, step))) return err;
@@ -133,6 +236,7 @@ int mw_trainer_step(struct mw_trainer *tr, struct mw_train_step_stats *st)
             st->clipped = 1;
         }
         if ((err = mw_train_opt_step(tr->opt, st->lr, scale, step))) return err;
+        if (zr && (err = mw_train_zero_after_step(zr))) return err;
     }
     st->update_ns = phase(trace, "update", t, step);
     tr->step = step;
@@ -142,6 +246,12 @@ int mw_trainer_step(struct mw_trainer *tr, struct mw_train_step_stats *st)
     st->nvme_read_bytes = s1.nvme_read_bytes - s0.nvme_read_bytes;
     st->nvme_write_bytes = s1.nvme_write_bytes - s0.nvme_write_bytes;
     st->io_wait_s = s1.io_wait_s - s0.io_wait_s;
+    if (zr) {
+        struct mw_comm_stats cs;
+        mw_comm_stats_get(c->comm, &cs);
+        st->comm_sent_bytes = mw_comm_stats_sent_total(&cs);
+        st->comm_wait_s = (double)cs.wait_ns / 1e9;
+    }
     if (trace) {
         struct mw_trace_arg a[2] = {{"step", step}, {"tokens", (int64_t)st->tokens}};
         mw_trace_span(trace, "step", "step", t0, t1, a, 2);
@@ -157,12 +267,17 @@ int mw_trainer_eval(struct mw_trainer *tr, float *val_loss)
     uint64_t t0 = mw_now_ns();
     double sum = 0;
     for (int64_t k = 0; k < nb; k++) {
-        mw_data_val_batch(tr->data, (uint64_t)k, c->batch, c->seq, tr->inputs, tr->targets, NULL);
-        int err = mw_gpt2_forward(&tr->model, tr->inputs, tr->targets, c->batch, c->seq);
+        val_batch(tr, (uint64_t)k);
+        int err = pass_begin(tr, 0);
+        if (!err) err = mw_gpt2_forward(&tr->model, tr->inputs, tr->targets, tr->local_batch, c->seq);
         if (err) return err;
         sum += tr->model.loss;
     }
     *val_loss = (float)(sum / (double)nb);
+    if (tr->zero) {
+        int err = mw_train_zero_mean(tr->zero, val_loss);
+        if (err) return err;
+    }
     if (c->trace) phase(c->trace, "validation", t0, tr->step);
     return 0;
 }
@@ -214,6 +329,7 @@ int mw_trainer_sample(struct mw_trainer *tr, const int32_t *prompt, int n_prompt
     int len = n_prompt;
     for (int i = 0; i < n; i++) {
         int w = len < ctx ? len : ctx;
+        if ((err = pass_begin(tr, 0))) goto out;
         if ((err = mw_gpt2_forward(&tr->model, seq + len - w, NULL, 1, w))) goto out;
         const float *lg = mw_gpt2_logits(&tr->model) + (size_t)(w - 1) * (size_t)Vp;
         seq[len] = pick(lg, V, temperature, top_k, &rng, cand);
@@ -231,4 +347,40 @@ void mw_trainer_bytes(const struct mw_trainer *tr, struct mw_train_bytes *b)
     b->grads = tr->model.sizes.grads_bytes;
     b->acts = tr->model.sizes.acts_bytes;
     mw_train_opt_bytes(tr->opt, &b->opt_dram, &b->opt_nvme);
+}
+
+void mw_trainer_zero_info(const struct mw_trainer *tr, struct mw_train_zero_info *zi)
+{
+    memset(zi, 0, sizeof *zi);
+    const struct mw_train_zero *z = tr->zero;
+    if (!z) return;
+    zi->stage = z->stage;
+    zi->world = z->world;
+    zi->rank = z->wrank;
+    zi->shard_ranks = z->nshard;
+    zi->replicas = z->nrep;
+    zi->subgroup_size = z->sg_size;
+    zi->own_first = z->own.first;
+    zi->own_n = z->own.n;
+    zi->weights_resident_peak = z->resident_peak;
+    zi->weights_resident_now = z->resident_now;
+}
+
+int mw_trainer_zero_peak(struct mw_trainer *tr, uint64_t *max_bytes, int reset)
+{
+    *max_bytes = 0;
+    if (!tr->zero) return 0;
+    int err = mw_train_zero_max_u64(tr->zero, tr->zero->resident_peak, max_bytes);
+    if (!err && reset) mw_train_zero_reset_peak(tr->zero);
+    return err;
+}
+
+int mw_trainer_weights_whole(struct mw_trainer *tr)
+{
+    return tr->zero ? mw_train_zero_gather_all(tr->zero) : 0;
+}
+
+int mw_trainer_weights_release(struct mw_trainer *tr)
+{
+    return tr->zero ? mw_train_zero_release_all(tr->zero) : 0;
 }

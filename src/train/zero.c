@@ -1,0 +1,419 @@
+/*
+ * zero.c — ZeRO stages 0-3 for the trainer (see zero.h for the schedule and why it is here).
+ * Buckets are the model's weight units (embeddings, each block, ln_f): the backward pass
+ * reports them in reverse order as it finishes them, and each one's collective starts at
+ * once, so communication overlaps the rest of the backward pass (mw_comm_progress between
+ * units drives it; Open MPI has no progress thread).
+ * ZeRO-3 memory is real, not bookkept: the model's weight array is page-aligned, a released
+ * unit's pages outside the owned range are returned with madvise(MADV_DONTNEED) and faulted in
+ * again (MADV_POPULATE_WRITE, the receive buffer's allocation) just before its all-gather is
+ * issued; the resident bytes are measured with mincore() at every gather and release.
+ */
+#include "train/zero.h"
+#include "memwall/common.h"
+#include "memwall/optim.h"
+#include "memwall/trace.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+static size_t *cnt_of(struct mw_train_zero *z, int u) { return z->u_counts + (size_t)u * (size_t)z->nshard; }
+static size_t *dsp_of(struct mw_train_zero *z, int u) { return z->u_displs + (size_t)u * (size_t)z->nshard; }
+
+uint64_t mw_train_zero_sg_size(uint64_t total, int ranks, uint64_t want)
+{
+    uint64_t per = (total + 4ull * (uint64_t)ranks - 1) / (4ull * (uint64_t)ranks);
+    uint64_t sg = MW_ALIGN_UP(MW_MAX(per, 1), 4096);
+    return want && want < sg ? want : sg;
+}
+
+int mw_train_zero_init(struct mw_train_zero *z, struct mw_comm *comm, int stage, struct mw_gpt2 *m,
+                       uint64_t sg_size, struct mw_trace *trace)
+{
+    memset(z, 0, sizeof *z);
+    if (stage < 0 || stage > 3) return mw_error_set(-EINVAL, "ZeRO stage %d: use 0, 1, 2 or 3", stage);
+    z->comm = comm;
+    z->model = m;
+    z->trace = trace;
+    z->stage = stage;
+    z->world = mw_comm_size(comm, MW_COMM_WORLD);
+    z->wrank = mw_comm_rank(comm, MW_COMM_WORLD);
+    z->nshard = stage >= 1 ? mw_comm_size(comm, MW_COMM_SHARD) : 1;
+    z->srank = stage >= 1 ? mw_comm_rank(comm, MW_COMM_SHARD) : 0;
+    z->nrep = stage >= 1 ? mw_comm_size(comm, MW_COMM_REPLICA) : 1;
+    z->total = m->sizes.n_params;
+    z->sg_size = sg_size;
+    int err = mw_zero_shard(z->total, sg_size, z->nshard, z->srank, &z->own);
+    if (err) return err;
+    if (z->own.n == 0)
+        return mw_error_set(-EINVAL, "ZeRO-%d: rank %d would own no parameters: %u subgroups of %llu for %d ranks; "
+                            "use --subgroup-size %llu or less", stage, z->wrank,
+                            mw_zero_subgroups(z->total, sg_size), (unsigned long long)sg_size, z->nshard,
+                            (unsigned long long)(z->total / (uint64_t)z->nshard));
+    z->n_units = mw_gpt2_n_units(m);
+    size_t nu = (size_t)z->n_units, ns = (size_t)z->nshard;
+    z->u_first = calloc(nu, sizeof *z->u_first);
+    z->u_n = calloc(nu, sizeof *z->u_n);
+    z->u_counts = calloc(nu * ns, sizeof *z->u_counts);
+    z->u_displs = calloc(nu * ns, sizeof *z->u_displs);
+    z->u_state = calloc(nu, 1);
+    z->u_req = calloc(nu, sizeof *z->u_req);
+    if (stage >= 1) {
+        z->recv = malloc(z->own.n * sizeof(float));
+        if (stage >= 2) z->acc = malloc(z->own.n * sizeof(float));
+    }
+    if (!z->u_first || !z->u_n || !z->u_counts || !z->u_displs || !z->u_state || !z->u_req ||
+        (stage >= 1 && !z->recv) || (stage >= 2 && !z->acc)) {
+        mw_train_zero_free(z);
+        return mw_error_set(-ENOMEM, "no memory for the ZeRO buffers");
+    }
+    for (int u = 0; u < z->n_units; u++) {
+        mw_gpt2_unit_range(m, u, &z->u_first[u], &z->u_n[u]);
+        if ((err = mw_zero_bucket_counts(z->total, sg_size, z->nshard, z->u_first[u], z->u_n[u], cnt_of(z, u),
+                                         dsp_of(z, u)))) {
+            mw_train_zero_free(z);
+            return err;
+        }
+        z->u_state[u] = 2; /* the weights are whole after init */
+    }
+    z->page = (size_t)sysconf(_SC_PAGESIZE);
+    z->map_bytes = MW_ALIGN_UP(m->sizes.params_bytes, z->page);
+    if (stage == 3) {
+        z->mvec = malloc(z->map_bytes / z->page);
+        if (!z->mvec) {
+            mw_train_zero_free(z);
+            return mw_error_set(-ENOMEM, "no memory for the residency vector");
+        }
+    }
+    return 0;
+}
+
+void mw_train_zero_free(struct mw_train_zero *z)
+{
+    free(z->u_first);
+    free(z->u_n);
+    free(z->u_counts);
+    free(z->u_displs);
+    free(z->u_state);
+    free(z->u_req);
+    free(z->recv);
+    free(z->acc);
+    free(z->mvec);
+    memset(z, 0, sizeof *z);
+}
+
+/* ---------------------------------------------------------------- gradients */
+
+static int unit_of(const struct mw_train_zero *z, size_t first, size_t n)
+{
+    for (int u = 0; u < z->n_units; u++)
+        if (z->u_first[u] == first && z->u_n[u] == n) return u;
+    return -1;
+}
+
+void mw_train_zero_backward_begin(struct mw_train_zero *z, int micro, int last)
+{
+    z->micro = micro;
+    z->last = last;
+    z->err = 0;
+    z->n_reqs = 0;
+}
+
+void mw_train_zero_grad_ready(size_t first, size_t n, void *user)
+{
+    struct mw_train_zero *z = user;
+    if (z->err) return;
+    int u = unit_of(z, first, n);
+    if (u < 0) {
+        z->err = mw_error_set(-EINVAL, "ZeRO: gradient range [%zu, +%zu) is not a weight unit", first, n);
+        return;
+    }
+    if (z->n_reqs == MW_ZERO_MAX_REQS) {
+        z->err = mw_error_set(-EOVERFLOW, "ZeRO: more than %d buckets in one micro-step", MW_ZERO_MAX_REQS);
+        return;
+    }
+    float *g = z->model->grads + first;
+    struct mw_comm_req **req = &z->reqs[z->n_reqs];
+    int err = 0;
+    if (z->stage == 0) {
+        if (!z->last) return; /* accumulate locally; one allreduce per step */
+        err = mw_comm_iallreduce(z->comm, MW_COMM_WORLD, g, n, 1, req);
+    } else {
+        if (z->stage == 1 && !z->last) return;
+        const size_t *cnt = cnt_of(z, u), *dsp = dsp_of(z, u);
+        float *dst = cnt[z->srank] ? z->recv + (first + dsp[z->srank] - z->own.first) : z->recv;
+        err = mw_comm_ireduce_scatter(z->comm, MW_COMM_SHARD, g, dst, cnt, 1, req);
+    }
+    if (err) { z->err = err; return; }
+    z->n_reqs++;
+    int r = mw_comm_progress(z->comm);
+    if (r < 0) z->err = r;
+}
+
+int mw_train_zero_backward_end(struct mw_train_zero *z)
+{
+    int err = z->err;
+    for (int i = 0; i < z->n_reqs; i++) {
+        int e = mw_comm_wait(z->comm, &z->reqs[i]);
+        if (e && !err) err = e;
+    }
+    z->n_reqs = 0;
+    if (err) return err;
+    float *g = z->model->grads;
+    const size_t on = z->own.n;
+    float *gown = g + z->own.first;
+    if (z->stage == 1 && z->last) {
+        memcpy(gown, z->recv, on * sizeof(float));
+    } else if (z->stage >= 2) {
+        if (z->micro == 0) memcpy(z->acc, z->recv, on * sizeof(float));
+        else for (size_t i = 0; i < on; i++) z->acc[i] += z->recv[i];
+        if (z->last) memcpy(gown, z->acc, on * sizeof(float));
+        else memset(g, 0, z->total * sizeof(float)); /* sent: the next micro-step starts from zero */
+    }
+    if (z->stage >= 1 && z->last && z->nrep > 1) {
+        struct mw_comm_req *req = NULL;
+        if ((err = mw_comm_iallreduce(z->comm, MW_COMM_REPLICA, gown, on, 1, &req))) return err;
+        if ((err = mw_comm_wait(z->comm, &req))) return err;
+    }
+    return 0;
+}
+
+int mw_train_zero_local_sumsq(struct mw_train_zero *z, double *out)
+{
+    const float *g = z->model->grads + z->own.first;
+    const uint64_t chunk = 1u << 20;
+    struct mw_optim_exec ex = {z->model->opts.n_threads, MW_SIMD_AUTO, 0};
+    double sum = 0;
+    for (uint64_t a = 0; a < z->own.n; a += chunk) {
+        double s = 0;
+        int r = mw_grad_sumsq(MW_OPTIM_F32, g + a, MW_MIN(chunk, z->own.n - a), 1.0f, &ex, &s);
+        if (r == MW_EOVERFLOW) s = INFINITY;
+        else if (r) return r;
+        sum += s;
+    }
+    *out = sum;
+    return 0;
+}
+
+/* Allgather of one 8-byte value per rank of group g (2 floats: bits are moved, not summed). */
+static int gather8(struct mw_train_zero *z, enum mw_comm_group grp, const void *mine, void *all)
+{
+    int n = mw_comm_size(z->comm, grp), r = mw_comm_rank(z->comm, grp);
+    size_t counts[n];
+    float *buf = malloc((size_t)n * 8);
+    if (!buf) return mw_error_set(-ENOMEM, "no memory");
+    for (int i = 0; i < n; i++) counts[i] = 2;
+    memcpy(buf + 2 * r, mine, 8);
+    struct mw_comm_req *req = NULL;
+    int err = mw_comm_iallgather(z->comm, grp, buf + 2 * r, buf, counts, &req);
+    if (!err) err = mw_comm_wait(z->comm, &req);
+    if (!err) memcpy(all, buf, (size_t)n * 8);
+    free(buf);
+    return err;
+}
+
+int mw_train_zero_sumsq(struct mw_train_zero *z, double local, double *global)
+{
+    if (z->stage == 0 || z->nshard == 1) { *global = local; return 0; }
+    double all[z->nshard];
+    int err = gather8(z, MW_COMM_SHARD, &local, all);
+    if (err) return err;
+    double s = 0;
+    for (int i = 0; i < z->nshard; i++) s += all[i];
+    *global = s;
+    return 0;
+}
+
+int mw_train_zero_mean(struct mw_train_zero *z, float *v)
+{
+    struct mw_comm_req *req = NULL;
+    int err = mw_comm_iallreduce(z->comm, MW_COMM_WORLD, v, 1, 1, &req);
+    return err ? err : mw_comm_wait(z->comm, &req);
+}
+
+int mw_train_zero_max_u64(struct mw_train_zero *z, uint64_t v, uint64_t *max)
+{
+    uint64_t all[z->world];
+    int err = gather8(z, MW_COMM_WORLD, &v, all);
+    if (err) return err;
+    *max = 0;
+    for (int i = 0; i < z->world; i++) *max = MW_MAX(*max, all[i]);
+    return 0;
+}
+
+/* In-place allgather of unit u over SHARD. */
+static int unit_gather(struct mw_train_zero *z, int u, struct mw_comm_req **req)
+{
+    float *base = z->model->params + z->u_first[u];
+    return mw_comm_iallgather(z->comm, MW_COMM_SHARD, base + dsp_of(z, u)[z->srank], base, cnt_of(z, u), req);
+}
+
+int mw_train_zero_after_step(struct mw_train_zero *z)
+{
+    if (z->stage != 1 && z->stage != 2) return 0;
+    struct mw_comm_req *req[z->n_units];
+    int err = 0, n = 0;
+    for (int u = 0; u < z->n_units && !err; u++)
+        if (!(err = unit_gather(z, u, &req[n]))) n++;
+    for (int i = 0; i < n; i++) {
+        int e = mw_comm_wait(z->comm, &req[i]);
+        if (e && !err) err = e;
+    }
+    return err;
+}
+
+/* ---------------------------------------------------------------- ZeRO-3 residency */
+
+/* The pages of unit u that may be released: whole pages inside the unit, outside the owned
+ * range (widened to pages). Up to two byte ranges relative to params. */
+static int release_ranges(const struct mw_train_zero *z, int u, size_t lo[2], size_t hi[2])
+{
+    size_t a = MW_ALIGN_UP(z->u_first[u] * 4, z->page), b = (z->u_first[u] + z->u_n[u]) * 4 / z->page * z->page;
+    size_t oa = z->own.first * 4 / z->page * z->page, ob = MW_ALIGN_UP((z->own.first + z->own.n) * 4, z->page);
+    int n = 0;
+    if (a >= b) return 0;
+    if (a < oa) { lo[n] = a; hi[n] = MW_MIN(b, oa); n++; }
+    if (b > ob) { lo[n] = MW_MAX(a, ob); hi[n] = b; n++; }
+    return n;
+}
+
+static void sample_resident(struct mw_train_zero *z)
+{
+    if (mincore(z->model->params, z->map_bytes, z->mvec) != 0) return;
+    size_t pages = z->map_bytes / z->page, res = 0;
+    for (size_t i = 0; i < pages; i++) res += z->mvec[i] & 1;
+    z->resident_now = (uint64_t)res * z->page;
+    if (z->resident_now > z->resident_peak) z->resident_peak = z->resident_now;
+    if (z->trace) mw_trace_counter(z->trace, "zero3 resident weights", mw_now_ns(), (double)z->resident_now);
+}
+
+static int gather_issue(struct mw_train_zero *z, int u)
+{
+    size_t lo[2], hi[2];
+    int n = release_ranges(z, u, lo, hi);
+    char *p = (char *)z->model->params;
+    for (int i = 0; i < n; i++) {
+        /* The receive buffer's allocation: fault the pages in before the data arrives. */
+        if (madvise(p + lo[i], hi[i] - lo[i], MADV_POPULATE_WRITE) != 0)
+            for (size_t o = lo[i]; o < hi[i]; o += z->page) ((volatile char *)p)[o] = 0;
+    }
+    int err = unit_gather(z, u, &z->u_req[u]);
+    if (err) return err;
+    z->u_state[u] = 1;
+    return 0;
+}
+
+static int unit_release(struct mw_train_zero *z, int u)
+{
+    size_t lo[2], hi[2];
+    int n = release_ranges(z, u, lo, hi);
+    char *p = (char *)z->model->params;
+    for (int i = 0; i < n; i++) {
+        if (madvise(p + lo[i], hi[i] - lo[i], MADV_DONTNEED) != 0)
+            return mw_error_set(-errno, "ZeRO-3: releasing the weights of unit %d failed: %s", u, strerror(errno));
+        z->released_bytes += hi[i] - lo[i];
+    }
+    z->u_state[u] = 0;
+    return 0;
+}
+
+static int unit_wait(struct mw_train_zero *z, int u)
+{
+    if (z->u_state[u] == 0) {
+        int err = gather_issue(z, u);
+        if (err) return err;
+    }
+    if (z->u_state[u] == 1) {
+        int err = mw_comm_wait(z->comm, &z->u_req[u]);
+        if (err) return err;
+        z->u_state[u] = 2;
+    }
+    return 0;
+}
+
+int mw_train_zero_release_all(struct mw_train_zero *z)
+{
+    if (z->stage != 3) return 0;
+    for (int u = 0; u < z->n_units; u++) {
+        if (z->u_state[u] == 1) {
+            int err = mw_comm_wait(z->comm, &z->u_req[u]);
+            if (err) return err;
+        }
+        int err = unit_release(z, u);
+        if (err) return err;
+    }
+    z->started = 1;
+    sample_resident(z);
+    return 0;
+}
+
+int mw_train_zero_gather_all(struct mw_train_zero *z)
+{
+    if (z->stage != 3) return 0;
+    for (int u = 0; u < z->n_units; u++)
+        if (z->u_state[u] == 0) {
+            int err = gather_issue(z, u);
+            if (err) return err;
+        }
+    for (int u = 0; u < z->n_units; u++) {
+        int err = unit_wait(z, u);
+        if (err) return err;
+    }
+    return 0;
+}
+
+void mw_train_zero_reset_peak(struct mw_train_zero *z)
+{
+    z->resident_peak = z->resident_now;
+}
+
+int mw_train_zero_pass_begin(struct mw_train_zero *z, int training)
+{
+    if (z->stage != 3) return 0;
+    z->training = training;
+    z->pos = 0;
+    z->in_backward = 0;
+    if (!z->started) return mw_train_zero_release_all(z);
+    return 0;
+}
+
+/* Position p of the schedule of a pass: forward 0, 1..L, L+1, 0; backward 0, L+1, L..1. */
+static int sched(const struct mw_train_zero *z, int backward, int p)
+{
+    int L = z->n_units - 2;
+    if (!backward) {
+        if (p < 0 || p > L + 2) return -1;
+        return p == L + 2 ? 0 : p;
+    }
+    if (p < 0 || p > L + 1) return -1;
+    return p == 0 ? 0 : L + 2 - p;
+}
+
+int mw_train_zero_weights_hook(void *user, int event, int unit, int backward)
+{
+    struct mw_train_zero *z = user;
+    if (z->stage != 3) return 0;
+    int L = z->n_units - 2, err;
+    if (event == MW_GPT2_UNIT_ACQUIRE) {
+        if (backward && !z->in_backward) { z->in_backward = 1; z->pos = 0; }
+        if (sched(z, backward, z->pos) != unit)
+            return mw_error_set(-EINVAL, "ZeRO-3: the model acquired weight unit %d, the schedule expected %d "
+                                "(%s position %d)", unit, sched(z, backward, z->pos), backward ? "backward" : "forward", z->pos);
+        if ((err = unit_wait(z, unit))) return err;
+        int next = sched(z, backward, z->pos + 1);
+        if (next >= 0 && next != unit && z->u_state[next] == 0 && (err = gather_issue(z, next))) return err;
+        sample_resident(z);
+        z->pos++;
+        return 0;
+    }
+    sample_resident(z);
+    /* The LM head's weights (unit 0) end the forward pass and start the backward pass: kept. */
+    int keep = !backward && z->training && unit == 0 && z->pos == L + 3;
+    if (!keep && (err = unit_release(z, unit))) return err;
+    int r = mw_comm_progress(z->comm);
+    return r < 0 ? r : 0;
+}

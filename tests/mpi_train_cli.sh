@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# `mpirun -np 2 memwall train` against one rank, end to end (issue #5):
+#  1. 2 ranks with global batch B give the losses, validation losses and gradient norms of 1 rank
+#     with global batch B (relative 2e-5: fp32 sums in another order), for ZeRO 0, 1, 2, 3, with
+#     the optimizer state in DRAM and on NVMe; two micro-steps per step, so stages 2-3 reduce
+#     every micro-step; bytes sent per step per rank = the ZeRO paper's volume within 1%;
+#  2. two 2-rank runs with the same seed are bitwise identical (ZeRO-3, NVMe);
+#  3. hierarchy "node" (two simulated nodes of one rank) gives the same losses;
+#  4. per-rank checkpoints: resuming at step 3 gives bitwise the uninterrupted run; resuming
+#     on 1 rank is refused with a message;
+#  5. ZeRO-3 weight memory per rank (mincore) well under the whole model and within 5% of the
+#     planner's prediction for the same layout;
+#  6. a rank that dies ends the job within bounded time with a clear message (mpirun's own
+#     kill, and memwall's --comm-timeout when the launcher does not kill).
+set -uo pipefail
+: "${MW_MPIRUN:?}" "${MW_BUILD_DIR:?}" "${MW_SOURCE_DIR:?}"
+M="$MW_BUILD_DIR/memwall"
+dir="$MW_BUILD_DIR/test-scratch/mpi_train_cli-$$"
+rm -rf "$dir"; mkdir -p "$dir"
+cd "$dir" || exit 1
+MPI=("$MW_MPIRUN" --allow-run-as-root --oversubscribe -np 2)
+COMMON=(--preset tiny --steps 6 --batch 4 --grad-accum 2 --val-every 3 --sample-len 0 --threads 1
+        --data "$MW_SOURCE_DIR/data/kjv_excerpt.txt")
+fail=0
+bad() { echo "FAIL: $*"; fail=1; }
+run() { # name, then the command; output in name.out
+  local name=$1; shift
+  if ! "$@" > "$name.out" 2>&1; then cat "$name.out"; bad "$name exited non-zero"; return 1; fi
+}
+
+# compare A B [exact]: losses / val losses / grad norms, line by line.
+compare() {
+  python3 - "$@" <<'EOF'
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1])]
+b = [json.loads(l) for l in open(sys.argv[2])]
+exact = len(sys.argv) > 3
+if len(a) != len(b):
+    sys.exit(f"{sys.argv[2]}: {len(b)} lines, {sys.argv[1]} has {len(a)}")
+worst = 0.0
+for x, y in zip(a, b):
+    for k in ("loss", "val_loss", "grad_norm"):
+        if (k in x) != (k in y):
+            sys.exit(f"step {x.get('step')}: {k} in one log only")
+        if k not in x:
+            continue
+        if exact and x[k] != y[k]:
+            sys.exit(f"step {x['step']}: {k} {x[k]!r} != {y[k]!r} (expected bitwise equal)")
+        rel = abs(x[k] - y[k]) / max(abs(x[k]), 1e-30)
+        worst = max(worst, rel)
+        if rel > 2e-5:
+            sys.exit(f"step {x['step']}: {k} {x[k]} vs {y[k]}: relative {rel:.2e} > 2e-5")
+print(f"  {sys.argv[2]}: {len(b)} lines match {sys.argv[1]} ({'bitwise' if exact else f'worst relative {worst:.1e}'})")
+EOF
+}
+
+# 1. ranks x stages x tiers
+for tier in dram nvme; do
+  run one_$tier "$M" train "${COMMON[@]}" --optimizer-tier $tier --nvme-dir "$dir/nvme1" --log-json one_$tier.json || continue
+  params=$(sed -n 's/.*(\([0-9]*\) params.*/\1/p' one_$tier.out | head -1)
+  for z in 0 1 2 3; do
+    n=two_${tier}_z$z
+    run $n "${MPI[@]}" "$M" train "${COMMON[@]}" --optimizer-tier $tier --nvme-dir "$dir/nvme.%r" --zero $z \
+        --log-json $n.json || continue
+    compare one_$tier.json $n.json || bad "$n differs from one rank"
+    grep -q "data parallel: 2 ranks" $n.out || bad "$n: no data-parallel line"
+    if [ $tier = nvme ]; then
+      [ -d "$dir/nvme.0" ] && [ -d "$dir/nvme.1" ] || bad "$n: no per-rank NVMe directories (%r)"
+    fi
+    # Bytes sent per step per rank against the ZeRO paper (N = 2, m = 2 micro-steps, Psi = 4 x params).
+    python3 - $n.json "$params" $z <<'EOF' || bad "$n: communication volume"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l]
+psi, z = 4 * int(sys.argv[2]), int(sys.argv[3])
+N, m = 2, 2
+want = {0: 2, 1: 2, 2: m + 1, 3: 3 * m}[z] * psi * (N - 1) / N   # 2 Psi, 2 Psi, (m+1) Psi, 3m Psi x (N-1)/N
+for r in rows:
+    sent = r["comm_sent_bytes"]
+    if r["ranks"] != 2 or r["zero"] != z:
+        sys.exit(f"log says ranks {r['ranks']} zero {r['zero']}")
+    if abs(sent - want) > 0.01 * want:
+        sys.exit(f"step {r['step']}: sent {sent} bytes, expected {want:.0f} (+-1%)")
+print(f"  ZeRO-{z}: {rows[-1]['comm_sent_bytes']} bytes sent per step per rank = {rows[-1]['comm_sent_bytes'] / psi:.3f} Psi "
+      f"(paper: {want / psi:.3f} Psi for N=2, m=2)")
+EOF
+  done
+done
+
+# 2. two runs, same seed: bitwise
+run again "${MPI[@]}" "$M" train "${COMMON[@]}" --optimizer-tier nvme --nvme-dir "$dir/nvme.again.%r" --zero 3 \
+    --log-json again.json && { compare two_nvme_z3.json again.json exact || bad "two 2-rank runs differ"; }
+
+# 3. hierarchy node: 2 simulated nodes of 1 rank (shard within the node, replicate across)
+MEMWALL_RANKS_PER_NODE=1 run node "${MPI[@]}" -x MEMWALL_RANKS_PER_NODE "$M" train "${COMMON[@]}" --zero 2 \
+    --zero-hierarchy node --log-json node.json && {
+  compare one_dram.json node.json || bad "hierarchy node differs"
+  grep -q "2 nodes" node.out || bad "hierarchy node: not 2 nodes"
+}
+
+# 4. per-rank checkpoints and resume
+run ck "${MPI[@]}" "$M" train "${COMMON[@]}" --zero 2 --out-dir ck --ckpt-every 3 --log-json ck.json &&
+  [ -f ck/ckpt_00000003.r0.mwck ] && [ -f ck/ckpt_00000003.r1.mwck ] || bad "no per-rank checkpoints"
+run resume "${MPI[@]}" "$M" train --resume 'ck/ckpt_00000003.r%r.mwck' --sample-len 0 --log-json resume.json && {
+  tail -n +"$(grep -n '"step":4' ck.json | cut -d: -f1)" ck.json > ck_tail.json
+  compare ck_tail.json resume.json exact || bad "resumed run differs from the uninterrupted one"
+}
+"$M" train --resume ck/ckpt_00000003.r0.mwck --sample-len 0 > refuse.out 2>&1
+rc=$?
+[ $rc -eq 1 ] && grep -q "written by a run on 2 ranks" refuse.out && grep -q "mpirun -np 2" refuse.out ||
+  { cat refuse.out; bad "resuming a 2-rank checkpoint on 1 rank: exit $rc, expected 1 and a message"; }
+
+# 5. ZeRO-3 weight memory: 8 blocks of width 128 (1.6 M params)
+run mem "${MPI[@]}" "$M" train --preset tiny --layers 8 --width 128 --heads 4 --context 64 --steps 2 --batch 2 \
+    --val-every 0 --sample-len 0 --threads 1 --zero 3 --data "$MW_SOURCE_DIR/data/kjv_excerpt.txt" && {
+  grep "ZeRO-3 weights" mem.out
+  python3 - mem.out <<'EOF' || bad "ZeRO-3 weight memory"
+import re, sys
+t = open(sys.argv[1]).read()
+peak = int(re.search(r"peak resident \S+ \S+ \((\d+) bytes", t).group(1))
+whole = int(re.search(r"whole model (\d+) bytes", t).group(1))
+pred = int(re.search(r"planner predicts \S+ \S+ \((\d+) bytes", t).group(1))
+print(f"  measured {peak} bytes, whole model {whole}, planner {pred}: measured/planner {peak / pred:.4f}")
+if not peak < 0.85 * whole:
+    sys.exit("the peak is not below the whole model: weights are not released")
+if abs(peak / pred - 1) > 0.05:
+    sys.exit("measured and predicted differ by more than 5%")
+EOF
+}
+
+# 6. a rank dies after step 2
+die_case() { # name, max seconds, expected text, mpirun options...
+  local name=$1 max=$2 want=$3; shift 3
+  local t0 t1 rc
+  t0=$(date +%s)
+  MEMWALL_TEST_EXIT_AT=1:2 timeout 120 "$MW_MPIRUN" --allow-run-as-root --oversubscribe -x MEMWALL_TEST_EXIT_AT "$@" \
+      -np 2 "$M" train "${COMMON[@]}" --steps 50 --zero 2 --comm-timeout 5 > $name.out 2>&1
+  rc=$?
+  t1=$(date +%s)
+  echo "  $name: exit $rc after $((t1 - t0)) s"
+  if [ $rc -eq 0 ] || [ $rc -eq 124 ]; then cat $name.out; bad "$name: exit status $rc (0 = not noticed, 124 = hang)"; fi
+  [ $((t1 - t0)) -le "$max" ] || bad "$name: took $((t1 - t0)) s > $max s"
+  grep -q -- "$want" $name.out || { cat $name.out; bad "$name: no message matching '$want'"; }
+  ! grep -q "step     50/50" $name.out || bad "$name: rank 0 finished although rank 1 died"
+}
+die_case "mpirun kills the job" 30 "Exit code: *3"
+die_case "memwall's deadline" 30 "not finished after 5 s: another rank probably died" --mca orte_abort_on_non_zero_status 0
+
+cd / && [ $fail -eq 0 ] && rm -rf "$dir"
+[ $fail -eq 0 ] && echo "all multi-rank train checks passed"
+exit $fail
