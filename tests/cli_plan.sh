@@ -55,6 +55,33 @@ expect 0 "$cli" plan --model llama-3-70b --gpus 4 --tp 4 --inference --context 3
 python3 -c 'import json,sys; g=json.load(open(sys.argv[1]))["per_device"]["gpu"]; sys.exit(0 if g["grads"]==0 and g["optimizer"]==0 and g["activations"]==0 and g["total"]==g["params"]+20*2**30 else 1)' "$tmp/out" \
   || bad "--inference: weights + KV cache only (20 GiB of KV per GPU)"
 
+# ZeRO-3 weights of a GPT-2 config.json (what `memwall train --zero 3` is checked against):
+# shard = ceil(P / N) x 4 bytes, gathered = the two largest units, E = (Vp + maxT) C beside a
+# block B = 12C^2 + 13C; the table's rows add up to its total.
+printf '{"model_type": "gpt2", "n_layer": 12, "n_embd": 768, "n_head": 12, "vocab_size": 50304, "n_positions": 1024}\n' \
+  >"$tmp/gpt2-pad.json"
+for n in 2 8; do
+  expect 0 "$cli" plan --model "$tmp/gpt2-pad.json" --gpus $n --zero 3 --weight-dtype fp32 --json
+  python3 - "$tmp/out" $n <<'PY' || bad "ZeRO-3 weights of GPT-2 124M on $n GPUs"
+import json, sys
+z = json.load(open(sys.argv[1]))["per_device"]["zero3"]; n = int(sys.argv[2])
+C, L, Vp, T = 768, 12, 50304, 1024
+E, B, F = (Vp + T) * C, 12 * C * C + 13 * C, 2 * C
+P = E + L * B + F
+want = {"shard_bytes": -(-P // n) * 4, "gathered_bytes": (E + B) * 4, "largest_unit_params": E,
+        "second_unit_params": B, "largest_unit": "embedding", "second_unit": "block"}
+want["total_bytes"] = want["shard_bytes"] + want["gathered_bytes"]
+bad = [k for k in want if z.get(k) != want[k]]
+for k in bad: print("FAIL: zero3.%s = %r, want %r" % (k, z.get(k), want[k]))
+sys.exit(1 if bad else 0)
+PY
+done
+expect 0 "$cli" plan --model "$tmp/gpt2-pad.json" --gpus 2 --zero 3 --weight-dtype fp32
+grep -q "ZeRO-3 weights per GPU (fp32): shard 0.232 GiB (248951808 bytes) + gathered 0.173 GiB (186031104 bytes: two largest units, embedding 39419904 + block 7087872 params) = 0.405 GiB (434982912 bytes)" "$tmp/out" \
+  || bad "ZeRO-3 weights line: $(grep ZeRO-3 "$tmp/out")"
+awk '/^  (weight shard|gradients|optimizer|activations|ZeRO-3 gather|other buffers) /{s += $(NF-2)} /^  total /{t = $(NF-2)}
+     END {d = s - t; if (d < 0) d = -d; exit !(t > 0 && d <= 0.03)}' "$tmp/out" || bad "the GPU column does not add up to its total"
+
 # Usage errors exit 2 with a message.
 expect 2 "$cli" plan --model no-such-model
 grep -q "unknown model 'no-such-model'" "$tmp/err" || bad "unknown model message: $(cat "$tmp/err")"

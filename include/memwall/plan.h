@@ -223,6 +223,13 @@ struct mw_stage {
     uint64_t act_other;      /* embedding and output-layer activations */
     uint64_t act_per_layer;  /* one block, one micro-batch (dense block, or MoE if all MoE) */
     uint64_t inflight;       /* micro-batches whose activations the rank holds */
+    /* ZeRO-3 gathers each unit of weights whole (after TP/EP) just before use and prefetches
+     * the next one, so at most two units are live: the planner holds the two largest units
+     * of this rank. Units: the embedding (token rows + learned positions, first stage), each
+     * block, the final norm and an untied (or, with PP > 1, copied tied) head (last stage). */
+    uint64_t unit_params[2]; /* largest, second-largest unit on this rank (elements) */
+    const char *unit_name[2];/* "embedding", "block", "final norm", "head", "largest layer" or "" */
+    uint64_t gathered;       /* bytes of the two gathered units under ZeRO-3 (part of gpu.buffers) */
 };
 
 struct mw_time {
@@ -268,6 +275,26 @@ void mw_plan_stage_layers(const struct mw_model *m, const struct mw_layout *l, u
 /* Parameters on one rank (elements): dense (after TP) and expert (after EP/ETP). */
 void mw_plan_stage_params(const struct mw_model *m, const struct mw_layout *l, uint64_t stage,
                           struct mw_stage *s);
+
+/* ---- ZeRO-3 weights of memwall's GPT-2 (zero3.c) ----------------------------------------- */
+
+/* Peak weight memory of one rank of `memwall train --zero 3` over `ranks` data-parallel
+ * ranks (TP = PP = 1). Computed by mw_plan_compute for a GPT model of these dims (wte [Vp, C],
+ * wpe [maxT, C], biases everywhere, tied head), so `memwall plan` prints the same numbers
+ * for the same config.json, --gpus and --weight-dtype. */
+struct mw_plan_zero3_weights {
+    uint64_t params;              /* whole model (elements); equals mw_gpt2_num_params() */
+    uint64_t largest_unit_params; /* elements; for GPT-2 the embedding (wte + wpe) */
+    uint64_t second_unit_params;  /* elements; for GPT-2 one block (12C^2 + 13C) */
+    const char *largest_unit, *second_unit; /* their names ("embedding", "block", ...) */
+    uint64_t shard_bytes;         /* ceil(params / ranks) x weight bytes: this rank's shard */
+    uint64_t gathered_bytes;      /* (largest + second) x weight bytes: gathered + prefetched */
+    uint64_t total_bytes;         /* shard + gathered */
+};
+/* weight_bytes: 4 (fp32), 2 (bf16), 1 (fp8) or 0.5 (int4). -EINVAL (message set) on sizes the
+ * planner rejects (non-positive, n_embd % n_head). */
+int mw_plan_gpt2_zero3_weights(int n_layer, int n_embd, int n_head, int padded_vocab, int max_seq,
+                               int ranks, double weight_bytes, struct mw_plan_zero3_weights *out);
 
 /* ---- activations (activations.c) --------------------------------------------------------- */
 

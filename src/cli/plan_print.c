@@ -56,11 +56,13 @@ void mw_plan_print_table(FILE *f, const struct mw_model *m, const struct mw_layo
     fprintf(f, ", %" PRIu64 " micro-batches in flight\n\n", s->inflight);
 
     fprintf(f, "  per GPU, GiB        GPU       host       NVMe\n");
-    row(f, "weights", s->gpu.params, s->host.params, s->nvme.params);
+    const int z3 = l->zero >= 3;
+    row(f, z3 ? "weight shard" : "weights", s->gpu.params, s->host.params, s->nvme.params);
     row(f, "gradients", s->gpu.grads, s->host.grads, s->nvme.grads);
     row(f, "optimizer", s->gpu.optimizer, s->host.optimizer, s->nvme.optimizer);
     row(f, "activations", s->gpu.activations, s->host.activations, s->nvme.activations);
-    row(f, "buffers", s->gpu.buffers, s->host.buffers, s->nvme.buffers);
+    if (z3) row(f, "ZeRO-3 gather", s->gathered, 0, 0);
+    row(f, z3 ? "other buffers" : "buffers", s->gpu.buffers - s->gathered, s->host.buffers, s->nvme.buffers);
     if (r->kv_per_gpu) row(f, "KV cache", r->kv_per_gpu, 0, 0);
     row(f, "total", s->gpu.total + r->kv_per_gpu, s->host.total, s->nvme.total);
     fprintf(f, "  %-13s %10.2f %10.2f %10.2f\n", "capacity", gib(hw->gpu_mem), gib(hw->host_mem) / (double)gpn,
@@ -70,6 +72,15 @@ void mw_plan_print_table(FILE *f, const struct mw_model *m, const struct mw_layo
     fprintf(f, "\nper node (%" PRIu64 " GPUs): host %.2f GiB of %.0f GiB%s, NVMe %.2f GiB of %.0f GiB%s\n", gpn,
             gib(r->host_node), gib(hw->host_mem), r->fits_host ? "" : " << DOES NOT FIT",
             gib(r->nvme_node), gib(hw->nvme_bytes), r->fits_nvme ? "" : " << DOES NOT FIT");
+    if (z3) {
+        const uint64_t shard = s->gpu.params + s->host.params + s->nvme.params;
+        fprintf(f, "ZeRO-3 weights per GPU (%s): shard %.3f GiB (%" PRIu64 " bytes%s) + gathered %.3f GiB "
+                "(%" PRIu64 " bytes: two largest units, %s %" PRIu64 " + %s %" PRIu64 " params) = %.3f GiB (%"
+                PRIu64 " bytes)\n", mw_dtype_name(l->weight), gib(shard), shard,
+                l->offload_params ? (l->offload_params == MW_PLAN_TIER_CPU ? ", on the host" : ", on NVMe") : "",
+                gib(s->gathered), s->gathered, s->unit_name[0], s->unit_params[0], s->unit_name[1],
+                s->unit_params[1], gib(shard + s->gathered), shard + s->gathered);
+    }
     if (!r->fits_gpu)
         fprintf(f, "GPU: %.2f GiB needed on stage %" PRIu64 ", %.2f GiB available << DOES NOT FIT\n",
                 gib(s->gpu.total + r->kv_per_gpu), s->index, gib(hw->gpu_mem));
@@ -151,6 +162,13 @@ void mw_plan_print_json(FILE *f, const struct mw_model *m, const struct mw_layou
             ", \"nvme_bytes_per_node\": %" PRIu64 "},\n", hw->name, hw->gpu_mem, hw->host_mem, hw->nvme_bytes);
     fprintf(f, "  \"per_device\": {\n    \"stage\": %" PRIu64 ", \"layers\": %" PRIu64 ", \"params_on_device\": %" PRIu64
             ", \"params_expert\": %" PRIu64 ",\n", s->index, s->n_layers, s->params, s->params_expert);
+    if (l->zero >= 3) {
+        const uint64_t shard = s->gpu.params + s->host.params + s->nvme.params;
+        fprintf(f, "    \"zero3\": {\"shard_bytes\": %" PRIu64 ", \"gathered_bytes\": %" PRIu64
+                ", \"total_bytes\": %" PRIu64 ", \"largest_unit\": \"%s\", \"largest_unit_params\": %" PRIu64
+                ", \"second_unit\": \"%s\", \"second_unit_params\": %" PRIu64 "},\n", shard, s->gathered,
+                shard + s->gathered, s->unit_name[0], s->unit_params[0], s->unit_name[1], s->unit_params[1]);
+    }
     tier_json(f, "gpu", &s->gpu, r->kv_per_gpu, 0);
     tier_json(f, "host", &s->host, 0, 0);
     tier_json(f, "nvme", &s->nvme, 0, 1);

@@ -10,7 +10,8 @@
  * ZeRO shards non-expert state over DP and expert state over the expert-data-parallel group
  * EDP = DP*TP/(EP*ETP): stage 1 the optimizer (fp32 master + moments), stage 2 also the
  * gradients, stage 3 also the weights. Shared experts are data-parallel like dense weights
- * and split over ETP, as Zhang & Su and Megatron-Core count them.
+ * and split over ETP, as Zhang & Su and Megatron-Core count them. ZeRO-3's gathered working
+ * set is the rank's two largest units (zero3.c): the embedding often outweighs a block.
  */
 #include "memwall/plan.h"
 #include "memwall/common.h"
@@ -38,14 +39,43 @@ void mw_plan_stage_layers(const struct mw_model *m, const struct mw_layout *l, u
     }
 }
 
+int mw_plan_block_params_(const struct mw_model *m, const struct mw_layout *l, uint64_t layer,
+                          uint64_t *dense, uint64_t *expert)
+{
+    struct mw_layer_params lp;
+    mw_model_layer_params(m, layer, &lp);
+    *dense = cdiv(lp.attn_tp, l->tp) + lp.attn_rep + cdiv(lp.mlp_tp, l->tp) + lp.mlp_rep + lp.norms +
+             lp.router + cdiv(lp.shared, l->etp);
+    *expert = lp.n_routed ? lp.n_routed / l->ep * cdiv(lp.expert, l->etp) : 0;
+    return lp.n_routed != 0;
+}
+
+uint64_t mw_plan_embed_params_(const struct mw_model *m, const struct mw_layout *l)
+{
+    return cdiv((m->vocab + m->type_vocab) * m->hidden, l->tp) + m->max_pos * m->hidden;
+}
+
+uint64_t mw_plan_head_params_(const struct mw_model *m, const struct mw_layout *l)
+{
+    return (!m->tied_embeddings || l->pp > 1) ? cdiv(m->vocab * m->hidden, l->tp) : 0;
+}
+
+uint64_t mw_plan_final_params_(const struct mw_model *m)
+{
+    const uint64_t h = m->hidden;
+    uint64_t fnorm = m->norm == MW_NORM_LAYER ? 2 * h : m->norm == MW_NORM_RMS ? h : 0;
+    if (m->arch == MW_ARCH_T5) fnorm = 2 * (fnorm + m->rel_buckets * m->n_head);
+    if (m->arch == MW_ARCH_BERT) fnorm += h * h + h;
+    return fnorm;
+}
+
 void mw_plan_stage_params(const struct mw_model *m, const struct mw_layout *l, uint64_t stage,
                           struct mw_stage *s)
 {
     memset(s, 0, sizeof *s);
     s->index = stage;
-    const uint64_t tp = l->tp, h = m->hidden;
     if (m->arch == MW_ARCH_BARE) { /* no shapes: everything divides over TP and PP */
-        s->params_dense = cdiv(m->bare_params, tp * l->pp);
+        s->params_dense = cdiv(m->bare_params, l->tp * l->pp);
         s->params = s->params_dense;
         s->has_embedding = stage == 0;
         s->has_head = stage == l->pp - 1;
@@ -55,52 +85,24 @@ void mw_plan_stage_params(const struct mw_model *m, const struct mw_layout *l, u
         uint64_t first, count;
         mw_plan_stage_layers(m, l, stage, c, &first, &count);
         for (uint64_t i = first; i < first + count; i++) {
-            struct mw_layer_params lp;
-            mw_model_layer_params(m, i, &lp);
+            uint64_t dense, expert;
             s->n_layers++;
-            s->params_dense += cdiv(lp.attn_tp, tp) + lp.attn_rep + cdiv(lp.mlp_tp, tp) + lp.mlp_rep +
-                               lp.norms + lp.router + cdiv(lp.shared, l->etp);
-            if (lp.n_routed) {
-                s->n_moe_layers++;
-                s->params_expert += lp.n_routed / l->ep * cdiv(lp.expert, l->etp);
-            }
+            s->n_moe_layers += (uint64_t)mw_plan_block_params_(m, l, i, &dense, &expert);
+            s->params_dense += dense;
+            s->params_expert += expert;
         }
     }
     /* Embedding (vocab-parallel) and learned positions (replicated) on rank 0; the head on
      * the last rank, which also keeps a copy of a tied embedding when PP > 1. */
     if (stage == 0) {
         s->has_embedding = 1;
-        s->params_dense += cdiv((m->vocab + m->type_vocab) * h, tp) + m->max_pos * h;
+        s->params_dense += mw_plan_embed_params_(m, l);
     }
     if (stage == l->pp - 1) {
         s->has_head = 1;
-        uint64_t head = (!m->tied_embeddings || l->pp > 1) ? m->vocab * h : 0;
-        uint64_t fnorm = m->norm == MW_NORM_LAYER ? 2 * h : m->norm == MW_NORM_RMS ? h : 0;
-        if (m->arch == MW_ARCH_T5) fnorm = 2 * (fnorm + m->rel_buckets * m->n_head);
-        if (m->arch == MW_ARCH_BERT) fnorm += h * h + h;
-        s->params_dense += cdiv(head, tp) + fnorm;
+        s->params_dense += mw_plan_head_params_(m, l) + mw_plan_final_params_(m);
     }
     s->params = s->params_dense + s->params_expert;
-}
-
-/* Largest block on the rank, after TP/EP: what ZeRO-3 gathers at once. */
-static uint64_t largest_block(const struct mw_model *m, const struct mw_layout *l, uint64_t stage)
-{
-    if (m->arch == MW_ARCH_BARE) return m->bare_largest ? cdiv(m->bare_largest, l->tp) : 0;
-    uint64_t best = 0;
-    for (uint64_t c = 0; c < l->interleave; c++) {
-        uint64_t first, count;
-        mw_plan_stage_layers(m, l, stage, c, &first, &count);
-        for (uint64_t i = first; i < first + count; i++) {
-            struct mw_layer_params lp;
-            mw_model_layer_params(m, i, &lp);
-            uint64_t b = cdiv(lp.attn_tp + lp.mlp_tp, l->tp) + lp.attn_rep + lp.mlp_rep + lp.norms +
-                         lp.router + cdiv(lp.shared, l->etp) +
-                         (lp.n_routed ? lp.n_routed / l->ep * cdiv(lp.expert, l->etp) : 0);
-            best = MW_MAX(best, b);
-        }
-    }
-    return best;
 }
 
 static void tier_add(struct mw_plan_tier_bytes *t)
@@ -118,7 +120,7 @@ static struct mw_plan_tier_bytes *tier_of(struct mw_stage *s, enum mw_plan_tier 
 #define MW_SUBGROUP_PARAMS (1ull << 27)
 #define MW_GRAD_BUCKET_BYTES (1ull << 28)
 
-static void stage_memory(const struct mw_model *m, const struct mw_layout *l, struct mw_stage *s)
+static void stage_memory(const struct mw_layout *l, struct mw_stage *s)
 {
     const double w = mw_dtype_bytes(l->weight);
     const int train = !l->inference;
@@ -128,12 +130,17 @@ static void stage_memory(const struct mw_model *m, const struct mw_layout *l, st
     const uint64_t D = s->params_dense, E = s->params_expert;
     const double shard = (double)cdiv(D, dp) + (double)cdiv(E, edp), full = (double)(D + E);
 
-    /* Weights. */
+    /* Weights: under ZeRO-3 the shard, plus the unit in use and the one prefetched on the
+     * GPU (the two largest units bound them); NVMe-offloaded weights also pass through pinned
+     * host buffers of that size. */
     double pbytes = (l->zero >= 3 ? shard : full) * w;
-    uint64_t work = largest_block(m, l, s->index);
+    const uint64_t work = (uint64_t)((double)(s->unit_params[0] + s->unit_params[1]) * w);
     tier_of(s, l->offload_params)->params += (uint64_t)pbytes;
-    if (l->zero >= 3) s->gpu.buffers += (uint64_t)(2 * work * w); /* gathered block + prefetch */
-    if (l->offload_params == MW_PLAN_TIER_NVME) s->host.buffers += (uint64_t)(2 * work * w);
+    if (l->zero >= 3) {
+        s->gathered = work;
+        s->gpu.buffers += work;
+    }
+    if (l->offload_params == MW_PLAN_TIER_NVME) s->host.buffers += work;
 
     /* Gradients: the shard goes where the optimizer steps; without ZeRO-2 the GPU keeps them
      * all until the reduce. */
@@ -183,8 +190,9 @@ int mw_plan_compute(const struct mw_model *m, const struct mw_layout *lin, const
     for (uint64_t st = 0; st < l->pp; st++) {
         struct mw_stage *s = &r->stage[st];
         mw_plan_stage_params(m, l, st, s);
+        mw_plan_stage_units_(m, l, s);
         mw_plan_stage_act_(m, l, s);
-        stage_memory(m, l, s);
+        stage_memory(l, s);
         if (s->gpu.total > r->stage[r->worst].gpu.total) r->worst = st;
         worst_host = MW_MAX(worst_host, s->host.total);
         worst_nvme = MW_MAX(worst_nvme, s->nvme.total);
