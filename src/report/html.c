@@ -206,9 +206,8 @@ int mw_report_write_html(const struct mw_report *r, const char *path)
     if (r->rank >= 0 && r->world_size > 0) fprintf(f, " of %d", r->world_size);
     if (r->rank >= 0 && r->zero_stage >= 0) fprintf(f, ", ZeRO stage %d", r->zero_stage);
     if (r->rank >= 0) fputs(")", f);
-    fputs(". Definitions: compute = time in forward/backward/update phases outside offload waits; "
-          "overlap fraction = I/O busy time that coincides with compute / all I/O busy time; exposed waits "
-          "(I/O and communication) are not compute (docs/report.md).</p>\n", f);
+    fputs(". Definitions: compute = time in forward/backward/update phases outside offload and comm waits; "
+          "overlap fraction = I/O busy time that coincides with compute / all I/O busy time (docs/report.md).</p>\n", f);
     summary(f, r);
     rp_html_ranks(f, r);
     fputs("<h2>Bytes per tier over time, by kind of state</h2>\n<p class=\"note\">Stacked by kind; background: "
