@@ -5,7 +5,8 @@
  *   2. the synthetic generator's trace (layout in src/report/synth.c), against closed forms;
  *   3. truncated / malformed / missing traces: MW_EFORMAT or -errno, message naming the file;
  *   4. the writers: HTML (self-contained, no script), CSV (row counts), text.
- * With arguments `gen STEPS PATH` it only writes a synthetic trace (for measuring the report).
+ * With arguments `gen STEPS PATH [RANK WORLD_SIZE]` it only writes a synthetic trace (for
+ * measuring the report; with RANK and WORLD_SIZE a rank's trace with comm spans).
  */
 #include "testutil.h"
 #include "memwall/report.h"
@@ -400,10 +401,11 @@ static void test_escaping(const char *dir)
 
 int main(int argc, char **argv)
 {
-    if (argc == 4 && !strcmp(argv[1], "gen")) { /* test_report gen STEPS PATH */
+    if ((argc == 4 || argc == 6) && !strcmp(argv[1], "gen")) { /* test_report gen STEPS PATH [RANK WORLD] */
         struct mw_report_synth s;
         mw_report_synth_default(&s);
         s.steps = atoll(argv[2]);
+        if (argc == 6) { s.rank = atoi(argv[4]); s.world_size = atoi(argv[5]); }
         if (mw_report_synth_write(&s, argv[3])) { fprintf(stderr, "%s\n", mw_error_msg()); return 1; }
         return 0;
     }

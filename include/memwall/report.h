@@ -17,7 +17,14 @@
  *   compute  = time inside phase spans forward|backward|update, minus offload "wait" spans;
  *   exposed I/O wait = union of offload "wait" spans;
  *   I/O busy = union of the intervals of all cat "io" requests (any tier pair);
- *   overlap fraction = |I/O busy ∩ compute| / |I/O busy| (NaN when there was no I/O).
+ *   overlap fraction = |I/O busy ∩ compute| / |I/O busy| (NaN when there was no I/O);
+ *   exposed comm wait = union of comm "wait" spans (also taken out of compute);
+ *   comm busy of an operation = union of its collectives' spans (issue to completion);
+ *   achieved comm bandwidth = payload bytes / comm busy (GB/s = 10^9 bytes/s).
+ *
+ * Several ranks: mw_report_load_ranks() reads one trace per rank (mpirun ... --trace
+ * run/trace.%r.json), gives the full report of rank 0 and one row per rank (peaks per tier
+ * and kind, ZeRO-3 resident weights, comm bytes and wait, NVMe bytes, median step).
  *
  * Usage:
  *   struct mw_report *r;
@@ -51,8 +58,13 @@ enum { MW_PHASE_NONE = 0, MW_PHASE_FORWARD, MW_PHASE_BACKWARD, MW_PHASE_UPDATE, 
  * first bucket also takes everything smaller, the last everything larger. */
 enum { MW_REPORT_HIST_MIN_LOG2 = 12, MW_REPORT_HIST_BUCKETS = 20 }; /* <=4 KiB ... >1 GiB */
 
+/* Collectives (spans cat "comm"), in the order of enum mw_comm_op (memwall/comm.h). */
+enum { MW_REPORT_COMM_ALLREDUCE = 0, MW_REPORT_COMM_REDUCE_SCATTER, MW_REPORT_COMM_ALLGATHER,
+       MW_REPORT_COMM_NOPS };
+
 const char *mw_report_kind_name(int kind);   /* "weights", ..., "other", "untracked" */
 const char *mw_report_phase_name(int phase); /* "-", "forward", ..., "validation" */
+const char *mw_report_comm_op_name(int op);  /* "allreduce", "reduce_scatter", "allgather" */
 
 struct mw_report_opts {
     int bins;          /* points per time series (charts and CSV); default 800 */
@@ -100,6 +112,38 @@ struct mw_report_step {
     double compute_s, wait_s, io_busy_s, overlap_s;
     double overlap;                 /* overlap_s / io_busy_s; NaN without I/O */
     uint64_t bytes_moved;           /* bytes of the I/O requests submitted inside the step */
+    uint64_t comm_sent_bytes;       /* "sent" bytes of the collectives issued inside the step */
+    double comm_wait_s;             /* exposed comm wait inside the step */
+};
+
+/* One collective operation over the run (spans cat "comm" of that name). */
+struct mw_report_comm {
+    uint64_t calls;
+    uint64_t payload_bytes;         /* sum of args "bytes" (the collective's buffer) */
+    uint64_t sent_bytes;            /* sum of args "sent" (what this rank sends, ring algorithm) */
+    int max_ranks;                  /* largest group size seen (args "ranks"); 0 unknown */
+    double busy_s;                  /* union of the op's spans */
+    double achieved_bw;             /* payload_bytes / busy_s (bytes/s); 0 without busy time */
+    double wait_s;                  /* exposed wait attributed to this op: sum of the comm "wait"
+                                       spans during which a collective of this op with the same
+                                       bytes and ranks completed */
+    double *inflight;               /* [nbins] mean collectives of this op in flight */
+};
+
+/* One row of the per-rank table (mw_report_load_ranks). Bytes are bytes, times seconds. */
+struct mw_report_rank {
+    char path[512];
+    int rank;                       /* metadata "rank", else the trace's position in the list */
+    int world_size, zero_stage;     /* metadata; -1 when absent */
+    uint64_t peak_device_bytes, peak_host_bytes, peak_nvme_bytes; /* each tier's peak */
+    uint64_t peak_kind_bytes[MW_REPORT_NKINDS]; /* each kind's peak summed over tiers */
+    int has_resident;               /* the trace has a "zero3 resident weights" counter */
+    uint64_t resident_peak_bytes;   /* its highest value */
+    uint64_t comm_sent_bytes;       /* all collectives */
+    double comm_wait_s;             /* exposed comm wait, whole run */
+    uint64_t nvme_read_bytes, nvme_written_bytes; /* I/O from / to the nvme tier */
+    double step_median_s;           /* NaN without steps */
+    int nsteps;
 };
 
 /* One optimizer subgroup (offload and decision spans with arg "subgroup"). */
@@ -144,6 +188,28 @@ struct mw_report {
     int ndetail_rects; struct mw_report_rect *detail_rects; /* lane: see report_detail_lane */
     int ndetail_points; struct mw_report_point *detail_points;
     int detail_truncated;           /* more rectangles than kept */
+
+    /* Run identity from metadata (-1 when absent). */
+    int rank, world_size, zero_stage;
+    uint64_t peak_kind_bytes[MW_REPORT_NKINDS]; /* each kind's highest total over all tiers */
+    /* ZeRO-3: counter "zero3 resident weights" (bytes of the weights resident on this rank). */
+    int has_resident;
+    uint64_t resident_peak_bytes, resident_final_bytes;
+    double resident_peak_t_s;
+
+    /* Communication (spans cat "comm"); has_comm = 0 for single-rank runs. */
+    int has_comm;
+    struct mw_report_comm comm[MW_REPORT_COMM_NOPS];
+    uint64_t comm_payload_bytes, comm_sent_bytes; /* all ops */
+    double comm_busy_s;             /* union of all collectives */
+    double comm_wait_s;             /* exposed comm wait: union of comm "wait" spans */
+    double comm_wait_unattributed_s;/* wait spans matched to no collective */
+    double comm_overlap_s, comm_overlap; /* |comm busy ∩ compute|, / comm busy (NaN: none) */
+    double steps_wall_s;            /* sum of the steps' wall times ("% of step time") */
+    double *comm_wait_bins;         /* [nbins] share of each bin spent in exposed comm wait */
+
+    /* Per-rank table: filled by mw_report_load_ranks, else nranks 0. */
+    int nranks; struct mw_report_rank *ranks;
 };
 
 /* Loads and analyses a trace. Returns 0, or -errno / MW_EFORMAT with a message naming the file
@@ -153,8 +219,26 @@ void mw_report_free(struct mw_report *r);
 
 /* Writers. Each returns 0 or -errno with a message naming the path. */
 int mw_report_write_html(const struct mw_report *r, const char *path);
-int mw_report_write_csv(const struct mw_report *r, const char *dir); /* creates dir if needed */
+int mw_report_write_csv(const struct mw_report *r, const char *dir); /* creates dir if needed;
+                                                                        ranks.csv when nranks > 0 */
 int mw_report_write_text(const struct mw_report *r, FILE *out);
+
+/* Several ranks' traces of one run. Loads each trace in turn (one full report in memory at a
+ * time besides the kept one), keeps the full report of rank 0 (metadata "rank" 0, else the
+ * first path) and puts one row per trace, sorted by rank, into (*out)->ranks. The writers then
+ * add a "Ranks" table (CSV: ranks.csv). Returns 0; the first trace's load error (names the
+ * file); or MW_REPORT_EMISMATCH when the traces are not of one run: world_size differs (the
+ * message names the file that differs and the one it is compared with) or a rank repeats. */
+enum { MW_REPORT_EMISMATCH = -10101 };
+int mw_report_load_ranks(struct mw_report **out, const char *const *paths, int n,
+                         const struct mw_report_opts *opts);
+/* The ranks-table row of one loaded report (rank = metadata, else `index`). */
+void mw_report_rank_row(const struct mw_report *r, int index, struct mw_report_rank *row);
+/* Expands a path holding "%r" (every occurrence) for r = 0, 1, ... while the file exists, up
+ * to max_ranks. *paths is malloc'ed (free each and the array: mw_report_paths_free). Returns
+ * the count (>= 1), or -ENOENT with a message naming the pattern when rank 0's file is absent. */
+int mw_report_expand_ranks(const char *pattern, int max_ranks, char ***paths);
+void mw_report_paths_free(char **paths, int n);
 
 /* Load + text summary in one call (what `memwall train` prints at the end of a run). */
 int mw_report_text_summary(const char *trace_path, FILE *out);
@@ -167,6 +251,9 @@ struct mw_report_synth {
     uint64_t sg_bytes;      /* bytes per subgroup state object; default 64 MiB */
     uint64_t req_bytes;     /* I/O request size; default 8 MiB */
     double step_us;         /* step length in microseconds; default 100000 */
+    int world_size;         /* > 0: also comm spans, metadata rank/world_size/zero_stage and the
+                               "zero3 resident weights" counter; default 0 (none) */
+    int rank;               /* with world_size: this trace's rank; default 0 */
 };
 void mw_report_synth_default(struct mw_report_synth *s);
 int mw_report_synth_write(const struct mw_report_synth *s, const char *path);

@@ -1,7 +1,10 @@
 /*
- * cmd_report.c — `memwall report TRACE [-o report.html] [--csv DIR] [--text]`: the I/O and
- * memory study of a run from its trace (src/report). Writes the HTML report (default
- * report.html) unless only --text is asked for; prints where it wrote what.
+ * cmd_report.c — `memwall report TRACE... [-o report.html] [--csv DIR] [--text]`: the I/O,
+ * communication and memory study of a run from its trace (src/report). Writes the HTML report
+ * (default report.html) unless only --text is asked for; prints where it wrote what.
+ * Several traces (one per rank), or one path holding %r (expanded for r = 0, 1, ... while the
+ * file exists): the report of rank 0 plus a per-rank table. Traces of different runs
+ * (world_size differs, a rank twice) are a usage error (exit 2).
  * The option table has long options only; "-o" is mapped to "--output" before parsing.
  */
 #include "cli/commands.h"
@@ -25,31 +28,52 @@ int mw_cmd_report(int argc, char **argv)
         {"step", MW_OPT_INT, &step, "N", "step shown in detail (-1: the last one in the trace)", -1, 1e15, NULL},
     };
     const struct mw_cmd_spec spec = {
-        "report", "TRACE",
+        "report", "TRACE [TRACE...]",
         "The I/O-pattern and memory-utilisation study of a run, from its Chrome/Perfetto JSON trace "
         "(memwall train --trace): bytes per tier over time by kind with the phases shaded, the I/O "
-        "timeline, request sizes and bandwidth per tier pair against the calibrated limit, per-step and "
-        "per-subgroup tables. One self-contained HTML file (inline SVG, no network).",
-        opts, MW_NOPTS(opts), 1, 1};
+        "and communication timeline, request sizes and bandwidth per tier pair against the calibrated "
+        "limit, collectives and exposed comm wait, per-step and per-subgroup tables. One self-contained "
+        "HTML file (inline SVG, no network). Several traces of one multi-rank run (one per rank, or one "
+        "path with %r for the rank: run/trace.%r.json): rank 0's report plus a per-rank table.",
+        opts, MW_NOPTS(opts), 1, MW_MAX(1, argc)};
 
     char **av = calloc((size_t)argc + 1, sizeof *av);
     if (!av) { fprintf(stderr, "memwall report: out of memory\n"); return 1; }
     for (int i = 0; i < argc; i++) av[i] = !strcmp(argv[i], "-o") ? "--output" : argv[i];
-    char *pos[1];
+    char **pos = calloc((size_t)MW_MAX(1, argc), sizeof *pos);
+    if (!pos) { free(av); fprintf(stderr, "memwall report: out of memory\n"); return 1; }
     int npos = 0;
     int rc = mw_opts_parse(&spec, argc, av, pos, &npos);
-    free(av);
-    if (rc == MW_OPTS_HELP) return 0;
-    if (rc) return 2;
-    const char *trace = pos[0];
+    if (rc) { free(pos); free(av); return rc == MW_OPTS_HELP ? 0 : 2; }
     int want_html = !text || mw_opts_given(&spec, "output");
 
     struct mw_report_opts ro;
     mw_report_opts_default(&ro);
     ro.bins = (int)bins;
     ro.detail_step = step;
-    struct mw_report *r;
-    int err = mw_report_load(&r, trace, &ro);
+    struct mw_report *r = NULL;
+    int err;
+    if (npos == 1 && !strstr(pos[0], "%r")) {
+        err = mw_report_load(&r, pos[0], &ro);
+    } else {
+        char **paths = NULL;
+        int n = npos;
+        for (int i = 0; i < npos; i++)
+            if (strstr(pos[i], "%r") && npos > 1) {
+                fprintf(stderr, "memwall report: %s: a path with %%r stands for every rank; give it alone\n", pos[i]);
+                free(pos); free(av);
+                return 2;
+            }
+        if (npos == 1) {
+            n = mw_report_expand_ranks(pos[0], 1 << 16, &paths);
+            if (n < 0) { free(pos); free(av); mw_cli_fail("report", n); return 1; }
+        }
+        err = mw_report_load_ranks(&r, paths ? (const char *const *)paths : (const char *const *)pos, n, &ro);
+        mw_report_paths_free(paths, paths ? n : 0);
+    }
+    free(pos);
+    free(av);
+    if (err == MW_REPORT_EMISMATCH) { fprintf(stderr, "memwall report: %s\n", mw_error_msg()); return 2; }
     if (err) { mw_cli_fail("report", err); return 1; }
     if (step >= 0 && r->detail_step != step)
         fprintf(stderr, "memwall report: step %lld is not in the trace; showing step %lld in detail\n",

@@ -2,7 +2,7 @@
  * analyze.c — from compact trace records to the report's series and tables: the time range,
  * bytes per tier stacked by kind (peak-preserving downsampling), and per tier-pair I/O
  * figures (histogram, busy time, bandwidth and requests in flight over time). The step,
- * subgroup and detail tables are in analyze_steps.c.
+ * subgroup and detail tables are in analyze_steps.c, communication in analyze_comm.c.
  */
 #include "report/report_internal.h"
 
@@ -32,6 +32,12 @@ static int cmp_span(const void *x, const void *y)
     return p->t0 < q->t0 ? -1 : p->t0 > q->t0 ? 1 : 0;
 }
 
+static int cmp_comm(const void *x, const void *y)
+{
+    const struct rp_comm *p = x, *q = y;
+    return p->t0 < q->t0 ? -1 : p->t0 > q->t0 ? 1 : 0;
+}
+
 static int bin_of(const struct mw_report *r, double t)
 {
     double b = (t - r->t0_s) / r->bin_s;
@@ -45,6 +51,7 @@ static void time_range(struct mw_report *r, const struct rp_trace *t)
     for (size_t i = 0; i < t->nio; i++) { lo = MW_MIN(lo, t->io[i].t0); hi = MW_MAX(hi, t->io[i].t1); }
     for (size_t i = 0; i < t->nmem; i++) { lo = MW_MIN(lo, t->mem[i].t); hi = MW_MAX(hi, t->mem[i].t); }
     for (size_t i = 0; i < t->nspan; i++) { lo = MW_MIN(lo, t->span[i].t0); hi = MW_MAX(hi, t->span[i].t1); }
+    for (size_t i = 0; i < t->ncomm; i++) { lo = MW_MIN(lo, t->comm[i].t0); hi = MW_MAX(hi, t->comm[i].t1); }
     if (!(lo <= hi)) lo = hi = 0;
     if (hi - lo < 1e-6) hi = lo + 1e-6;
     r->t0_s = lo;
@@ -58,10 +65,12 @@ static int memory_series(struct mw_report *r, const struct rp_trace *t)
     const int K = MW_REPORT_NKINDS, nb = r->nbins;
     int64_t (*kinds)[MW_REPORT_NKINDS] = calloc((size_t)r->ntiers, sizeof *kinds);
     int64_t *counter = calloc((size_t)r->ntiers, sizeof *counter);
+    /* Each tier's last state by kind, and their sum over tiers (for peak_kind_bytes). */
+    uint64_t (*cur)[MW_REPORT_NKINDS] = calloc((size_t)MW_MAX(1, r->ntiers), sizeof *cur), all[MW_REPORT_NKINDS] = {0};
     uint8_t *filled = calloc((size_t)r->ntiers * (size_t)nb, 1);
     uint64_t *endstate = calloc((size_t)r->ntiers * (size_t)nb * (size_t)K, sizeof *endstate);
     int rc = -ENOMEM;
-    if (!kinds || !counter || !filled || !endstate) goto out;
+    if (!kinds || !counter || !filled || !endstate || !cur) goto out;
     for (int i = 0; i < r->ntiers; i++) {
         counter[i] = -1;
         r->tiers[i].by_kind = calloc((size_t)nb * (size_t)K, sizeof(uint64_t));
@@ -86,7 +95,12 @@ static int memory_series(struct mw_report *r, const struct rp_trace *t)
         st[MW_REPORT_KIND_UNTRACKED] = counter[ti] > (int64_t)sum ? (uint64_t)counter[ti] - sum : 0;
         uint64_t total = sum + st[MW_REPORT_KIND_UNTRACKED];
         if (total > T->peak_bytes) { T->peak_bytes = total; T->peak_t_s = m->t; }
-        for (int k = 0; k < K; k++) T->peak_by_kind[k] = MW_MAX(T->peak_by_kind[k], st[k]);
+        for (int k = 0; k < K; k++) {
+            T->peak_by_kind[k] = MW_MAX(T->peak_by_kind[k], st[k]);
+            all[k] += st[k] - cur[ti][k];
+            cur[ti][k] = st[k];
+            r->peak_kind_bytes[k] = MW_MAX(r->peak_kind_bytes[k], all[k]);
+        }
         T->final_bytes = total;
         int b = bin_of(r, m->t);
         size_t row = (size_t)ti * (size_t)nb + (size_t)b;
@@ -120,7 +134,7 @@ static int memory_series(struct mw_report *r, const struct rp_trace *t)
     }
     rc = 0;
 out:
-    free(kinds); free(counter); free(filled); free(endstate);
+    free(kinds); free(counter); free(filled); free(endstate); free(cur);
     return rc;
 }
 
@@ -236,6 +250,13 @@ int rp_analyze(struct mw_report *r, struct rp_trace *t, const struct mw_report_o
     r->n_events = t->n_events;
     r->n_ignored = t->n_ignored;
     r->dropped_events = t->dropped;
+    r->rank = t->rank;
+    r->world_size = t->world_size;
+    r->zero_stage = t->zero_stage;
+    r->has_resident = t->has_resident;
+    r->resident_peak_bytes = (uint64_t)t->resident_peak;
+    r->resident_final_bytes = (uint64_t)t->resident_final;
+    if (t->ncomm) qsort(t->comm, t->ncomm, sizeof *t->comm, cmp_comm);
     if (t->nio) qsort(t->io, t->nio, sizeof *t->io, cmp_io);
     if (t->nmem) qsort(t->mem, t->nmem, sizeof *t->mem, cmp_mem);
     /* Derived steps/decisions (load.c) only stand in when the trace has no real ones. */
@@ -247,6 +268,7 @@ int rp_analyze(struct mw_report *r, struct rp_trace *t, const struct mw_report_o
     t->nspan = w;
     if (t->nspan) qsort(t->span, t->nspan, sizeof *t->span, cmp_span);
     time_range(r, t);
+    r->resident_peak_t_s = t->resident_peak_t;
 
     /* Reorder tiers; remap the records' tier indices. */
     int order[RP_MAX_TIERS], remap[RP_MAX_TIERS], n = 0;

@@ -1,8 +1,9 @@
 /*
  * analyze_steps.c — the per-step table, the whole-run time budget, the per-subgroup table and
  * the one-step detail view. The definitions (docs/report.md) as set algebra on intervals:
- *   C  (compute)  = ∪ phase spans forward|backward|update  \  W
+ *   C  (compute)  = ∪ phase spans forward|backward|update  \  (W ∪ Wc)
  *   W  (exposed I/O wait) = ∪ offload "wait" spans
+ *   Wc (exposed comm wait) = ∪ comm "wait" spans (analyze_comm.c)
  *   IO (I/O busy) = ∪ cat "io" request intervals, all tier pairs
  *   overlap fraction = |IO ∩ C| / |IO|
  * each measured inside a step's [start, end) for the table, and over the whole trace.
@@ -34,7 +35,7 @@ static int is_compute(const struct rp_span *s)
 
 static int steps_table(struct mw_report *r, const struct rp_trace *t)
 {
-    struct rp_ivls raw = {0}, W = {0}, C = {0}, IO = {0}, OV = {0}, ph[MW_PHASE_COUNT];
+    struct rp_ivls raw = {0}, W = {0}, WA = {0}, C = {0}, IO = {0}, OV = {0}, ph[MW_PHASE_COUNT];
     memset(ph, 0, sizeof ph);
     double *walls = NULL;
     int rc = -ENOMEM;
@@ -42,16 +43,19 @@ static int steps_table(struct mw_report *r, const struct rp_trace *t)
         const struct rp_span *s = &t->span[i];
         if (is_compute(s) && rp_ivls_push(&raw, s->t0, s->t1)) goto out;
         if (s->cat == RP_CAT_PHASE && rp_ivls_push(&ph[s->name], s->t0, s->t1)) goto out;
-        if (s->cat == RP_CAT_OFFLOAD && s->name == RP_OFF_WAIT && rp_ivls_push(&W, s->t0, s->t1)) goto out;
+        if (s->cat == RP_CAT_OFFLOAD && s->name == RP_OFF_WAIT &&
+            (rp_ivls_push(&W, s->t0, s->t1) || rp_ivls_push(&WA, s->t0, s->t1))) goto out;
         if (s->cat == RP_CAT_STEP) r->nsteps++;
     }
+    if (rp_comm_wait_ivls(t, &WA)) goto out; /* blocked on communication is not compute either */
     for (size_t i = 0; i < t->nio; i++)
         if (rp_ivls_push(&IO, t->io[i].t0, t->io[i].t1)) goto out;
     rp_ivls_normalize(&raw);
     rp_ivls_normalize(&W);
+    rp_ivls_normalize(&WA);
     rp_ivls_normalize(&IO);
     for (int p = 0; p < MW_PHASE_COUNT; p++) rp_ivls_normalize(&ph[p]);
-    if (rp_ivls_subtract(&raw, &W, &C) || rp_ivls_intersect(&IO, &C, &OV)) goto out;
+    if (rp_ivls_subtract(&raw, &WA, &C) || rp_ivls_intersect(&IO, &C, &OV)) goto out;
 
     r->compute_s = rp_ivls_total(&C);
     r->wait_s = rp_ivls_total(&W);
@@ -74,6 +78,7 @@ static int steps_table(struct mw_report *r, const struct rp_trace *t)
         st->start_s = s->t0;
         st->wall_s = s->t1 - s->t0;
         walls[k] = st->wall_s;
+        r->steps_wall_s += st->wall_s;
         for (int p = 1; p < MW_PHASE_COUNT; p++) st->phase_s[p] = rp_ivls_measure_in(&ph[p], s->t0, s->t1, &cph[p]);
         st->compute_s = rp_ivls_measure_in(&C, s->t0, s->t1, &cC);
         st->wait_s = rp_ivls_measure_in(&W, s->t0, s->t1, &cW);
@@ -91,9 +96,9 @@ static int steps_table(struct mw_report *r, const struct rp_trace *t)
         int m = r->nsteps;
         r->step_wall_median_s = m % 2 ? walls[m / 2] : 0.5 * (walls[m / 2 - 1] + walls[m / 2]);
     }
-    rc = 0;
+    rc = rp_analyze_comm(r, t, &C);
 out:
-    rp_ivls_free(&raw); rp_ivls_free(&W); rp_ivls_free(&C); rp_ivls_free(&IO); rp_ivls_free(&OV);
+    rp_ivls_free(&raw); rp_ivls_free(&W); rp_ivls_free(&WA); rp_ivls_free(&C); rp_ivls_free(&IO); rp_ivls_free(&OV);
     for (int p = 0; p < MW_PHASE_COUNT; p++) rp_ivls_free(&ph[p]);
     free(walls);
     return rc;
@@ -157,7 +162,8 @@ static int subgroups_table(struct mw_report *r, const struct rp_trace *t)
     return 0;
 }
 
-/* Detail lanes: 0 phases, 1..5 offload read/update/write/refresh/wait, 6+ I/O per tier pair. */
+/* Detail lanes: 0 phases, 1..5 offload read/update/write/refresh/wait, 6.. I/O per tier pair,
+ * then (traces with comm) 6 + npairs + op: allreduce, reduce_scatter, allgather, comm wait. */
 static int detail_view(struct mw_report *r, const struct rp_trace *t, const struct mw_report_opts *o)
 {
     r->detail_step = -1;
@@ -203,6 +209,19 @@ static int detail_view(struct mw_report *r, const struct rp_trace *t, const stru
         q->kind = io->pair;
         q->sub = -1;
         q->bytes = io->bytes;
+    }
+    for (size_t i = 0; i < t->ncomm; i++) {
+        const struct rp_comm *c = &t->comm[i];
+        if (c->t0 > pick->t1) break;
+        if (c->t1 < pick->t0 || (c->t1 == pick->t0 && c->t0 < c->t1)) continue;
+        if (r->ndetail_rects >= RP_DETAIL_MAX_RECTS) { r->detail_truncated = 1; break; }
+        struct mw_report_rect *q = &r->detail_rects[r->ndetail_rects++];
+        q->t0_s = MW_MAX(c->t0, pick->t0);
+        q->t1_s = MW_MIN(c->t1, pick->t1);
+        q->lane = 1 + RP_OFF_COUNT + r->npairs + c->op;
+        q->kind = c->op;
+        q->sub = -1;
+        q->bytes = c->bytes > 0 ? (uint64_t)c->bytes : 0;
     }
     return 0;
 }

@@ -38,6 +38,18 @@ static int close_csv(FILE *f, const char *path)
     return 0;
 }
 
+/* A text field, quoted (RFC 4180) when it holds a comma, quote or line break. */
+static void csv_str(FILE *f, const char *s)
+{
+    if (!strpbrk(s, ",\"\r\n")) { fputs(s, f); return; }
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"') fputc('"', f);
+        fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
 static void num(FILE *f, double v)
 {
     if (isnan(v)) fputs(",", f);
@@ -118,13 +130,16 @@ int mw_report_write_csv(const struct mw_report *r, const char *dir)
     OPEN("steps.csv");
     fprintf(f, "step,tokens,start_s,wall_s");
     for (int p = 1; p < MW_PHASE_COUNT; p++) fprintf(f, ",%s_s", mw_report_phase_name(p));
-    fprintf(f, ",compute_s,exposed_io_wait_s,io_busy_s,overlap_s,overlap_fraction,bytes_moved\n");
+    fprintf(f, ",compute_s,exposed_io_wait_s,io_busy_s,overlap_s,overlap_fraction,bytes_moved,comm_sent_bytes,"
+               "exposed_comm_wait_s\n");
     for (int i = 0; i < r->nsteps; i++) {
         const struct mw_report_step *s = &r->steps[i];
         fprintf(f, "%lld,%lld,%.9g,%.9g", (long long)s->step, (long long)s->tokens, s->start_s - r->t0_s, s->wall_s);
         for (int p = 1; p < MW_PHASE_COUNT; p++) num(f, s->phase_s[p]);
         num(f, s->compute_s); num(f, s->wait_s); num(f, s->io_busy_s); num(f, s->overlap_s); num(f, s->overlap);
-        fprintf(f, ",%llu\n", (unsigned long long)s->bytes_moved);
+        fprintf(f, ",%llu,%llu", (unsigned long long)s->bytes_moved, (unsigned long long)s->comm_sent_bytes);
+        num(f, s->comm_wait_s);
+        fputc('\n', f);
     }
     if ((rc = close_csv(f, path))) return rc;
 
@@ -145,11 +160,13 @@ int mw_report_write_csv(const struct mw_report *r, const char *dir)
     OPEN("detail_spans.csv");
     fprintf(f, "step,lane,name,t0_s,t1_s,subgroup,bytes\n");
     static const char *const off[] = {"read", "update", "write", "refresh", "wait"};
+    const int comm_lane = 1 + RP_OFF_COUNT + r->npairs;
     for (int i = 0; i < r->ndetail_rects; i++) {
         const struct mw_report_rect *q = &r->detail_rects[i];
         fprintf(f, "%lld,", (long long)r->detail_step);
         if (q->lane == 0) fprintf(f, "phase,%s", mw_report_phase_name(q->kind));
         else if (q->lane <= RP_OFF_COUNT) fprintf(f, "offload,%s", off[q->lane - 1]);
+        else if (q->lane >= comm_lane) fprintf(f, "comm,%s", mw_report_comm_op_name(q->kind));
         else fprintf(f, "io,%s->%s", r->pairs[q->kind].from, r->pairs[q->kind].to);
         fprintf(f, ",%.9g,%.9g,", q->t0_s - r->t0_s, q->t1_s - r->t0_s);
         if (q->sub >= 0) fprintf(f, "%lld", (long long)q->sub);
@@ -167,6 +184,57 @@ int mw_report_write_csv(const struct mw_report *r, const char *dir)
         fputc('\n', f);
     }
     if ((rc = close_csv(f, path))) return rc;
+
+    /* Communication: one row per operation and a total ("all"; its busy time is the union). */
+    OPEN("comm.csv");
+    fprintf(f, "op,calls,max_ranks,payload_bytes,sent_bytes,busy_s,achieved_bytes_per_s,exposed_wait_s,"
+               "exposed_wait_share_of_step_time\n");
+    double whole = r->nsteps ? r->steps_wall_s : r->t1_s - r->t0_s;
+    uint64_t calls = 0;
+    int mr = 0;
+    for (int op = 0; op < MW_REPORT_COMM_NOPS; op++) {
+        const struct mw_report_comm *o = &r->comm[op];
+        calls += o->calls;
+        mr = MW_MAX(mr, o->max_ranks);
+        if (!o->calls) continue;
+        fprintf(f, "%s,%llu,%d,%llu,%llu", mw_report_comm_op_name(op), (unsigned long long)o->calls, o->max_ranks,
+                (unsigned long long)o->payload_bytes, (unsigned long long)o->sent_bytes);
+        num(f, o->busy_s); num(f, o->achieved_bw); num(f, o->wait_s); num(f, whole > 0 ? o->wait_s / whole : NAN);
+        fputc('\n', f);
+    }
+    if (r->has_comm) {
+        fprintf(f, "all,%llu,%d,%llu,%llu", (unsigned long long)calls, mr, (unsigned long long)r->comm_payload_bytes,
+                (unsigned long long)r->comm_sent_bytes);
+        num(f, r->comm_busy_s); num(f, r->comm_busy_s > 0 ? (double)r->comm_payload_bytes / r->comm_busy_s : 0);
+        num(f, r->comm_wait_s); num(f, whole > 0 ? r->comm_wait_s / whole : NAN);
+        fputc('\n', f);
+    }
+    if ((rc = close_csv(f, path))) return rc;
+
+    if (r->nranks) {
+        OPEN("ranks.csv");
+        fprintf(f, "rank,trace,world_size,zero_stage,peak_device_bytes,peak_host_bytes,peak_nvme_bytes");
+        for (int k = 0; k < MW_REPORT_NKINDS; k++) fprintf(f, ",peak_%s_bytes", mw_report_kind_name(k));
+        fprintf(f, ",peak_zero3_resident_weights_bytes,comm_sent_bytes,exposed_comm_wait_s,nvme_read_bytes,"
+                   "nvme_written_bytes,steps,step_median_s\n");
+        for (int i = 0; i < r->nranks; i++) {
+            const struct mw_report_rank *k = &r->ranks[i];
+            fprintf(f, "%d,", k->rank);
+            csv_str(f, k->path);
+            fprintf(f, ",%d,%d,%llu,%llu,%llu", k->world_size, k->zero_stage, (unsigned long long)k->peak_device_bytes,
+                    (unsigned long long)k->peak_host_bytes, (unsigned long long)k->peak_nvme_bytes);
+            for (int j = 0; j < MW_REPORT_NKINDS; j++) fprintf(f, ",%llu", (unsigned long long)k->peak_kind_bytes[j]);
+            if (k->has_resident) fprintf(f, ",%llu", (unsigned long long)k->resident_peak_bytes);
+            else fputc(',', f);
+            fprintf(f, ",%llu", (unsigned long long)k->comm_sent_bytes);
+            num(f, k->comm_wait_s);
+            fprintf(f, ",%llu,%llu,%d", (unsigned long long)k->nvme_read_bytes, (unsigned long long)k->nvme_written_bytes,
+                    k->nsteps);
+            num(f, k->step_median_s);
+            fputc('\n', f);
+        }
+        if ((rc = close_csv(f, path))) return rc;
+    }
 #undef OPEN
     return 0;
 }

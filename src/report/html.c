@@ -15,6 +15,8 @@ void rp_html_bandwidth(FILE *f, const struct mw_report *r);
 void rp_html_histogram(FILE *f, const struct mw_report *r);
 void rp_html_steps_chart(FILE *f, const struct mw_report *r);
 void rp_html_detail(FILE *f, const struct mw_report *r);
+void rp_html_comm(FILE *f, const struct mw_report *r);
+void rp_html_ranks(FILE *f, const struct mw_report *r);
 
 #define MAX_ROWS 200
 
@@ -70,6 +72,12 @@ static void summary(FILE *f, const struct mw_report *r)
     kpi(f, "overlap fraction (I/O busy under compute)", b);
     snprintf(b, sizeof b, "%.3f s", r->wait_s);
     kpi(f, "exposed I/O wait", b);
+    if (r->has_comm) {
+        kpi(f, "communication sent", mw_fmt_bytes(b, sizeof b, r->comm_sent_bytes));
+        snprintf(b, sizeof b, "%.3f s", r->comm_wait_s);
+        kpi(f, "exposed comm wait", b);
+    }
+    if (r->has_resident) kpi(f, "peak zero3 resident weights", mw_fmt_bytes(b, sizeof b, r->resident_peak_bytes));
     fputs("</div>\n", f);
     fprintf(f, "<p class=\"note\">%llu events read, %llu of kinds the report does not use",
             (unsigned long long)r->n_events, (unsigned long long)r->n_ignored);
@@ -133,7 +141,9 @@ static void steps_table(FILE *f, const struct mw_report *r)
                 every, r->nsteps);
     fputs("<table><tr><th>step</th><th>tokens</th><th>wall (ms)</th><th>forward (ms)</th><th>backward (ms)</th>"
           "<th>update (ms)</th><th>compute (ms)</th><th>exposed I/O wait (ms)</th><th>I/O busy (ms)</th>"
-          "<th>overlap fraction</th><th>bytes moved</th></tr>\n", f);
+          "<th>overlap fraction</th><th>bytes moved</th>", f);
+    if (r->has_comm) fputs("<th>comm sent</th><th>exposed comm wait (ms)</th>", f);
+    fputs("</tr>\n", f);
     for (int i = 0; i < r->nsteps; i++) {
         if (i % every && i != r->nsteps - 1) continue;
         const struct mw_report_step *s = &r->steps[i];
@@ -148,7 +158,12 @@ static void steps_table(FILE *f, const struct mw_report *r)
         td_time(f, s->wait_s);
         td_time(f, s->io_busy_s);
         td_frac(f, s->overlap);
-        fprintf(f, "<td>%s</td></tr>\n", mw_fmt_bytes(b, sizeof b, s->bytes_moved));
+        fprintf(f, "<td>%s</td>", mw_fmt_bytes(b, sizeof b, s->bytes_moved));
+        if (r->has_comm) {
+            fprintf(f, "<td>%s</td>", mw_fmt_bytes(b, sizeof b, s->comm_sent_bytes));
+            td_time(f, s->comm_wait_s);
+        }
+        fputs("</tr>\n", f);
     }
     fputs("</table>\n", f);
 }
@@ -187,9 +202,14 @@ int mw_report_write_html(const struct mw_report *r, const char *path)
     rp_esc(f, r->path);
     fprintf(f, "</title><style>%s</style></head><body>\n<h1>memwall report</h1>\n<p class=\"note\">Trace: ", css);
     rp_esc(f, r->path);
-    fputs(". Definitions: compute = time in forward/backward/update phases outside offload waits; "
+    if (r->rank >= 0) fprintf(f, " (rank %d", r->rank);
+    if (r->rank >= 0 && r->world_size > 0) fprintf(f, " of %d", r->world_size);
+    if (r->rank >= 0 && r->zero_stage >= 0) fprintf(f, ", ZeRO stage %d", r->zero_stage);
+    if (r->rank >= 0) fputs(")", f);
+    fputs(". Definitions: compute = time in forward/backward/update phases outside offload and comm waits; "
           "overlap fraction = I/O busy time that coincides with compute / all I/O busy time (docs/report.md).</p>\n", f);
     summary(f, r);
+    rp_html_ranks(f, r);
     fputs("<h2>Bytes per tier over time, by kind of state</h2>\n<p class=\"note\">Stacked by kind; background: "
           "the phase covering most of each time bin. Each point is the bin's highest total, so peaks are kept.</p>\n", f);
     if (!r->phases_resolved)
@@ -198,13 +218,15 @@ int mw_report_write_html(const struct mw_report *r, const char *path)
                 r->bin_s / r->step_wall_median_s, (long long)r->detail_step);
     rp_html_memory(f, r);
     tiers_table(f, r);
-    fputs("<h2>I/O between tiers</h2>\n", f);
+    fputs(r->has_comm ? "<h2>I/O between tiers and communication</h2>\n" : "<h2>I/O between tiers</h2>\n", f);
     rp_html_io_timeline(f, r);
     fputs("<p class=\"note\">Bandwidth: the line is the rate while the pair is busy (bytes in the bin / time "
           "with a request in flight), the light area the bin average.</p>\n", f);
     rp_html_bandwidth(f, r);
     rp_html_histogram(f, r);
     pairs_table(f, r);
+    fputs("<h2>Communication</h2>\n", f);
+    rp_html_comm(f, r);
     fputs("<h2>Steps</h2>\n", f);
     rp_html_steps_chart(f, r);
     steps_table(f, r);

@@ -104,34 +104,54 @@ void rp_html_memory(FILE *f, const struct mw_report *r)
     free(cum);
 }
 
+/* One lane of the timeline: a step area of series[nbins] scaled to its maximum. */
+static void timeline_lane(struct rp_chart *c, const struct mw_report *r, int base, int lane, const double *series,
+                          const char *color, const char *what)
+{
+    FILE *f = c->f;
+    double mx = 0;
+    for (int b = 0; b < r->nbins; b++) mx = MW_MAX(mx, series[b]);
+    fprintf(f, "<text x=\"%d\" y=\"%d\" class=\"tk\" text-anchor=\"end\">max %.2f</text>\n", c->ml - 6, base - 4, mx);
+    fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#ccc\"/>\n", c->ml, base, W - c->mr, base);
+    if (mx <= 0) return;
+    fprintf(f, "<path fill=\"%s\" fill-opacity=\"0.8\" d=\"M%d %d", color, c->ml, base);
+    for (int b = 0; b < r->nbins; b++) {
+        double y = base - (lane - 8) * series[b] / mx;
+        fprintf(f, " L%.1f %.1f L%.1f %.1f", rp_cx(c, b * r->bin_s), y, rp_cx(c, (b + 1) * r->bin_s), y);
+    }
+    fprintf(f, " L%d %d Z\"><title>%s per %.3f ms bin (max %.2f)</title></path>\n", W - c->mr, base, what,
+            r->bin_s * 1e3, mx);
+}
+
 void rp_html_io_timeline(FILE *f, const struct mw_report *r)
 {
-    if (!r->npairs) { fputs("<p class=\"note\">No I/O events in this trace.</p>\n", f); return; }
-    const int lane = 46;
-    struct rp_chart c = {.f = f, .w = W, .h = 34 + lane * r->npairs + 10, .ml = 110, .mr = 16, .mt = 10, .mb = 34};
+    int ops[MW_REPORT_COMM_NOPS], nops = 0;
+    for (int op = 0; op < MW_REPORT_COMM_NOPS; op++)
+        if (r->comm[op].calls) ops[nops++] = op;
+    int ncomm = r->has_comm ? nops + 1 : 0; /* the collectives present, and the exposed wait */
+    if (!r->npairs && !ncomm) { fputs("<p class=\"note\">No I/O or communication events in this trace.</p>\n", f); return; }
+    const int lane = 46, nl = r->npairs + ncomm;
+    struct rp_chart c = {.f = f, .w = W, .h = 34 + lane * nl + 10, .ml = 130, .mr = 16, .mt = 10, .mb = 34};
     time_axis(r, &c, r->t1_s - r->t0_s);
     c.no_y = 1;
     c.y0 = 0; c.y1 = 1;
-    rp_chart_begin(&c, "I/O timeline: requests in flight per tier pair");
+    rp_chart_begin(&c, ncomm ? "I/O and communication timeline: requests and collectives in flight, exposed comm wait"
+                             : "I/O timeline: requests in flight per tier pair");
     rp_chart_axes(&c);
     for (int p = 0; p < r->npairs; p++) {
         const struct mw_report_pair *P = &r->pairs[p];
-        double mx = 0;
-        for (int b = 0; b < r->nbins; b++) mx = MW_MAX(mx, P->inflight[b]);
         int base = c.mt + lane * (p + 1) - 4;
         fprintf(f, "<text x=\"%d\" y=\"%d\" class=\"tk\" text-anchor=\"end\">", c.ml - 6, base - 18);
         rp_esc(f, P->from); fputs("-&gt;", f); rp_esc(f, P->to);
-        fprintf(f, "</text><text x=\"%d\" y=\"%d\" class=\"tk\" text-anchor=\"end\">max %.1f</text>\n",
-                c.ml - 6, base - 4, mx);
-        fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#ccc\"/>\n", c.ml, base, W - c.mr, base);
-        if (mx <= 0) continue;
-        fprintf(f, "<path fill=\"%s\" fill-opacity=\"0.8\" d=\"M%d %d", rp_pair_color(p), c.ml, base);
-        for (int b = 0; b < r->nbins; b++) {
-            double y = base - (lane - 8) * P->inflight[b] / mx;
-            fprintf(f, " L%.1f %.1f L%.1f %.1f", rp_cx(&c, b * r->bin_s), y, rp_cx(&c, (b + 1) * r->bin_s), y);
-        }
-        fprintf(f, " L%d %d Z\"><title>mean requests in flight per %.3f ms bin (max %.1f)</title></path>\n",
-                W - c.mr, base, r->bin_s * 1e3, mx);
+        fputs("</text>\n", f);
+        timeline_lane(&c, r, base, lane, P->inflight, rp_pair_color(p), "mean requests in flight");
+    }
+    for (int i = 0; i < ncomm; i++) {
+        int base = c.mt + lane * (r->npairs + i + 1) - 4, op = i < nops ? ops[i] : RP_COMM_WAIT;
+        fprintf(f, "<text x=\"%d\" y=\"%d\" class=\"tk\" text-anchor=\"end\">comm %s</text>\n", c.ml - 6, base - 18,
+                i < nops ? mw_report_comm_op_name(op) : "wait (exposed)");
+        if (i < nops) timeline_lane(&c, r, base, lane, r->comm[op].inflight, rp_comm_color(op), "mean collectives in flight");
+        else timeline_lane(&c, r, base, lane, r->comm_wait_bins, rp_comm_color(op), "share of time blocked on communication");
     }
     rp_chart_end(&c);
 }
@@ -255,15 +275,17 @@ void rp_html_steps_chart(FILE *f, const struct mw_report *r)
     c.y0 = 0; c.y1 = mx * 1e3 * 1.08; c.ylabel = "time (ms)";
     rp_chart_begin(&c, "time per step");
     rp_chart_axes(&c);
-    static const char *const names[] = {"wall", "compute", "exposed I/O wait", "I/O busy"};
-    static const char *const colors[] = {"#333333", "#4e79a7", "#e15759", "#f28e2b"};
-    for (int s = 0; s < 4; s++) {
+    static const char *const names[] = {"wall", "compute", "exposed I/O wait", "I/O busy", "exposed comm wait"};
+    static const char *const colors[] = {"#333333", "#4e79a7", "#e15759", "#f28e2b", "#17becf"};
+    const int nlines = r->has_comm ? 5 : 4;
+    for (int s = 0; s < nlines; s++) {
         fprintf(f, "<path fill=\"none\" stroke=\"%s\" stroke-width=\"1.2\" d=\"M", colors[s]);
         for (int g = 0; g < groups; g++) {
             double v = 0; /* the group's maximum, so outliers stay visible */
             for (int i = g * per; i < MW_MIN(r->nsteps, (g + 1) * per); i++) {
                 const struct mw_report_step *st = &r->steps[i];
-                double x = s == 0 ? st->wall_s : s == 1 ? st->compute_s : s == 2 ? st->wait_s : st->io_busy_s;
+                double x = s == 0 ? st->wall_s : s == 1 ? st->compute_s : s == 2 ? st->wait_s
+                         : s == 3 ? st->io_busy_s : st->comm_wait_s;
                 v = MW_MAX(v, x);
             }
             fprintf(f, "%s%.1f %.1f", g ? " L" : "", rp_cx(&c, (g + 0.5) * per), rp_cy(&c, v * 1e3));
@@ -271,7 +293,7 @@ void rp_html_steps_chart(FILE *f, const struct mw_report *r)
         fputs("\"/>\n", f);
     }
     rp_chart_end(&c);
-    rp_legend(f, names, colors, 4);
+    rp_legend(f, names, colors, nlines);
 }
 
 void rp_html_detail(FILE *f, const struct mw_report *r)
@@ -279,7 +301,8 @@ void rp_html_detail(FILE *f, const struct mw_report *r)
     if (r->detail_step < 0) return;
     static const char *const lane_names[] = {"phase", "offload read", "offload update", "offload write",
                                              "offload refresh", "offload wait"};
-    int nl = 1 + RP_OFF_COUNT + r->npairs, lane = 22;
+    const int comm_lane = 1 + RP_OFF_COUNT + r->npairs; /* then allreduce .. allgather, wait */
+    int nl = comm_lane + (r->has_comm ? RP_COMM_WAIT + 1 : 0), lane = 22;
     double span = r->detail_t1_s - r->detail_t0_s;
     struct rp_chart c = {.f = f, .w = W, .h = 10 + lane * nl + 34, .ml = 130, .mr = 16, .mt = 10, .mb = 34};
     c.x0 = 0; c.x1 = span > 0 ? span : 1e-6;
@@ -290,6 +313,7 @@ void rp_html_detail(FILE *f, const struct mw_report *r)
     for (int l = 0; l < nl; l++) {
         fprintf(f, "<text x=\"%d\" y=\"%d\" class=\"tk\" text-anchor=\"end\">", c.ml - 6, c.mt + lane * l + 15);
         if (l <= RP_OFF_COUNT) rp_esc(f, lane_names[l]);
+        else if (l >= comm_lane) fprintf(f, "comm %s", mw_report_comm_op_name(l - comm_lane));
         else {
             const struct mw_report_pair *P = &r->pairs[l - 1 - RP_OFF_COUNT];
             fputs("io ", f); rp_esc(f, P->from); fputs("-&gt;", f); rp_esc(f, P->to);
@@ -301,11 +325,13 @@ void rp_html_detail(FILE *f, const struct mw_report *r)
         const struct mw_report_rect *q = &r->detail_rects[i];
         double x0 = rp_cx(&c, q->t0_s - r->detail_t0_s), x1 = rp_cx(&c, q->t1_s - r->detail_t0_s);
         const char *col = q->lane == 0 ? rp_phase_color(q->kind)
-                        : q->lane <= RP_OFF_COUNT ? rp_kind_color(q->lane - 1) : rp_pair_color(q->kind);
+                        : q->lane <= RP_OFF_COUNT ? rp_kind_color(q->lane - 1)
+                        : q->lane >= comm_lane ? rp_comm_color(q->kind) : rp_pair_color(q->kind);
         fprintf(f, "<rect x=\"%.1f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\" stroke=\"%s\" "
                    "stroke-width=\"0.3\"><title>",
                 x0, c.mt + lane * q->lane + 2, MW_MAX(0.5, x1 - x0), lane - 4, col, q->lane == 0 ? "#999" : "#fff");
         if (q->lane == 0) fprintf(f, "%s", mw_report_phase_name(q->kind));
+        else if (q->lane >= comm_lane) fprintf(f, "%s", mw_report_comm_op_name(q->kind));
         else if (q->sub >= 0) fprintf(f, "subgroup %lld", (long long)q->sub);
         if (q->bytes) fprintf(f, " %s", mw_fmt_bytes(b, sizeof b, q->bytes));
         fprintf(f, ", %.3f ms</title></rect>\n", (q->t1_s - q->t0_s) * 1e3);

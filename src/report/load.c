@@ -116,6 +116,7 @@ static const char *const phase_names[] = {"-", "forward", "backward", "update", 
 static const char *const offload_names[] = {"read", "update", "write", "refresh", "wait"};
 static const char *const decision_names[] = {"cpu", "device"};
 static const char *const cat_names[] = {"phase", "step", "offload", "decision"};
+static const char *const comm_names[] = {"allreduce", "reduce_scatter", "allgather", "wait"};
 
 /* A time arg in ns: "<key>_ns", or "<key>_us" * 1000; -1 when absent. */
 static int64_t ns_arg(const cJSON *args, const char *key)
@@ -142,6 +143,22 @@ static int take_transfer(struct rp_trace *t, int h2d, double t0, double t1, cons
     return 0;
 }
 
+/* A span cat "comm": a collective (allreduce / reduce_scatter / allgather) or a "wait" on one. */
+static int take_comm(struct rp_trace *t, const char *name, double t0, double t1, const cJSON *args)
+{
+    int op = lookup(name, comm_names, RP_COMM_WAIT + 1);
+    if (op < 0) { t->n_ignored++; return 0; } /* e.g. a barrier: not a collective we count */
+    if (rp_grow((void **)&t->comm, &t->capcomm, t->ncomm, sizeof *t->comm)) return -ENOMEM;
+    struct rp_comm *c = &t->comm[t->ncomm++];
+    c->t0 = t0; c->t1 = t1; c->op = (int8_t)op;
+    int64_t g = inum(args, "group"), n = inum(args, "ranks");
+    c->group = (int8_t)(g >= 0 && g < 100 ? g : -1);
+    c->ranks = (int32_t)(n >= 0 && n < INT32_MAX ? n : -1);
+    c->bytes = inum(args, "bytes");
+    c->sent = inum(args, "sent");
+    return 0;
+}
+
 /* One event object. Returns 0, -ENOMEM, or 1 for "structurally wrong" (message in *why). */
 int rp_take_event(struct rp_trace *t, const cJSON *e, const char **why)
 {
@@ -159,6 +176,7 @@ int rp_take_event(struct rp_trace *t, const cJSON *e, const char **why)
         const cJSON *dv = cJSON_GetObjectItemCaseSensitive(e, "dur");
         if (!cJSON_IsNumber(dv) || dv->valuedouble < 0) { *why = "\"X\" event without a valid \"dur\""; return 1; }
         double t1 = ts + dv->valuedouble * 1e-6;
+        if (cat && !strcmp(cat, "comm")) return take_comm(t, name, ts, t1, args);
         if (cat && !strcmp(cat, "io")) {
             int wr = name && !strcmp(name, "write");
             const cJSON *fv = cJSON_GetObjectItemCaseSensitive(args, "from");
@@ -243,6 +261,15 @@ int rp_take_event(struct rp_trace *t, const cJSON *e, const char **why)
         m->value = tb >= 0 ? (uint64_t)tb : 0;
         return 0;
     }
+    if (!strcmp(ph, "C") && name && !strcmp(name, "zero3 resident weights")) {
+        /* ZeRO-3: bytes of the weights resident on this rank (not a tier total). */
+        double v = num(args, "value", num(args, "bytes", -1));
+        if (v < 0) { t->n_ignored++; return 0; }
+        if (!t->has_resident || v > t->resident_peak) { t->resident_peak = v; t->resident_peak_t = ts; }
+        t->has_resident = 1;
+        t->resident_final = v; /* file order is time order per producer thread */
+        return 0;
+    }
     if (!strcmp(ph, "C")) {
         size_t nl = name ? strlen(name) : 0;
         char tn[32] = "";
@@ -285,6 +312,13 @@ void rp_take_metadata(struct rp_trace *t, const cJSON *md)
     /* Events lost either way: overwritten in the ring, or still being written at the dump. */
     t->dropped = (uint64_t)MW_MAX(0.0, num(md, "dropped_events", 0)) +
                  (uint64_t)MW_MAX(0.0, num(md, "skipped_events", 0));
+    /* Run identity (strings from mw_trace_meta, or numbers). */
+    double v = num(md, "rank", -1);
+    if (v >= 0 && v < INT32_MAX) t->rank = (int)v;
+    v = num(md, "world_size", -1);
+    if (v >= 1 && v < INT32_MAX) t->world_size = (int)v;
+    v = num(md, "zero_stage", -1);
+    if (v >= 0 && v < 100) t->zero_stage = (int)v;
     /* Limits: "limit.<from>-><to>.bytes_per_s". Pairs may not exist yet: create them. */
     cJSON_ArrayForEach(it, md) {
         const char *k = it->string;
@@ -309,9 +343,10 @@ void rp_trace_free(struct rp_trace *t)
     free(t->io);
     free(t->mem);
     free(t->span);
-    t->io = NULL; t->mem = NULL; t->span = NULL;
-    t->nio = t->nmem = t->nspan = 0;
-    t->capio = t->capmem = t->capspan = 0;
+    free(t->comm);
+    t->io = NULL; t->mem = NULL; t->span = NULL; t->comm = NULL;
+    t->nio = t->nmem = t->nspan = t->ncomm = 0;
+    t->capio = t->capmem = t->capspan = t->capcomm = 0;
 }
 
 const char *mw_report_kind_name(int kind)
@@ -322,4 +357,9 @@ const char *mw_report_kind_name(int kind)
 const char *mw_report_phase_name(int phase)
 {
     return phase >= 0 && phase < MW_PHASE_COUNT ? phase_names[phase] : "?";
+}
+
+const char *mw_report_comm_op_name(int op)
+{
+    return op >= 0 && op <= RP_COMM_WAIT ? comm_names[op] : "?";
 }

@@ -50,6 +50,9 @@ void mw_report_free(struct mw_report *r)
     free(r->bin_phase);
     free(r->detail_rects);
     free(r->detail_points);
+    for (int op = 0; op < MW_REPORT_COMM_NOPS; op++) free(r->comm[op].inflight);
+    free(r->comm_wait_bins);
+    free(r->ranks);
     free(r);
 }
 

@@ -50,6 +50,16 @@ struct rp_span {          /* a span of one of the categories above */
     int64_t step, tokens, sub, bytes, predicted_ns, measured_ns; /* -1 when absent */
 };
 
+#define RP_COMM_WAIT MW_REPORT_COMM_NOPS /* rp_comm.op of a comm "wait" span */
+
+struct rp_comm {          /* one span cat "comm": a collective, or a wait on one */
+    double t0, t1;        /* s: issue (or wait start), completion (or wait end) */
+    int8_t op;            /* MW_REPORT_COMM_*, or RP_COMM_WAIT */
+    int8_t group;         /* args "group" (enum mw_comm_group), -1 when absent */
+    int32_t ranks;        /* args "ranks" (group size), -1 when absent */
+    int64_t bytes, sent;  /* args "bytes" (payload), "sent"; -1 when absent */
+};
+
 struct rp_trace {
     const char *path;
     int ntiers;
@@ -62,7 +72,11 @@ struct rp_trace {
     struct rp_io *io; size_t nio, capio;
     struct rp_mem *mem; size_t nmem, capmem;
     struct rp_span *span; size_t nspan, capspan;
+    struct rp_comm *comm; size_t ncomm, capcomm;
     uint64_t n_events, n_ignored, dropped;
+    int rank, world_size, zero_stage;  /* metadata; -1 when absent */
+    int has_resident;                  /* counter "zero3 resident weights" */
+    double resident_peak, resident_peak_t, resident_final; /* bytes, s, bytes */
 };
 
 /* scan.c: the file, event by event (0, or -errno / MW_EFORMAT with a message naming it) */
@@ -89,6 +103,12 @@ double rp_ivls_total(const struct rp_ivls *l);
 double rp_ivls_measure_in(const struct rp_ivls *l, double a, double b, size_t *cursor);
 void rp_ivls_free(struct rp_ivls *l);
 
+/* analyze_comm.c: the comm tables, series and per-step figures. C is the compute set (phases
+ * minus all waits); called by analyze_steps.c once the steps exist. rp_comm_wait_ivls pushes the
+ * comm "wait" spans (not normalized). */
+int rp_comm_wait_ivls(const struct rp_trace *t, struct rp_ivls *out);
+int rp_analyze_comm(struct mw_report *r, const struct rp_trace *t, const struct rp_ivls *C);
+
 /* Growth helper for the record arrays: ensures room for one more; 0 or -ENOMEM. */
 int rp_grow(void **v, size_t *cap, size_t n, size_t elem);
 
@@ -99,5 +119,6 @@ double rp_step_median(const struct mw_report *r, size_t off);
 const char *rp_kind_color(int kind);
 const char *rp_phase_color(int phase);
 const char *rp_pair_color(int pair);
+const char *rp_comm_color(int op); /* MW_REPORT_COMM_* or RP_COMM_WAIT */
 
 #endif

@@ -18,6 +18,9 @@ static const char *const pair_colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#946
 const char *rp_kind_color(int kind) { return kind_colors[kind >= 0 && kind < MW_REPORT_NKINDS ? kind : 6]; }
 const char *rp_phase_color(int phase) { return phase_colors[phase >= 0 && phase < MW_PHASE_COUNT ? phase : 0]; }
 const char *rp_pair_color(int pair) { return pair_colors[(pair < 0 ? 0 : pair) % 6]; }
+/* allreduce, reduce_scatter, allgather, comm wait: apart from the tier-pair colours. */
+static const char *const comm_colors[RP_COMM_WAIT + 1] = {"#17becf", "#bcbd22", "#7f7f7f", "#ff7f0e"};
+const char *rp_comm_color(int op) { return comm_colors[op >= 0 && op <= RP_COMM_WAIT ? op : 0]; }
 
 void rp_esc(FILE *f, const char *s)
 {

@@ -16,7 +16,13 @@
  *   2*S*sg; per step, device activations S*sg allocated at forward start and freed in 4 equal
  *   pieces across backward, grads S*sg/2 allocated at backward start, freed at the step's end.
  *   So device peaks at 2*S*sg (backward start), host at 3*sg, nvme at 3*S*sg.
- * Whole-run and per-step figures follow (test_report.c spells them out).
+ * Ranks (world_size W > 0; P = S*sg/4 bytes, sent(x) = x/W*(W-1)): per step, reduce_scatter
+ *   of P in [.35L, .45L) and of P in [.50L, .65L), with a comm "wait" [.60L, .65L) on the
+ *   second (exposed); allgather of 2P in [.05L, .25L); group 3 (shard), ranks W. Counter
+ *   "zero3 resident weights" 2P/W at T0/2, 2P at each forward start, 2P/W at .65L. Host staging
+ *   is 3*sg + rank*req_bytes (so ranks differ); metadata rank, world_size, zero_stage 3.
+ *   Per step: sent 4P/W*(W-1), comm busy .45L, exposed comm wait .05L (out of compute too).
+ * Whole-run and per-step figures follow (test_report.c and test_report_comm.c spell them out).
  */
 #include "report/report_internal.h"
 
@@ -30,6 +36,8 @@ void mw_report_synth_default(struct mw_report_synth *s)
     s->sg_bytes = 64ull << 20;
     s->req_bytes = 8ull << 20;
     s->step_us = 100000;
+    s->world_size = 0;
+    s->rank = 0;
 }
 
 struct gen {
@@ -83,22 +91,43 @@ static void move(struct gen *g, const struct mw_report_synth *s, int read, int s
     }
 }
 
+static void counter(struct gen *g, double ts, const char *name, uint64_t v)
+{
+    sep(g);
+    fprintf(g->f, "{\"ph\":\"C\",\"cat\":\"counter\",\"name\":\"%s\",\"ts\":%.3f,\"pid\":1,\"tid\":1,"
+                  "\"args\":{\"value\":%llu}}", name, ts, (unsigned long long)v);
+}
+
+/* One collective (or a wait on one) of a rank of W: the comm layer's span. */
+static void collective(struct gen *g, const char *name, double t0, double t1, uint64_t bytes, int W)
+{
+    char a[160];
+    if (!strcmp(name, "wait")) snprintf(a, sizeof a, "\"bytes\":%llu,\"ranks\":%d", (unsigned long long)bytes, W);
+    else snprintf(a, sizeof a, "\"bytes\":%llu,\"ranks\":%d,\"group\":3,\"sent\":%llu", (unsigned long long)bytes, W,
+                  (unsigned long long)(bytes / (uint64_t)W * (uint64_t)(W - 1)));
+    span(g, "comm", name, t0, t1, a);
+}
+
 int mw_report_synth_write(const struct mw_report_synth *s, const char *path)
 {
     if (s->steps < 1 || s->subgroups < 1 || !s->req_bytes || s->sg_bytes % s->req_bytes || s->step_us <= 0)
         return mw_error_set(-EINVAL, "synthetic trace: need steps >= 1, subgroups >= 1, sg_bytes a multiple of req_bytes");
+    if (s->world_size < 0 || (s->world_size > 0 && (s->rank < 0 || s->rank >= s->world_size)))
+        return mw_error_set(-EINVAL, "synthetic trace: need 0 <= rank < world_size");
     FILE *f = fopen(path, "w");
     if (!f) return mw_error_set(-errno, "%s: cannot create: %s", path, strerror(errno));
     struct gen g = {.f = f, .first = 1};
     const double L = s->step_us, U = 0.35 * L, T0 = 1000;
     const int S = s->subgroups;
     const double q = 0.9 * U / S;
-    const uint64_t sg = s->sg_bytes, SB = (uint64_t)S * sg;
+    const uint64_t sg = s->sg_bytes, SB = (uint64_t)S * sg, P = SB / 4;
+    const int W = s->world_size;
     fputs("{\"traceEvents\":[", f);
     sep(&g);
     fputs("{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":1,\"tid\":1,\"args\":{\"name\":\"main\"}}", f);
     mem(&g, T0 / 2, 0, "weights", SB / 2, 1, "weights");
-    mem(&g, T0 / 2, 1, "staging", 3 * sg, 1, "staging");
+    mem(&g, T0 / 2, 1, "staging", 3 * sg + (W ? (uint64_t)s->rank * s->req_bytes : 0), 1, "staging");
+    if (W) counter(&g, T0 / 2, "zero3 resident weights", 2 * P / (uint64_t)W);
     mem(&g, T0 / 2, 2, "master", SB, 1, "master");
     mem(&g, T0 / 2, 2, "moments", 2 * SB, 1, "moments");
     char a[200];
@@ -129,14 +158,24 @@ int mw_report_synth_write(const struct mw_report_synth *s, const char *path)
             if (j >= 1) move(&g, s, 0, j - 1, aj + 0.4 * q, aj + 0.8 * q);
         }
         mem(&g, st + L, 0, "grads", SB / 2, 0, "grads");
+        if (W) {
+            counter(&g, st + 0.05 * L, "zero3 resident weights", 2 * P);
+            collective(&g, "allgather", st + 0.05 * L, st + 0.25 * L, 2 * P, W);
+            collective(&g, "reduce_scatter", st + 0.35 * L, st + 0.45 * L, P, W);
+            collective(&g, "reduce_scatter", st + 0.50 * L, st + 0.65 * L, P, W);
+            collective(&g, "wait", st + 0.60 * L, st + 0.65 * L, P, W);
+            counter(&g, st + 0.65 * L, "zero3 resident weights", 2 * P / (uint64_t)W);
+        }
     }
     move(&g, s, 0, S - 1, T0 + (double)s->steps * L + 0.05 * L, T0 + (double)s->steps * L + 0.05 * L + 0.4 * q);
     double bw = (double)sg / (0.4 * q * 1e-6);
     fprintf(f, "\n],\n\"metadata\":{\"tool\":\"memwall\",\"tiers\":[{\"name\":\"device\",\"budget_bytes\":%llu},"
                "{\"name\":\"host\",\"budget_bytes\":%llu},{\"name\":\"nvme\",\"budget_bytes\":%llu}],"
-               "\"dropped_events\":0,\"limit.nvme->host.bytes_per_s\":%.6g,\"limit.host->nvme.bytes_per_s\":\"%.6g\"}}\n",
+               "\"dropped_events\":0,\"limit.nvme->host.bytes_per_s\":%.6g,\"limit.host->nvme.bytes_per_s\":\"%.6g\"",
             (unsigned long long)(5 * SB / 2), (unsigned long long)(4 * sg), (unsigned long long)(4 * SB),
             bw / 0.8, bw / 0.8);
+    if (W) fprintf(f, ",\"rank\":\"%d\",\"world_size\":\"%d\",\"zero_stage\":\"3\"", s->rank, W);
+    fputs("}}\n", f);
     int bad = ferror(f);
     if (fclose(f) || bad) return mw_error_set(-EIO, "%s: write failed", path);
     return 0;

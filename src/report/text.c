@@ -52,10 +52,79 @@ static const char *frac(char *b, size_t n, double f)
     return b;
 }
 
+/* "12.3 %" of the step time, or of the trace when there are no steps. */
+static const char *share(char *b, size_t n, const struct mw_report *r, double s)
+{
+    double whole = r->nsteps ? r->steps_wall_s : r->t1_s - r->t0_s;
+    snprintf(b, n, "%.1f %% of %s time", whole > 0 ? 100 * s / whole : 0.0, r->nsteps ? "step" : "trace");
+    return b;
+}
+
+static void comm_text(const struct mw_report *r, FILE *f)
+{
+    char a[48], b[48], c[48];
+    if (!r->has_comm) { fprintf(f, "communication: none in this trace (a single-rank run)\n"); return; }
+    fprintf(f, "communication per operation (achieved = payload / busy time):\n");
+    for (int op = 0; op < MW_REPORT_COMM_NOPS; op++) {
+        const struct mw_report_comm *o = &r->comm[op];
+        if (!o->calls) continue;
+        fprintf(f, "  %-14s %llu calls over %d ranks, payload %s, sent %s, busy %.3f s, achieved %s, exposed wait %.3f s\n",
+                mw_report_comm_op_name(op), (unsigned long long)o->calls, o->max_ranks,
+                mw_fmt_bytes(a, sizeof a, o->payload_bytes), mw_fmt_bytes(b, sizeof b, o->sent_bytes), o->busy_s,
+                mw_fmt_rate(c, sizeof c, o->achieved_bw), o->wait_s);
+    }
+    fprintf(f, "  all: sent %s, busy %.3f s, overlap with compute %s, exposed comm wait %.3f s (%s)",
+            mw_fmt_bytes(a, sizeof a, r->comm_sent_bytes), r->comm_busy_s, frac(b, sizeof b, r->comm_overlap),
+            r->comm_wait_s, share(c, sizeof c, r, r->comm_wait_s));
+    if (r->comm_wait_unattributed_s > 0) fprintf(f, ", %.3f s of it matched to no collective", r->comm_wait_unattributed_s);
+    fputc('\n', f);
+}
+
+static void ranks_text(const struct mw_report *r, FILE *f)
+{
+    if (!r->nranks) return;
+    char a[48];
+    int ws = -1, zs = -1, kinds[MW_REPORT_NKINDS] = {0}, res = 0;
+    for (int i = 0; i < r->nranks; i++) {
+        const struct mw_report_rank *k = &r->ranks[i];
+        if (k->world_size > 0) ws = k->world_size;
+        if (k->zero_stage >= 0) zs = k->zero_stage;
+        for (int j = 0; j < MW_REPORT_NKINDS; j++) kinds[j] |= k->peak_kind_bytes[j] > 0;
+        res |= k->has_resident;
+    }
+    fprintf(f, "ranks: %d traces", r->nranks);
+    if (ws > 0) fprintf(f, " of world size %d%s", ws, ws != r->nranks ? " (not all ranks given)" : "");
+    if (zs >= 0) fprintf(f, ", ZeRO stage %d", zs);
+    fprintf(f, " (peak bytes per tier and per kind over all tiers; step = median)\n  rank %11s %11s %11s", "device",
+            "host", "nvme");
+    for (int j = 0; j < MW_REPORT_NKINDS; j++)
+        if (kinds[j]) fprintf(f, " %11s", mw_report_kind_name(j));
+    if (res) fprintf(f, " %11s", "zero3 res.");
+    fprintf(f, " %11s %11s %11s %11s %11s\n", "comm sent", "comm wait", "nvme read", "nvme write", "step");
+    for (int i = 0; i < r->nranks; i++) {
+        const struct mw_report_rank *k = &r->ranks[i];
+        fprintf(f, "  %4d %11s", k->rank, mw_fmt_bytes(a, sizeof a, k->peak_device_bytes));
+        fprintf(f, " %11s", mw_fmt_bytes(a, sizeof a, k->peak_host_bytes));
+        fprintf(f, " %11s", mw_fmt_bytes(a, sizeof a, k->peak_nvme_bytes));
+        for (int j = 0; j < MW_REPORT_NKINDS; j++)
+            if (kinds[j]) fprintf(f, " %11s", mw_fmt_bytes(a, sizeof a, k->peak_kind_bytes[j]));
+        if (res) fprintf(f, " %11s", k->has_resident ? mw_fmt_bytes(a, sizeof a, k->resident_peak_bytes) : "-");
+        fprintf(f, " %11s", mw_fmt_bytes(a, sizeof a, k->comm_sent_bytes));
+        fprintf(f, " %11s", ms(a, sizeof a, k->comm_wait_s));
+        fprintf(f, " %11s", mw_fmt_bytes(a, sizeof a, k->nvme_read_bytes));
+        fprintf(f, " %11s", mw_fmt_bytes(a, sizeof a, k->nvme_written_bytes));
+        fprintf(f, " %11s\n", ms(a, sizeof a, k->step_median_s));
+    }
+}
+
 int mw_report_write_text(const struct mw_report *r, FILE *f)
 {
     char a[48], b[48], c[48], d[48], e[48];
-    fprintf(f, "memwall report: %s\n", r->path);
+    fprintf(f, "memwall report: %s", r->path);
+    if (r->rank >= 0) fprintf(f, " (rank %d", r->rank);
+    if (r->rank >= 0 && r->world_size > 0) fprintf(f, " of %d", r->world_size);
+    if (r->rank >= 0 && r->zero_stage >= 0) fprintf(f, ", ZeRO stage %d", r->zero_stage);
+    fprintf(f, "%s\n", r->rank >= 0 ? ")" : "");
     fprintf(f, "  trace: %llu events, %llu dropped by the recorder, %.3f s, %d steps",
             (unsigned long long)r->n_events, (unsigned long long)r->dropped_events, r->t1_s - r->t0_s, r->nsteps);
     if (r->nsteps) fprintf(f, " (median %s per step)", ms(a, sizeof a, r->step_wall_median_s));
@@ -78,6 +147,9 @@ int mw_report_write_text(const struct mw_report *r, FILE *f)
         fprintf(f, " at %.3f s; largest kind %s (%s)\n", T->peak_t_s - r->t0_s, mw_report_kind_name(big),
                 mw_fmt_bytes(c, sizeof c, T->peak_by_kind[big]));
     }
+    if (r->has_resident)
+        fprintf(f, "  zero3 resident weights: peak %s at %.3f s, final %s\n", mw_fmt_bytes(a, sizeof a, r->resident_peak_bytes),
+                r->resident_peak_t_s - r->t0_s, mw_fmt_bytes(b, sizeof b, r->resident_final_bytes));
 
     fprintf(f, "I/O per tier pair (bandwidth while busy; peak of %.3f ms bins):\n", r->bin_s * 1e3);
     if (!r->npairs) fprintf(f, "  (no I/O events)\n");
@@ -95,6 +167,7 @@ int mw_report_write_text(const struct mw_report *r, FILE *f)
         fprintf(f, ", mean queue depth %.1f\n", P->mean_qd);
     }
 
+    comm_text(r, f);
     fprintf(f, "time (whole run): compute %.3f s, exposed I/O wait %.3f s, I/O busy %.3f s, overlap fraction %s,"
             " %s moved\n", r->compute_s, r->wait_s, r->io_busy_s, frac(a, sizeof a, r->overlap),
             mw_fmt_bytes(b, sizeof b, r->bytes_moved));
@@ -107,6 +180,10 @@ int mw_report_write_text(const struct mw_report *r, FILE *f)
                 frac(e, sizeof e, rp_step_median(r, offsetof(struct mw_report_step, overlap))));
         const struct mw_report_step *last = &r->steps[r->nsteps - 1];
         fprintf(f, " %s moved in the last step\n", mw_fmt_bytes(a, sizeof a, last->bytes_moved));
+        if (r->has_comm)
+            fprintf(f, "per step (median): exposed comm wait %s; %s sent in the last step\n",
+                    ms(a, sizeof a, rp_step_median(r, offsetof(struct mw_report_step, comm_wait_s))),
+                    mw_fmt_bytes(b, sizeof b, last->comm_sent_bytes));
     } else fprintf(f, "per step: (no step spans in the trace)\n");
 
     if (r->nsubgroups) {
@@ -131,6 +208,7 @@ int mw_report_write_text(const struct mw_report *r, FILE *f)
             fprintf(f, "; predicted %.3f s vs measured %.3f s (%+.1f %%)", pred, meas, 100 * (pred - meas) / meas);
         fputc('\n', f);
     }
+    ranks_text(r, f);
     if (ferror(f)) return mw_error_set(-EIO, "report: writing the text summary failed");
     return 0;
 }
