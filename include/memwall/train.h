@@ -93,6 +93,7 @@ struct mw_train_step_stats {
     double io_wait_s;      /* time the optimizer's update thread waited for NVMe this step, s */
     uint64_t forward_ns, backward_ns, update_ns; /* phase times of this step (summed over micro-batches) */
     uint64_t comm_sent_bytes;  /* bytes this rank sent in collectives this step (ring model) */
+    uint64_t comm_sent_mean_bytes; /* the mean of comm_sent_bytes over the ranks */
     double comm_wait_s;        /* time this rank was blocked waiting for collectives this step, s */
 };
 

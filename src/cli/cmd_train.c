@@ -13,6 +13,7 @@
 #include "memwall/data.h"
 #include "memwall/gpt2.h"
 #include "memwall/offload.h"
+#include "memwall/plan.h"
 #include "memwall/report.h"
 #include "memwall/tier.h"
 #include "memwall/trace.h"
@@ -499,12 +500,22 @@ static int report_zero3(struct run_state *s, const struct mw_gpt2_config *mc)
     uint64_t peak;
     int err = mw_trainer_zero_peak(&s->tr, &peak, 0);
     if (err) { mw_cli_fail("collecting the ZeRO-3 memory figures", err); return 1; }
-    (void)mc;
-    char a[32], b[32];
-    printf("ZeRO-3 weights per rank: peak resident %s (largest over the %d ranks, measured with mincore), of %s for "
-           "the whole model; shard of rank 0 %s\n", mw_fmt_bytes(a, sizeof a, peak), world,
-           mw_fmt_bytes(b, sizeof b, s->tr.model.sizes.params_bytes),
-           mw_fmt_bytes(b, sizeof b, zi.own_n * sizeof(float)));
+    struct mw_plan_zero3_weights pz;
+    int vp = mc->padded_vocab_size ? mc->padded_vocab_size : mc->vocab_size;
+    if ((err = mw_plan_gpt2_zero3_weights(mc->n_layer, mc->n_embd, mc->n_head, vp, mc->max_seq_len, zi.shard_ranks, 4.0, &pz))) {
+        mw_cli_fail("the planner's ZeRO-3 prediction", err);
+        return 1;
+    }
+    char a[32], b[32], c[32], d[32];
+    printf("ZeRO-3 weights per rank: peak resident %s (%" PRIu64 " bytes; the largest over the %d ranks, measured with "
+           "mincore) | rank 0's shard %s | whole model %zu bytes (%s)\n", mw_fmt_bytes(a, sizeof a, peak), peak, world,
+           mw_fmt_bytes(b, sizeof b, zi.own_n * sizeof(float)), s->tr.model.sizes.params_bytes,
+           mw_fmt_bytes(c, sizeof c, s->tr.model.sizes.params_bytes));
+    printf("  planner predicts %s (%" PRIu64 " bytes: shard %s + gathered %s, the %s and a %s); measured/predicted %.3f\n",
+           mw_fmt_bytes(a, sizeof a, pz.total_bytes), pz.total_bytes, mw_fmt_bytes(b, sizeof b, pz.shard_bytes),
+           mw_fmt_bytes(c, sizeof c, pz.gathered_bytes), pz.largest_unit, pz.second_unit,
+           (double)peak / (double)pz.total_bytes);
+    (void)d;
     return 0;
 }
 
@@ -620,11 +631,11 @@ static int run(const char *data_path, const struct mw_gpt2_config *mc, const str
                     ",\"tokens_per_s\":%.1f,\"ms\":%.3f,\"dram_bytes\":%" PRIu64 ",\"nvme_bytes\":%" PRIu64
                     ",\"nvme_read_bytes\":%" PRIu64 ",\"nvme_write_bytes\":%" PRIu64 ",\"io_wait_s\":%.6f"
                     ",\"forward_ms\":%.3f,\"backward_ms\":%.3f,\"update_ms\":%.3f,\"ranks\":%d,\"zero\":%d"
-                    ",\"comm_sent_bytes\":%" PRIu64 ",\"comm_wait_s\":%.6f}\n",
+                    ",\"comm_sent_bytes\":%" PRIu64 ",\"comm_sent_mean_bytes\":%" PRIu64 ",\"comm_wait_s\":%.6f}\n",
                     st.lr, st.grad_norm, st.clipped ? "true" : "false", st.skipped ? "true" : "false", st.tokens,
                     tps, ms, tb.params + tb.grads + tb.opt_dram + tb.acts, tb.opt_nvme, st.nvme_read_bytes,
                     st.nvme_write_bytes, st.io_wait_s, (double)st.forward_ns / 1e6, (double)st.backward_ns / 1e6,
-                    (double)st.update_ns / 1e6, world, world > 1 ? (int)A.zero : 0, st.comm_sent_bytes, st.comm_wait_s);
+                    (double)st.update_ns / 1e6, world, world > 1 ? (int)A.zero : 0, st.comm_sent_bytes, st.comm_sent_mean_bytes, st.comm_wait_s);
             if (ferror(s.log)) {
                 mw_error_set(-EIO, "writing %s failed", A.log_json);
                 mw_cli_fail("writing --log-json", -EIO);

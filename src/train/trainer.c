@@ -251,6 +251,11 @@ int mw_trainer_step(struct mw_trainer *tr, struct mw_train_step_stats *st)
         mw_comm_stats_get(c->comm, &cs);
         st->comm_sent_bytes = mw_comm_stats_sent_total(&cs);
         st->comm_wait_s = (double)cs.wait_ns / 1e9;
+        /* Shards are whole subgroups, so ranks send unequal shares; their mean is the ZeRO
+         * paper's per-rank volume. (This exchange is not counted in the step's figures.) */
+        uint64_t sum;
+        if ((err = mw_train_zero_sum_u64(zr, st->comm_sent_bytes, &sum))) return err;
+        st->comm_sent_mean_bytes = sum / (uint64_t)tr->world;
     }
     if (trace) {
         struct mw_trace_arg a[2] = {{"step", step}, {"tokens", (int64_t)st->tokens}};

@@ -245,6 +245,16 @@ int mw_train_zero_max_u64(struct mw_train_zero *z, uint64_t v, uint64_t *max)
     return 0;
 }
 
+int mw_train_zero_sum_u64(struct mw_train_zero *z, uint64_t v, uint64_t *sum)
+{
+    uint64_t all[z->world];
+    int err = gather8(z, MW_COMM_WORLD, &v, all);
+    if (err) return err;
+    *sum = 0;
+    for (int i = 0; i < z->world; i++) *sum += all[i];
+    return 0;
+}
+
 /* In-place allgather of unit u over SHARD. */
 static int unit_gather(struct mw_train_zero *z, int u, struct mw_comm_req **req)
 {

@@ -107,5 +107,6 @@ void mw_train_zero_reset_peak(struct mw_train_zero *z);
 
 /* Max over ranks of a uint64 (e.g. peak resident bytes), via an allgather. */
 int mw_train_zero_max_u64(struct mw_train_zero *z, uint64_t v, uint64_t *max);
+int mw_train_zero_sum_u64(struct mw_train_zero *z, uint64_t v, uint64_t *sum);
 
 #endif
