@@ -100,7 +100,7 @@ struct mw_train_step_stats {
 /* Bytes each part of the training state occupies, per tier (for the progress line and the
  * trace). */
 struct mw_train_bytes {
-    uint64_t params, grads, acts;  /* DRAM */
+    uint64_t params, grads, acts;  /* DRAM (ZeRO-3: params = this rank's shard) */
     uint64_t opt_dram, opt_nvme;   /* optimizer engine (moments, master unless it is the params,
                                       staging buffers; on NVMe both slots) */
 };

@@ -443,7 +443,8 @@ static void trace_model_memory(struct run_state *s, const struct mw_train_bytes 
 {
     uint64_t total = 0;
     total += tb->params;
-    mw_trace_alloc(s->trace, MW_TIER_HOST, MW_KIND_WEIGHTS, tb->params, "model params", total);
+    mw_trace_alloc(s->trace, MW_TIER_HOST, MW_KIND_WEIGHTS, tb->params,
+                   world > 1 && A.zero == 3 ? "model params (ZeRO-3 shard)" : "model params", total);
     total += tb->grads;
     mw_trace_alloc(s->trace, MW_TIER_HOST, MW_KIND_GRADS, tb->grads, "model grads", total);
     total += tb->acts;

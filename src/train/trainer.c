@@ -349,6 +349,9 @@ out:
 void mw_trainer_bytes(const struct mw_trainer *tr, struct mw_train_bytes *b)
 {
     b->params = tr->model.sizes.params_bytes;
+    /* ZeRO-3 keeps only the owned shard of the weights; gathered units come and go (measured:
+     * mw_trainer_zero_info, trace counter "zero3 resident weights"). */
+    if (tr->zero && tr->zero->stage == 3) b->params = tr->zero->own.n * sizeof(float);
     b->grads = tr->model.sizes.grads_bytes;
     b->acts = tr->model.sizes.acts_bytes;
     mw_train_opt_bytes(tr->opt, &b->opt_dram, &b->opt_nvme);
