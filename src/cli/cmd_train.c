@@ -684,6 +684,7 @@ static int run(const char *data_path, const struct mw_gpt2_config *mc, const str
 out:
     if (s.log) fclose(s.log);
     mw_trainer_free(&s.tr);
+    if (comm) mw_comm_set_trace(comm, NULL); /* the recorder goes; MPI stays until mw_cmd_train ends */
     mw_trace_free(s.trace);
     mw_data_free(&s.data);
     return rc;
