@@ -9,7 +9,7 @@
 #  4. per-rank checkpoints: resuming at step 3 gives bitwise the uninterrupted run; resuming
 #     on 1 rank is refused with a message;
 #  5. ZeRO-3 weight memory per rank (mincore) well under the whole model and within 5% of the
-#     planner's prediction for the same layout;
+#     planner's prediction for the same layout; gradient memory = owned + a few buckets;
 #  6. a rank that dies ends the job within bounded time with a clear message (mpirun's own
 #     kill, and memwall's --comm-timeout when the launcher does not kill).
 set -uo pipefail
@@ -113,11 +113,11 @@ rc=$?
 # 5. ZeRO-3 weight memory: 8 blocks of width 128 (1.6 M params)
 run mem "${MPI[@]}" "$M" train --preset tiny --layers 8 --width 128 --heads 4 --context 64 --steps 2 --batch 2 \
     --val-every 0 --sample-len 0 --threads 1 --zero 3 --data "$MW_SOURCE_DIR/data/kjv_excerpt.txt" && {
-  grep "ZeRO-3 weights" mem.out
+  grep "ZeRO-3 weights\|ZeRO-3 gradients" mem.out
   python3 - mem.out <<'EOF' || bad "ZeRO-3 weight memory"
 import re, sys
 t = open(sys.argv[1]).read()
-peak = int(re.search(r"peak resident \S+ \S+ \((\d+) bytes", t).group(1))
+peak = int(re.search(r"ZeRO-3 weights per rank: peak resident \S+ \S+ \((\d+) bytes", t).group(1))
 whole = int(re.search(r"whole model (\d+) bytes", t).group(1))
 pred = int(re.search(r"planner predicts \S+ \S+ \((\d+) bytes", t).group(1))
 print(f"  measured {peak} bytes, whole model {whole}, planner {pred}: measured/planner {peak / pred:.4f}")
@@ -125,6 +125,15 @@ if not peak < 0.85 * whole:
     sys.exit("the peak is not below the whole model: weights are not released")
 if abs(peak / pred - 1) > 0.05:
     sys.exit("measured and predicted differ by more than 5%")
+# Gradients (ZeRO-2/3): the owned half, the LM head's embedding gradients (written first, reduced
+# last) and at most 3 blocks (2 in flight + the one being computed), +2% for pages at the edges.
+g = int(re.search(r"gradients per rank: peak resident \S+ \S+ \((\d+) bytes", t).group(1))
+C, L, Vp, T = 128, 8, 264, 64
+E, B = (Vp + T) * C, 12 * C * C + 13 * C
+bound = 1.02 * 4 * (whole // 8 + E + 3 * B)
+print(f"  gradients: measured peak {g} bytes, bound {bound:.0f}, whole {whole}")
+if g > bound:
+    sys.exit("gradient buckets are not released after their reduce-scatter")
 EOF
 }
 

@@ -100,7 +100,7 @@ struct mw_train_step_stats {
 /* Bytes each part of the training state occupies, per tier (for the progress line and the
  * trace). */
 struct mw_train_bytes {
-    uint64_t params, grads, acts;  /* DRAM (ZeRO-3: params = this rank's shard) */
+    uint64_t params, grads, acts;  /* DRAM (ZeRO-3: params, ZeRO-2/3: grads = this rank's shard) */
     uint64_t opt_dram, opt_nvme;   /* optimizer engine (moments, master unless it is the params,
                                       staging buffers; on NVMe both slots) */
 };
@@ -150,11 +150,14 @@ struct mw_train_zero_info {
     uint64_t own_first, own_n;        /* owned elements of the flat parameter space */
     uint64_t weights_resident_peak;   /* ZeRO-3: peak bytes of the weight array resident (mincore) */
     uint64_t weights_resident_now;
+    uint64_t grads_resident_peak;     /* ZeRO-2/3: peak bytes of the gradient array resident (mincore) */
 };
 void mw_trainer_zero_info(const struct mw_trainer *tr, struct mw_train_zero_info *zi);
 /* Peak over all ranks of the ZeRO-3 resident weights since the last reset (collective: every
  * rank calls it); resets the peak when reset != 0. */
 int mw_trainer_zero_peak(struct mw_trainer *tr, uint64_t *max_bytes, int reset);
+/* The same for the gradient array under ZeRO-2/3 (collective). */
+int mw_trainer_zero_grads_peak(struct mw_trainer *tr, uint64_t *max_bytes);
 /* Collective: every unit of the weights present on every rank (ZeRO-3: gathered; others:
  * nothing to do), e.g. before writing the whole model; mw_trainer_weights_release undoes it. */
 int mw_trainer_weights_whole(struct mw_trainer *tr);

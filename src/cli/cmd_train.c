@@ -492,15 +492,25 @@ static void test_exit_hook(int64_t step)
     }
 }
 
-/* ZeRO-3: the weight memory each rank held, measured, against what the layout implies. */
+/* ZeRO-2/3: the gradient and (ZeRO-3) weight memory each rank held, measured; the weights
+ * against what the planner predicts for the layout. */
 static int report_zero3(struct run_state *s, const struct mw_gpt2_config *mc)
 {
     struct mw_train_zero_info zi;
     mw_trainer_zero_info(&s->tr, &zi);
+    if (zi.stage < 2) return 0;
+    uint64_t peak, gpeak;
+    int err = mw_trainer_zero_grads_peak(&s->tr, &gpeak);
+    if (!err && zi.stage == 3) err = mw_trainer_zero_peak(&s->tr, &peak, 0);
+    if (err) { mw_cli_fail("collecting the ZeRO memory figures", err); return 1; }
+    {
+        char a[32], b[32], c[32];
+        printf("ZeRO-%d gradients per rank: peak resident %s (%" PRIu64 " bytes; the largest over the %d ranks, measured "
+               "with mincore) of %s for the whole model; owned shard %s, the rest only until each bucket is reduced\n",
+               zi.stage, mw_fmt_bytes(a, sizeof a, gpeak), gpeak, world,
+               mw_fmt_bytes(b, sizeof b, s->tr.model.sizes.grads_bytes), mw_fmt_bytes(c, sizeof c, zi.own_n * sizeof(float)));
+    }
     if (zi.stage != 3) return 0;
-    uint64_t peak;
-    int err = mw_trainer_zero_peak(&s->tr, &peak, 0);
-    if (err) { mw_cli_fail("collecting the ZeRO-3 memory figures", err); return 1; }
     struct mw_plan_zero3_weights pz;
     int vp = mc->padded_vocab_size ? mc->padded_vocab_size : mc->vocab_size;
     if ((err = mw_plan_gpt2_zero3_weights(mc->n_layer, mc->n_embd, mc->n_head, vp, mc->max_seq_len, zi.shard_ranks, 4.0, &pz))) {

@@ -190,7 +190,8 @@ int mw_trainer_step(struct mw_trainer *tr, struct mw_train_step_stats *st)
     struct mw_offload_stats s0, s1;
     mw_train_opt_stats(tr->opt, &s0);
     if (zr) mw_comm_stats_reset(c->comm);
-    mw_gpt2_zero_grad(&tr->model);
+    if (zr) mw_train_zero_step_begin(zr);
+    else mw_gpt2_zero_grad(&tr->model);
     float loss_sum = 0;
     int err;
     for (int a = 0; a < c->grad_accum; a++) {
@@ -208,8 +209,8 @@ int mw_trainer_step(struct mw_trainer *tr, struct mw_train_step_stats *st)
         if (zr) {
             mw_train_zero_backward_begin(zr, a, last);
             err = mw_gpt2_backward(&tr->model, 1.0f / (float)c->grad_accum, mw_train_zero_grad_ready, zr);
-            int err1 = mw_train_zero_backward_end(zr);
-            if (!err) err = err1;
+            /* After a failure the job ends (a collective cannot be cancelled): no more waits. */
+            if (!err) err = mw_train_zero_backward_end(zr);
         } else {
             err = mw_gpt2_backward(&tr->model, 1.0f / (float)c->grad_accum, mw_train_opt_grad_ready, tr->opt);
         }
@@ -352,7 +353,9 @@ void mw_trainer_bytes(const struct mw_trainer *tr, struct mw_train_bytes *b)
     /* ZeRO-3 keeps only the owned shard of the weights; gathered units come and go (measured:
      * mw_trainer_zero_info, trace counter "zero3 resident weights"). */
     if (tr->zero && tr->zero->stage == 3) b->params = tr->zero->own.n * sizeof(float);
+    /* ZeRO-2/3 keep the owned gradients; the other buckets live only until they are reduced. */
     b->grads = tr->model.sizes.grads_bytes;
+    if (tr->zero && tr->zero->stage >= 2) b->grads = tr->zero->own.n * sizeof(float);
     b->acts = tr->model.sizes.acts_bytes;
     mw_train_opt_bytes(tr->opt, &b->opt_dram, &b->opt_nvme);
 }
@@ -372,6 +375,7 @@ void mw_trainer_zero_info(const struct mw_trainer *tr, struct mw_train_zero_info
     zi->own_n = z->own.n;
     zi->weights_resident_peak = z->resident_peak;
     zi->weights_resident_now = z->resident_now;
+    zi->grads_resident_peak = z->grads_resident_peak;
 }
 
 int mw_trainer_zero_peak(struct mw_trainer *tr, uint64_t *max_bytes, int reset)
@@ -381,6 +385,12 @@ int mw_trainer_zero_peak(struct mw_trainer *tr, uint64_t *max_bytes, int reset)
     int err = mw_train_zero_max_u64(tr->zero, tr->zero->resident_peak, max_bytes);
     if (!err && reset) mw_train_zero_reset_peak(tr->zero);
     return err;
+}
+
+int mw_trainer_zero_grads_peak(struct mw_trainer *tr, uint64_t *max_bytes)
+{
+    *max_bytes = 0;
+    return tr->zero ? mw_train_zero_max_u64(tr->zero, tr->zero->grads_resident_peak, max_bytes) : 0;
 }
 
 int mw_trainer_weights_whole(struct mw_trainer *tr)

@@ -8,6 +8,10 @@
  * unit's pages outside the owned range are returned with madvise(MADV_DONTNEED) and faulted in
  * again (MADV_POPULATE_WRITE, the receive buffer's allocation) just before its all-gather is
  * issued; the resident bytes are measured with mincore() at every gather and release.
+ * Gradients under stages 2-3 alike: a bucket's gradients outside the owned range are returned
+ * to the OS as soon as its reduce-scatter has completed (pages read back as zeros, which is
+ * what the next micro-step needs), so a rank holds its owned gradients plus the buckets not yet
+ * reduced; measured with mincore() too.
  */
 #include "train/zero.h"
 #include "memwall/common.h"
@@ -82,7 +86,7 @@ int mw_train_zero_init(struct mw_train_zero *z, struct mw_comm *comm, int stage,
     }
     z->page = (size_t)sysconf(_SC_PAGESIZE);
     z->map_bytes = MW_ALIGN_UP(m->sizes.params_bytes, z->page);
-    if (stage == 3) {
+    if (stage >= 2) {
         z->mvec = malloc(z->map_bytes / z->page);
         if (!z->mvec) {
             mw_train_zero_free(z);
@@ -107,6 +111,60 @@ void mw_train_zero_free(struct mw_train_zero *z)
 }
 
 /* ---------------------------------------------------------------- gradients */
+
+/* Elements [a, b) of arr become zero: whole pages inside are returned to the OS, the partial
+ * pages at the ends are written. */
+static int zero_release(struct mw_train_zero *z, float *arr, size_t a, size_t b)
+{
+    if (a >= b) return 0;
+    char *p = (char *)arr;
+    size_t lo = MW_ALIGN_UP(a * 4, z->page), hi = b * 4 / z->page * z->page;
+    if (lo >= hi) {
+        memset(p + a * 4, 0, (b - a) * 4);
+        return 0;
+    }
+    memset(p + a * 4, 0, lo - a * 4);
+    memset(p + hi, 0, b * 4 - hi);
+    if (madvise(p + lo, hi - lo, MADV_DONTNEED) != 0)
+        return mw_error_set(-errno, "ZeRO: releasing gradient pages failed: %s", strerror(errno));
+    z->released_bytes += hi - lo;
+    return 0;
+}
+
+/* The gradients of unit u outside the owned range: zero, pages released. */
+static int grads_release_unit(struct mw_train_zero *z, int u)
+{
+    size_t a = z->u_first[u], b = a + z->u_n[u], oa = z->own.first, ob = oa + z->own.n;
+    int err = zero_release(z, z->model->grads, a, MW_MIN(b, oa));
+    if (!err) err = zero_release(z, z->model->grads, MW_MAX(a, ob), b);
+    return err;
+}
+
+static uint64_t resident(struct mw_train_zero *z, const void *arr)
+{
+    if (mincore((void *)arr, z->map_bytes, z->mvec) != 0) return 0;
+    size_t pages = z->map_bytes / z->page, res = 0;
+    for (size_t i = 0; i < pages; i++) res += z->mvec[i] & 1;
+    return (uint64_t)res * z->page;
+}
+
+static void sample_grads(struct mw_train_zero *z)
+{
+    z->grads_resident_now = resident(z, z->model->grads);
+    if (z->grads_resident_now > z->grads_resident_peak) z->grads_resident_peak = z->grads_resident_now;
+    if (z->trace) mw_trace_counter(z->trace, "zero resident grads", mw_now_ns(), (double)z->grads_resident_now);
+}
+
+void mw_train_zero_step_begin(struct mw_train_zero *z)
+{
+    if (z->stage < 2) {
+        mw_gpt2_zero_grad(z->model);
+        return;
+    }
+    for (int u = 0; u < z->n_units; u++) (void)grads_release_unit(z, u); /* madvise of our own pages: cannot fail */
+    memset(z->model->grads + z->own.first, 0, z->own.n * sizeof(float));
+    sample_grads(z);
+}
 
 static int unit_of(const struct mw_train_zero *z, size_t first, size_t n)
 {
@@ -149,20 +207,44 @@ void mw_train_zero_grad_ready(size_t first, size_t n, void *user)
         err = mw_comm_ireduce_scatter(z->comm, MW_COMM_SHARD, g, dst, cnt, 1, req);
     }
     if (err) { z->err = err; return; }
-    z->n_reqs++;
-    int r = mw_comm_progress(z->comm);
-    if (r < 0) z->err = r;
+    z->req_unit[z->n_reqs++] = u;
+    if (z->stage < 2) {
+        int r = mw_comm_progress(z->comm);
+        if (r < 0) z->err = r;
+        return;
+    }
+    sample_grads(z);
+    /* Buckets already reduced give their gradient pages back; at most MW_ZERO_GRAD_WINDOW stay
+     * in flight (the oldest is waited for), which bounds the gradient memory. */
+    int pending = 0;
+    for (int i = z->n_reqs - 1; i >= 0 && !z->err; i--) {
+        if (!z->reqs[i]) continue;
+        int done = 0;
+        if (++pending > MW_ZERO_GRAD_WINDOW) {
+            err = mw_comm_wait(z->comm, &z->reqs[i]);
+            done = 1;
+        } else {
+            err = mw_comm_test(z->comm, &z->reqs[i], &done);
+        }
+        if (err) z->err = err;
+        else if (done) z->err = grads_release_unit(z, z->req_unit[i]);
+    }
 }
 
 int mw_train_zero_backward_end(struct mw_train_zero *z)
 {
-    int err = z->err;
-    for (int i = 0; i < z->n_reqs; i++) {
-        int e = mw_comm_wait(z->comm, &z->reqs[i]);
-        if (e && !err) err = e;
+    /* After a failure (a timed-out wait: a rank died) the job must end: waiting for the other
+     * buckets would only add one deadline each. */
+    if (z->err) return z->err;
+    int err = 0;
+    if (z->stage >= 2) sample_grads(z);
+    for (int i = 0; i < z->n_reqs && !err; i++) {
+        int was_pending = z->reqs[i] != NULL;
+        err = mw_comm_wait(z->comm, &z->reqs[i]);
+        if (!err && was_pending && z->stage >= 2) err = grads_release_unit(z, z->req_unit[i]);
     }
-    z->n_reqs = 0;
     if (err) return err;
+    z->n_reqs = 0;
     float *g = z->model->grads;
     const size_t on = z->own.n;
     float *gown = g + z->own.first;
@@ -171,8 +253,10 @@ int mw_train_zero_backward_end(struct mw_train_zero *z)
     } else if (z->stage >= 2) {
         if (z->micro == 0) memcpy(z->acc, z->recv, on * sizeof(float));
         else for (size_t i = 0; i < on; i++) z->acc[i] += z->recv[i];
+        /* The rest of the array is zero again (released after its reduce-scatter); the owned
+         * range holds the accumulated sum at the last micro-step, zeros before. */
         if (z->last) memcpy(gown, z->acc, on * sizeof(float));
-        else memset(g, 0, z->total * sizeof(float)); /* sent: the next micro-step starts from zero */
+        else memset(gown, 0, on * sizeof(float));
     }
     if (z->stage >= 1 && z->last && z->nrep > 1) {
         struct mw_comm_req *req = NULL;
@@ -269,10 +353,7 @@ int mw_train_zero_after_step(struct mw_train_zero *z)
     int err = 0, n = 0;
     for (int u = 0; u < z->n_units && !err; u++)
         if (!(err = unit_gather(z, u, &req[n]))) n++;
-    for (int i = 0; i < n; i++) {
-        int e = mw_comm_wait(z->comm, &req[i]);
-        if (e && !err) err = e;
-    }
+    for (int i = 0; i < n && !err; i++) err = mw_comm_wait(z->comm, &req[i]);
     return err;
 }
 
@@ -293,10 +374,7 @@ static int release_ranges(const struct mw_train_zero *z, int u, size_t lo[2], si
 
 static void sample_resident(struct mw_train_zero *z)
 {
-    if (mincore(z->model->params, z->map_bytes, z->mvec) != 0) return;
-    size_t pages = z->map_bytes / z->page, res = 0;
-    for (size_t i = 0; i < pages; i++) res += z->mvec[i] & 1;
-    z->resident_now = (uint64_t)res * z->page;
+    z->resident_now = resident(z, z->model->params);
     if (z->resident_now > z->resident_peak) z->resident_peak = z->resident_now;
     if (z->trace) mw_trace_counter(z->trace, "zero3 resident weights", mw_now_ns(), (double)z->resident_now);
 }
@@ -379,6 +457,7 @@ int mw_train_zero_gather_all(struct mw_train_zero *z)
 void mw_train_zero_reset_peak(struct mw_train_zero *z)
 {
     z->resident_peak = z->resident_now;
+    z->grads_resident_peak = z->grads_resident_now;
 }
 
 int mw_train_zero_pass_begin(struct mw_train_zero *z, int training)

@@ -29,6 +29,9 @@
 struct mw_trace;
 
 #define MW_ZERO_MAX_REQS 4096
+/* Stages 2-3: gradient buckets (units) whose reduce-scatter may be in flight at once; an older
+ * one is waited for, so a rank holds its owned gradients plus about this many units. */
+#define MW_ZERO_GRAD_WINDOW 2
 
 struct mw_train_zero {
     struct mw_comm *comm;      /* borrowed */
@@ -48,6 +51,7 @@ struct mw_train_zero {
     float *recv;               /* [own.n] reduce-scatter receive buffer (stages 1-3) */
     float *acc;                /* [own.n] gradient accumulator across micro-steps (stages 2-3) */
     struct mw_comm_req *reqs[MW_ZERO_MAX_REQS]; /* gradient collectives of this micro-step */
+    int req_unit[MW_ZERO_MAX_REQS];             /* the unit of each (its gradients are released when done) */
     int n_reqs;
     int micro, last;           /* micro-step index in the step, last micro-step of the step */
     int err;                   /* first error of a grad-ready callback */
@@ -63,6 +67,7 @@ struct mw_train_zero {
     unsigned char *mvec;       /* mincore vector */
     uint64_t resident_now, resident_peak; /* bytes of the weight array resident (mincore), peak since reset */
     uint64_t released_bytes;   /* bytes returned to the OS by releases (counter) */
+    uint64_t grads_resident_now, grads_resident_peak; /* stages 2-3: the gradient array (mincore), bytes */
 };
 
 /* Builds the shard and buckets; stage 0..3; sg_size the engine's subgroup size. Fails with a
@@ -75,6 +80,10 @@ void mw_train_zero_free(struct mw_train_zero *z);
  * elements (whole pages of fp32), at most `want`. */
 uint64_t mw_train_zero_sg_size(uint64_t total, int ranks, uint64_t want);
 
+/* At the start of a step, instead of zeroing the model's gradients: stages 2-3 keep only the
+ * owned range of the gradient array resident (the rest is returned to the OS, which reads back
+ * as zeros), others zero it all. */
+void mw_train_zero_step_begin(struct mw_train_zero *z);
 /* Before a micro-step's backward (micro = index in the step, last = the step follows). */
 void mw_train_zero_backward_begin(struct mw_train_zero *z, int micro, int last);
 /* The model's grad-ready callback (user = z): issues the bucket's collective. */
