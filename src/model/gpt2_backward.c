@@ -70,7 +70,6 @@ int mw_gpt2_backward(struct mw_gpt2 *m, float grad_scale, mw_gpt2_grad_ready_fn 
     if ((rc = unit_hook(m, MW_GPT2_UNIT_ACQUIRE, 0))) return rc;
     mw_k_sgemm(0, 0, N, C, Vp, 1.0f, dlogits, Vp, p + im->off_wte, C, 0.0f, im->dC, C, nt);
     if ((rc = unit_hook(m, MW_GPT2_UNIT_RELEASE, 0))) return rc;
-    mw_k_sgemm(1, 0, Vp, C, N, 1.0f, dlogits, Vp, im->lnf, C, 1.0f, g + im->off_wte, C, nt);
     memset(im->dres, 0, (size_t)N * (size_t)C * sizeof(float));
     if ((rc = unit_hook(m, MW_GPT2_UNIT_ACQUIRE, L + 1))) return rc;
     mw_k_layernorm_bwd(im->dres, g + im->off_lnfw, g + im->off_lnfb, im->dC, im->res[L],
@@ -90,6 +89,10 @@ int mw_gpt2_backward(struct mw_gpt2 *m, float grad_scale, mw_gpt2_grad_ready_fn 
     }
     im->last_layer_live = 0;
 
+    /* wte's LM-head share, computed last (dlogits and ln_f's output are kept until here): the
+     * embeddings' gradients are then written only at the end of the pass, which lets a ZeRO
+     * caller hold them for the shortest time. Same additions in the same order as before. */
+    mw_k_sgemm(1, 0, Vp, C, N, 1.0f, dlogits, Vp, im->lnf, C, 1.0f, g + im->off_wte, C, nt);
     mw_k_encoder_bwd(g + im->off_wte, g + im->off_wpe, im->dres, im->inputs, B, T, C, nt);
     if (cb) cb(0, im->off[0], user);
     return 0;
