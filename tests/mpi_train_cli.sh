@@ -126,11 +126,11 @@ if not peak < 0.85 * whole:
 if abs(peak / pred - 1) > 0.05:
     sys.exit("measured and predicted differ by more than 5%")
 # Gradients (ZeRO-2/3): the owned half and at most 3 blocks (2 in flight + the one being computed),
-# or the embeddings with 2 blocks at the end of backward; +2% for pages at the edges.
+# or the embeddings with 2 blocks at the end of backward; +4% for uneven shards and edge pages.
 g = int(re.search(r"gradients per rank: peak resident \S+ \S+ \((\d+) bytes", t).group(1))
 C, L, Vp, T = 128, 8, 264, 64
 E, B = (Vp + T) * C, 12 * C * C + 13 * C
-bound = 1.02 * 4 * (whole // 8 + max(3 * B, E + 2 * B))
+bound = 1.04 * 4 * (whole // 8 + max(3 * B, E + 2 * B))
 print(f"  gradients: measured peak {g} bytes, bound {bound:.0f}, whole {whole}")
 if g > bound:
     sys.exit("gradient buckets are not released after their reduce-scatter")
