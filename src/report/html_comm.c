@@ -54,13 +54,7 @@ void rp_html_ranks(FILE *f, const struct mw_report *r)
 {
     if (!r->nranks) return;
     int ws = -1, zs = -1, kinds[MW_REPORT_NKINDS] = {0}, res = 0;
-    for (int i = 0; i < r->nranks; i++) {
-        const struct mw_report_rank *k = &r->ranks[i];
-        if (k->world_size > 0) ws = k->world_size;
-        if (k->zero_stage >= 0) zs = k->zero_stage;
-        for (int j = 0; j < MW_REPORT_NKINDS; j++) kinds[j] |= k->peak_kind_bytes[j] > 0;
-        res |= k->has_resident;
-    }
+    rp_ranks_summary(r, &ws, &zs, kinds, &res);
     fprintf(f, "<h2>Ranks</h2>\n<p class=\"note\">%d traces", r->nranks);
     if (ws > 0) fprintf(f, " of world size %d%s", ws, ws != r->nranks ? " (<b>not all ranks given</b>)" : "");
     if (zs >= 0) fprintf(f, ", ZeRO stage %d", zs);

@@ -22,6 +22,21 @@ static uint64_t tier_peak(const struct mw_report *r, const char *name)
     return 0;
 }
 
+void rp_ranks_summary(const struct mw_report *r, int *ws, int *zs, int kinds[MW_REPORT_NKINDS], int *res)
+{
+    *ws = -1;
+    *zs = -1;
+    *res = 0;
+    for (int j = 0; j < MW_REPORT_NKINDS; j++) kinds[j] = 0;
+    for (int i = 0; i < r->nranks; i++) {
+        const struct mw_report_rank *k = &r->ranks[i];
+        if (k->world_size > 0) *ws = k->world_size;
+        if (k->zero_stage >= 0) *zs = k->zero_stage;
+        for (int j = 0; j < MW_REPORT_NKINDS; j++) kinds[j] |= k->peak_kind_bytes[j] > 0;
+        *res |= k->has_resident;
+    }
+}
+
 void mw_report_rank_row(const struct mw_report *r, int index, struct mw_report_rank *row)
 {
     memset(row, 0, sizeof *row);

@@ -108,6 +108,9 @@ void rp_ivls_free(struct rp_ivls *l);
  * comm "wait" spans (not normalized). */
 int rp_comm_wait_ivls(const struct rp_trace *t, struct rp_ivls *out);
 int rp_analyze_comm(struct mw_report *r, const struct rp_trace *t, const struct rp_ivls *C);
+/* What the rank rows share, for the Ranks table's header: world size and ZeRO stage (-1 when
+ * no trace says), kinds with bytes on some rank, whether some rank has the resident counter. */
+void rp_ranks_summary(const struct mw_report *r, int *ws, int *zs, int kinds[MW_REPORT_NKINDS], int *res);
 
 /* Growth helper for the record arrays: ensures room for one more; 0 or -ENOMEM. */
 int rp_grow(void **v, size_t *cap, size_t n, size_t elem);

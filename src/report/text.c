@@ -85,13 +85,7 @@ static void ranks_text(const struct mw_report *r, FILE *f)
     if (!r->nranks) return;
     char a[48];
     int ws = -1, zs = -1, kinds[MW_REPORT_NKINDS] = {0}, res = 0;
-    for (int i = 0; i < r->nranks; i++) {
-        const struct mw_report_rank *k = &r->ranks[i];
-        if (k->world_size > 0) ws = k->world_size;
-        if (k->zero_stage >= 0) zs = k->zero_stage;
-        for (int j = 0; j < MW_REPORT_NKINDS; j++) kinds[j] |= k->peak_kind_bytes[j] > 0;
-        res |= k->has_resident;
-    }
+    rp_ranks_summary(r, &ws, &zs, kinds, &res);
     fprintf(f, "ranks: %d traces", r->nranks);
     if (ws > 0) fprintf(f, " of world size %d%s", ws, ws != r->nranks ? " (not all ranks given)" : "");
     if (zs >= 0) fprintf(f, ", ZeRO stage %d", zs);
