@@ -4,7 +4,7 @@ CC ?= cc
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build test demo bench clean asan clang
+.PHONY: all deps build test demo demo-mpi bench clean asan clang
 
 all: build
 
@@ -33,6 +33,11 @@ clang: deps
 demo: deps
 	$(MAKE) build
 	bash scripts/demo.sh $(BUILD)/memwall
+
+# The demo on 2 MPI ranks with ZeRO-2 and a per-rank report (docs/mpi.md).
+demo-mpi: deps
+	$(MAKE) build
+	bash scripts/demo_mpi.sh $(BUILD)/memwall
 
 bench: deps
 	$(MAKE) build
