@@ -5,7 +5,9 @@
 #     the optimizer state in DRAM and on NVMe; two micro-steps per step, so stages 2-3 reduce
 #     every micro-step; bytes sent per step per rank = the ZeRO paper's volume within 1%;
 #  2. two 2-rank runs with the same seed are bitwise identical (ZeRO-3, NVMe);
-#  3. hierarchy "node" (two simulated nodes of one rank) gives the same losses;
+#  3. hierarchy "node" (two simulated nodes of one rank) gives the same losses for ZeRO 1-3;
+#     ZeRO-3 with --recompute gives the losses and the generated sample of one rank; MPI's own
+#     reductions (--comm-sum mpi) agree too;
 #  4. per-rank checkpoints: resuming at step 3 gives bitwise the uninterrupted run; resuming
 #     on 1 rank is refused with a message;
 #  5. ZeRO-3 weight memory per rank (mincore) well under the whole model and within 5% of the
@@ -92,10 +94,29 @@ run again "${MPI[@]}" "$M" train "${COMMON[@]}" --optimizer-tier nvme --nvme-dir
     --log-json again.json && { compare two_nvme_z3.json again.json exact || bad "two 2-rank runs differ"; }
 
 # 3. hierarchy node: 2 simulated nodes of 1 rank (shard within the node, replicate across)
-MEMWALL_RANKS_PER_NODE=1 run node "${MPI[@]}" -x MEMWALL_RANKS_PER_NODE "$M" train "${COMMON[@]}" --zero 2 \
-    --zero-hierarchy node --log-json node.json && {
-  compare one_dram.json node.json || bad "hierarchy node differs"
-  grep -q "2 nodes" node.out || bad "hierarchy node: not 2 nodes"
+for z in 1 2 3; do
+  MEMWALL_RANKS_PER_NODE=1 run node$z "${MPI[@]}" -x MEMWALL_RANKS_PER_NODE "$M" train "${COMMON[@]}" --zero $z \
+      --zero-hierarchy node --log-json node$z.json && {
+    compare one_dram.json node$z.json || bad "hierarchy node, ZeRO-$z differs"
+    grep -q "2 nodes" node$z.out || bad "hierarchy node: not 2 nodes"
+  }
+done
+
+# 3a. MPI's own reductions (MPI_Iallreduce / MPI_Ireduce_scatter) instead of the rank-order sums
+for z in 0 2; do
+  run mpisum$z "${MPI[@]}" "$M" train "${COMMON[@]}" --zero $z --comm-sum mpi --log-json mpisum$z.json &&
+    { compare one_dram.json mpisum$z.json || bad "--comm-sum mpi, ZeRO-$z differs"; }
+done
+
+# 3b. ZeRO-3 with recomputation, and sampling at the end (every forward gathers its units):
+#     the same losses and the same generated text as one rank.
+run rc1 "$M" train "${COMMON[@]}" --recompute --sample-len 24 --log-json rc1.json &&
+run rc2 "${MPI[@]}" "$M" train "${COMMON[@]}" --recompute --sample-len 24 --zero 3 --log-json rc2.json && {
+  compare rc1.json rc2.json || bad "ZeRO-3 with --recompute differs"
+  sample() { awk '/^sample \(/{on=1; next} on && /^-+$/{d++; if (d == 2) exit; next} on && d == 1' "$1"; }
+  s1=$(sample rc1.out)
+  s2=$(sample rc2.out)
+  [ -n "$s1" ] && [ "$s1" = "$s2" ] || bad "ZeRO-3 sample '$s2' differs from one rank's '$s1'"
 }
 
 # 4. per-rank checkpoints and resume

@@ -49,7 +49,7 @@ static const struct preset presets[] = {
 };
 
 struct args {
-    const char *preset, *data, *out_dir, *resume, *init_st, *log_json, *trace, *tier, *nvme_dir, *policy, *hier;
+    const char *preset, *data, *out_dir, *resume, *init_st, *log_json, *trace, *tier, *nvme_dir, *policy, *hier, *comm_sum;
     uint64_t subgroup_size, dram_budget, nvme_budget;
     int64_t buffer_count;
     int64_t layers, heads, width, context, vocab;
@@ -67,6 +67,7 @@ static int world = 1, rank = 0;
 static const char *const preset_names[] = {"demo", "gpt2-124m", "tiny", NULL};
 static const char *const tier_names[] = {"dram", "nvme", NULL};
 static const char *const hier_names[] = {"global", "node", NULL};
+static const char *const sum_names[] = {"ordered", "mpi", NULL};
 
 static struct args A;
 
@@ -113,6 +114,7 @@ static const struct mw_opt train_opts[] = {
     {"print-every", MW_OPT_INT, &A.print_every, "N", "a progress line every N steps", 1, 1e12, NULL},
     {"zero", MW_OPT_INT, &A.zero, "S", "under mpirun: 0 replicate everything (allreduce gradients), 1 shard the optimizer state, 2 also the gradients, 3 also the weights", 0, 3, NULL},
     {"zero-hierarchy", MW_OPT_CHOICE, &A.hier, NULL, "ZeRO 1-3: shard over all ranks, or within each node and replicate across nodes", 0, 0, hier_names},
+    {"comm-sum", MW_OPT_CHOICE, &A.comm_sum, NULL, "gradient sums: in rank order, bitwise reproducible (MPI_Ialltoallv + MPI_Iallgatherv), or MPI's own MPI_Iallreduce / MPI_Ireduce_scatter (order up to MPI)", 0, 0, sum_names},
     {"comm-timeout", MW_OPT_DOUBLE, &A.comm_timeout, "S", "a collective not finished after S seconds ends the job (a rank died or hangs)", 0.1, 1e6, NULL},
 };
 
@@ -134,7 +136,7 @@ static void set_defaults(const struct preset *p)
     A.accum = 1; A.min_lr_frac = 0.1; A.wd = 0.1; A.clip = 1.0; A.beta1 = 0.9; A.beta2 = 0.95;
     A.ckpt_every = 0; A.seed = 1337; A.threads = 0; A.temperature = 0.8; A.top_k = 40; A.print_every = 1;
     A.tier = "dram"; A.buffer_count = 8;
-    A.zero = 0; A.hier = "global"; A.comm_timeout = 300;
+    A.zero = 0; A.hier = "global"; A.comm_timeout = 300; A.comm_sum = "ordered";
 }
 
 static const struct preset *find_preset(const char *name)
@@ -294,6 +296,7 @@ static int comm_start(void)
     struct mw_comm_config cc;
     mw_comm_config_default(&cc);
     cc.timeout_s = A.comm_timeout;
+    cc.deterministic = !strcmp(A.comm_sum, "ordered");
     if (mw_comm_hierarchy_parse(A.hier, &cc.hierarchy)) return usage_error("--zero-hierarchy: %s", mw_error_msg());
     const char *rpn = getenv("MEMWALL_RANKS_PER_NODE"); /* tests: simulated nodes on one host */
     if (rpn) cc.ranks_per_node = atoi(rpn);
