@@ -5,7 +5,8 @@
 #     the optimizer state in DRAM and on NVMe; two micro-steps per step, so stages 2-3 reduce
 #     every micro-step; bytes sent per step per rank = the ZeRO paper's volume within 1%;
 #  2. two 2-rank runs with the same seed are bitwise identical (ZeRO-3, NVMe);
-#  3. hierarchy "node" (two simulated nodes of one rank) gives the same losses for ZeRO 1-3;
+#  3. hierarchy "node" (two simulated nodes of one rank; and 4 ranks as 2 nodes of 2) gives the
+#     same losses for ZeRO 1-3, with the expected volume;
 #     ZeRO-3 with --recompute gives the losses and the generated sample of one rank; MPI's own
 #     reductions (--comm-sum mpi) agree too;
 #  4. per-rank checkpoints: resuming at step 3 gives bitwise the uninterrupted run; resuming
@@ -99,6 +100,27 @@ for z in 1 2 3; do
       --zero-hierarchy node --log-json node$z.json && {
     compare one_dram.json node$z.json || bad "hierarchy node, ZeRO-$z differs"
     grep -q "2 nodes" node$z.out || bad "hierarchy node: not 2 nodes"
+  }
+done
+
+# 3'. 4 ranks as 2 simulated nodes of 2: shard within the node (2 ranks), average the shards across
+#     the nodes (2 replicas). Volume per rank: the shard group's (N = 2) plus the replica allreduce of
+#     the owned gradients, 2 (R-1)/R x Psi/2 (mw_zero_volume).
+for z in 1 3; do
+  MEMWALL_RANKS_PER_NODE=2 run four$z "$MW_MPIRUN" --allow-run-as-root --oversubscribe -np 4 -x MEMWALL_RANKS_PER_NODE \
+      "$M" train "${COMMON[@]}" --zero $z --zero-hierarchy node --log-json four$z.json && {
+    compare one_dram.json four$z.json || bad "4 ranks, hierarchy node, ZeRO-$z differs"
+    grep -q "4 ranks on 2 nodes.*shard over 2 ranks, 2 replicas" four$z.out || bad "four$z: not 2 nodes of 2"
+    python3 - four$z.json "$params" $z <<'EOF2' || bad "four$z: communication volume"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l]
+psi, z, m = 4 * int(sys.argv[2]), int(sys.argv[3]), 2
+want = ({1: 2, 3: 3 * m}[z] * psi / 2) + psi / 2   # shard group of 2, then 2 replicas
+sent = rows[-1]["comm_sent_mean_bytes"]
+if abs(sent - want) > 0.01 * want:
+    sys.exit(f"sent {sent} bytes per rank, expected {want:.0f}")
+print(f"  4 ranks, node hierarchy, ZeRO-{z}: {sent / psi:.3f} Psi per rank (expected {want / psi:.3f})")
+EOF2
   }
 done
 
