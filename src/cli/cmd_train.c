@@ -307,7 +307,11 @@ static int comm_start(void)
     mw_cli_set_rank(rank, world);
     if (world > 1 && rank != 0) {
         fflush(stdout);
-        if (!freopen("/dev/null", "w", stdout)) return 1; /* rank 0 alone prints progress */
+        if (!freopen("/dev/null", "w", stdout)) { /* rank 0 alone prints progress */
+            mw_error_set(-errno, "cannot send this rank's output to /dev/null: %s", strerror(errno));
+            mw_cli_fail("starting MPI", -errno);
+            return 1;
+        }
     }
     if (world == 1) {
         if (A.zero > 0) mw_log(MW_LOG_WARN, "--zero %d with one rank: nothing to shard (start with mpirun -np N)", (int)A.zero);
@@ -497,7 +501,7 @@ static void test_exit_hook(int64_t step)
 
 /* ZeRO-2/3: the gradient and (ZeRO-3) weight memory each rank held, measured; the weights
  * against what the planner predicts for the layout. */
-static int report_zero3(struct run_state *s, const struct mw_gpt2_config *mc)
+static int report_zero_memory(struct run_state *s, const struct mw_gpt2_config *mc)
 {
     struct mw_train_zero_info zi;
     mw_trainer_zero_info(&s->tr, &zi);
@@ -520,7 +524,7 @@ static int report_zero3(struct run_state *s, const struct mw_gpt2_config *mc)
         mw_cli_fail("the planner's ZeRO-3 prediction", err);
         return 1;
     }
-    char a[32], b[32], c[32], d[32];
+    char a[32], b[32], c[32];
     printf("ZeRO-3 weights per rank: peak resident %s (%" PRIu64 " bytes; the largest over the %d ranks, measured with "
            "mincore) | rank 0's shard %s | whole model %zu bytes (%s)\n", mw_fmt_bytes(a, sizeof a, peak), peak, world,
            mw_fmt_bytes(b, sizeof b, zi.own_n * sizeof(float)), s->tr.model.sizes.params_bytes,
@@ -529,7 +533,6 @@ static int report_zero3(struct run_state *s, const struct mw_gpt2_config *mc)
            mw_fmt_bytes(a, sizeof a, pz.total_bytes), pz.total_bytes, mw_fmt_bytes(b, sizeof b, pz.shard_bytes),
            mw_fmt_bytes(c, sizeof c, pz.gathered_bytes), pz.largest_unit, pz.second_unit,
            (double)peak / (double)pz.total_bytes);
-    (void)d;
     return 0;
 }
 
@@ -661,7 +664,7 @@ static int run(const char *data_path, const struct mw_gpt2_config *mc, const str
     }
     double secs = (double)(mw_now_ns() - t_run) / 1e9;
     if (tokens_run) printf("done: %" PRIu64 " tokens in %.1f s, %.0f tokens/s\n", tokens_run, secs, (double)tokens_run / secs);
-    if (world > 1 && s.tr.zero && (err = report_zero3(&s, mc))) goto out;
+    if (world > 1 && s.tr.zero && (err = report_zero_memory(&s, mc))) goto out;
     if (A.out_dir) {
         char path[PATH_MAX];
         snprintf(path, sizeof path, "%s/model.safetensors", A.out_dir);

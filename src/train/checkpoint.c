@@ -291,9 +291,9 @@ int mw_trainer_load(struct mw_trainer *tr, const char *path)
     if (in.world > 1 && (in.rank != tr->rank || in.zero_stage != zstage ||
                          (tr->zero && (in.own_first != tr->zero->own.first || in.own_n != tr->zero->own.n)))) {
         err = mw_error_set(-EINVAL, "checkpoint %s holds rank %d's shard of a ZeRO-%d run (elements %llu+%llu); this is "
-                           "rank %d with ZeRO-%d%s: give each rank its own file (--resume with %%r) and the same "
+                           "rank %d with ZeRO-%d: give each rank its own file (--resume with %%r) and the same "
                            "--zero and --subgroup-size", path, in.rank, in.zero_stage, (unsigned long long)in.own_first,
-                           (unsigned long long)in.own_n, tr->rank, zstage, tr->zero ? "" : "");
+                           (unsigned long long)in.own_n, tr->rank, zstage);
         goto out;
     }
     if (a->n_layer != b->n_layer || a->n_head != b->n_head || a->n_embd != b->n_embd ||

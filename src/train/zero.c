@@ -112,31 +112,49 @@ void mw_train_zero_free(struct mw_train_zero *z)
 
 /* ---------------------------------------------------------------- gradients */
 
-/* Elements [a, b) of arr become zero: whole pages inside are returned to the OS, the partial
- * pages at the ends are written. */
-static int zero_release(struct mw_train_zero *z, float *arr, size_t a, size_t b)
+/* The parts of unit u outside this rank's owned range, elements [ea[i], eb[i]): 0, 1 or 2. */
+static int outside_owned(const struct mw_train_zero *z, int u, size_t ea[2], size_t eb[2])
 {
-    if (a >= b) return 0;
-    char *p = (char *)arr;
-    size_t lo = MW_ALIGN_UP(a * 4, z->page), hi = b * 4 / z->page * z->page;
-    if (lo >= hi) {
-        memset(p + a * 4, 0, (b - a) * 4);
-        return 0;
-    }
-    memset(p + a * 4, 0, lo - a * 4);
-    memset(p + hi, 0, b * 4 - hi);
-    if (madvise(p + lo, hi - lo, MADV_DONTNEED) != 0)
-        return mw_error_set(-errno, "ZeRO: releasing gradient pages failed: %s", strerror(errno));
+    size_t a = z->u_first[u], b = a + z->u_n[u], oa = z->own.first, ob = oa + z->own.n;
+    int n = 0;
+    if (a < MW_MIN(b, oa)) { ea[n] = a; eb[n] = MW_MIN(b, oa); n++; }
+    if (MW_MAX(a, ob) < b) { ea[n] = MW_MAX(a, ob); eb[n] = b; n++; }
+    return n;
+}
+
+/* The whole pages inside elements [a, b) of an fp32 array, as byte offsets; 0 when none. Only
+ * these may be returned to the OS: the pages at the ends are shared with other data. */
+static int interior(const struct mw_train_zero *z, size_t a, size_t b, size_t *lo, size_t *hi)
+{
+    *lo = MW_ALIGN_UP(a * 4, z->page);
+    *hi = b * 4 / z->page * z->page;
+    return *lo < *hi;
+}
+
+static int drop_pages(struct mw_train_zero *z, void *arr, size_t lo, size_t hi, const char *what)
+{
+    if (madvise((char *)arr + lo, hi - lo, MADV_DONTNEED) != 0)
+        return mw_error_set(-errno, "ZeRO: releasing %s pages failed: %s", what, strerror(errno));
     z->released_bytes += hi - lo;
     return 0;
 }
 
-/* The gradients of unit u outside the owned range: zero, pages released. */
+/* The gradients of unit u outside the owned range become zero: whole pages are returned to the
+ * OS (they read back as zeros), the bytes on the pages at the ends are written. */
 static int grads_release_unit(struct mw_train_zero *z, int u)
 {
-    size_t a = z->u_first[u], b = a + z->u_n[u], oa = z->own.first, ob = oa + z->own.n;
-    int err = zero_release(z, z->model->grads, a, MW_MIN(b, oa));
-    if (!err) err = zero_release(z, z->model->grads, MW_MAX(a, ob), b);
+    size_t ea[2], eb[2], lo, hi;
+    char *g = (char *)z->model->grads;
+    int n = outside_owned(z, u, ea, eb), err = 0;
+    for (int i = 0; i < n && !err; i++) {
+        if (!interior(z, ea[i], eb[i], &lo, &hi)) {
+            memset(g + ea[i] * 4, 0, (eb[i] - ea[i]) * 4);
+            continue;
+        }
+        memset(g + ea[i] * 4, 0, lo - ea[i] * 4);
+        memset(g + hi, 0, eb[i] * 4 - hi);
+        err = drop_pages(z, g, lo, hi, "gradient");
+    }
     return err;
 }
 
@@ -359,19 +377,6 @@ int mw_train_zero_after_step(struct mw_train_zero *z)
 
 /* ---------------------------------------------------------------- ZeRO-3 residency */
 
-/* The pages of unit u that may be released: whole pages inside the unit, outside the owned
- * range (widened to pages). Up to two byte ranges relative to params. */
-static int release_ranges(const struct mw_train_zero *z, int u, size_t lo[2], size_t hi[2])
-{
-    size_t a = MW_ALIGN_UP(z->u_first[u] * 4, z->page), b = (z->u_first[u] + z->u_n[u]) * 4 / z->page * z->page;
-    size_t oa = z->own.first * 4 / z->page * z->page, ob = MW_ALIGN_UP((z->own.first + z->own.n) * 4, z->page);
-    int n = 0;
-    if (a >= b) return 0;
-    if (a < oa) { lo[n] = a; hi[n] = MW_MIN(b, oa); n++; }
-    if (b > ob) { lo[n] = MW_MAX(a, ob); hi[n] = b; n++; }
-    return n;
-}
-
 static void sample_resident(struct mw_train_zero *z)
 {
     z->resident_now = resident(z, z->model->params);
@@ -381,13 +386,14 @@ static void sample_resident(struct mw_train_zero *z)
 
 static int gather_issue(struct mw_train_zero *z, int u)
 {
-    size_t lo[2], hi[2];
-    int n = release_ranges(z, u, lo, hi);
+    size_t ea[2], eb[2], lo, hi;
     char *p = (char *)z->model->params;
+    int n = outside_owned(z, u, ea, eb);
     for (int i = 0; i < n; i++) {
+        if (!interior(z, ea[i], eb[i], &lo, &hi)) continue;
         /* The receive buffer's allocation: fault the pages in before the data arrives. */
-        if (madvise(p + lo[i], hi[i] - lo[i], MADV_POPULATE_WRITE) != 0)
-            for (size_t o = lo[i]; o < hi[i]; o += z->page) ((volatile char *)p)[o] = 0;
+        if (madvise(p + lo, hi - lo, MADV_POPULATE_WRITE) != 0)
+            for (size_t o = lo; o < hi; o += z->page) ((volatile char *)p)[o] = 0;
     }
     int err = unit_gather(z, u, &z->u_req[u]);
     if (err) return err;
@@ -395,16 +401,14 @@ static int gather_issue(struct mw_train_zero *z, int u)
     return 0;
 }
 
+/* The weights of unit u outside the owned range: their whole pages go back to the OS. */
 static int unit_release(struct mw_train_zero *z, int u)
 {
-    size_t lo[2], hi[2];
-    int n = release_ranges(z, u, lo, hi);
-    char *p = (char *)z->model->params;
-    for (int i = 0; i < n; i++) {
-        if (madvise(p + lo[i], hi[i] - lo[i], MADV_DONTNEED) != 0)
-            return mw_error_set(-errno, "ZeRO-3: releasing the weights of unit %d failed: %s", u, strerror(errno));
-        z->released_bytes += hi[i] - lo[i];
-    }
+    size_t ea[2], eb[2], lo, hi;
+    int n = outside_owned(z, u, ea, eb), err = 0;
+    for (int i = 0; i < n && !err; i++)
+        if (interior(z, ea[i], eb[i], &lo, &hi)) err = drop_pages(z, z->model->params, lo, hi, "weight");
+    if (err) return err;
     z->u_state[u] = 0;
     return 0;
 }
