@@ -53,7 +53,10 @@ void mw_log_set_level(enum mw_log_level min_level);
 uint64_t mw_now_ns(void);
 
 /* Formatting helpers for human output: "1.50 GiB", "2.41 GB/s". buf needs >= 32 bytes. */
-const char *mw_fmt_bytes(char *buf, size_t n, uint64_t bytes);   /* binary units: KiB, MiB, GiB */
+const char *mw_fmt_bytes(char *buf, size_t n, uint64_t bytes);
+/* A memory figure of this process from /proc/self/status, in bytes: field "VmRSS" (resident
+ * now) or "VmHWM" (peak resident set); 0 when unavailable. */
+uint64_t mw_proc_mem(const char *field);   /* binary units: KiB, MiB, GiB */
 const char *mw_fmt_rate(char *buf, size_t n, double bytes_per_s); /* decimal: MB/s, GB/s */
 
 /* Parse a size: "4096", "64K", "1M", "4G", "1GiB" (binary: 2^10, 2^20, 2^30, 2^40) or

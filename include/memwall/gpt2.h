@@ -147,6 +147,9 @@ void mw_gpt2_free(struct mw_gpt2 *m);
  * projections (attn.c_proj, mlp.c_proj) N(0, 0.02/sqrt(2L)), biases 0, LayerNorm weight 1,
  * bias 0, wte padding rows 0. Independent of the thread count. */
 void mw_gpt2_init_weights(struct mw_gpt2 *m, uint64_t seed);
+/* The same for the tensors of one weight unit only (bitwise what mw_gpt2_init_weights writes
+ * there): callers that stream weights initialise a unit at a time. -EINVAL for a bad unit. */
+int mw_gpt2_init_weights_unit(struct mw_gpt2 *m, uint64_t seed, int unit);
 
 /* Finds a tensor by HF name; NULL if absent. */
 const struct mw_gpt2_tensor *mw_gpt2_find_tensor(const struct mw_gpt2 *m, const char *name);
@@ -197,6 +200,9 @@ int mw_gpt2_load_safetensors(struct mw_gpt2 *m, const char *path);
  * __metadata__ with n_layer, n_head, n_embd, max_seq_len, vocab_size, padded_vocab_size.
  * Writes path.tmp, fsyncs, then renames over path. 0 or -errno (message set). */
 int mw_gpt2_save_safetensors(const struct mw_gpt2 *m, const char *path);
+/* The same, calling fn(user, ACQUIRE, unit, 0) before the first tensor of each weight unit is
+ * written and RELEASE after its last (callers that keep only some units resident). */
+int mw_gpt2_save_safetensors_units(const struct mw_gpt2 *m, const char *path, mw_gpt2_weights_fn fn, void *user);
 
 #ifdef __cplusplus
 }

@@ -134,6 +134,21 @@ double mw_offload_predict_dev_s(const struct mw_offload_profile *p, uint64_t n, 
 /* ---------------------------------------------------------------- configuration and plan */
 
 struct mw_trace; /* memwall/trace.h; optional */
+struct mw_store_io; /* memwall/store.h */
+
+/* Streaming callers (docs/offload.md, "Weights and gradients streamed"): the caller keeps its
+ * weight and gradient arrays only partly resident, and the engine tells it when it is about to
+ * read a range of them and when it is done with one. Events, each with the subgroup's element
+ * range [first, first+n) of the engine's flat space:
+ *   WEIGHTS_IN  before mw_offload_init reads ext_weights for the initial master (fp32 only);
+ *   GRADS_IN    before the update of a subgroup reads ext_grads (pipeline thread);
+ *   SG_DONE     after the subgroup's update was written back, or after init wrote it: its
+ *               gradients (and weights) may leave DRAM now.
+ * A non-zero return fails the init or the step with that code (set the message). With a stream
+ * function the engine never writes the working copy (ext_weights is read at init only): the
+ * caller reads the committed master with mw_offload_master_fetch when it needs weights. */
+enum mw_offload_stream_event { MW_OFFLOAD_WEIGHTS_IN = 0, MW_OFFLOAD_GRADS_IN = 1, MW_OFFLOAD_SG_DONE = 2 };
+typedef int (*mw_offload_stream_fn)(void *user, int event, uint64_t first, uint64_t n);
 
 struct mw_offload_config {
     uint64_t subgroup_size;          /* elements per subgroup (rounded up to the moment format's block) */
@@ -163,6 +178,8 @@ struct mw_offload_config {
     struct mw_offload_profile profile; /* cost model inputs (mw_offload_profile_default if unset) */
     int cpu_threads;                 /* optimizer kernel threads on the CPU path, 0 = OpenMP default */
     struct mw_trace *trace;          /* optional recorder */
+    mw_offload_stream_fn stream;     /* optional (NULL): see above; needs the master on NVMe */
+    void *stream_user;
 };
 void mw_offload_config_default(struct mw_offload_config *c);
 
@@ -274,6 +291,19 @@ void mw_offload_tier_usage(const struct mw_offload *e, uint64_t bytes[MW_OFFLOAD
 
 void mw_offload_stats_get(const struct mw_offload *e, struct mw_offload_stats *s);
 void mw_offload_stats_reset(struct mw_offload *e);
+
+/* Streaming: starts reading the committed fp32 master weights of subgroup sg (whole) from its
+ * NVMe slot into dst, which must be 4096-aligned with room for MW_ALIGN_UP(4 n, 4096) bytes;
+ * io is the caller's (zeroed by this call), finished with mw_offload_master_wait. Only between
+ * steps (the committed slot must not move meanwhile); several fetches may be in flight. Needs
+ * the master on NVMe (-EINVAL otherwise). */
+int mw_offload_master_fetch(struct mw_offload *e, uint32_t sg, void *dst, struct mw_store_io *io);
+int mw_offload_master_wait(struct mw_offload *e, struct mw_store_io *io);
+
+/* Streaming: the gradients of subgroup sg (4 n bytes, fp32) written to / read from its NVMe
+ * object (synchronous; src/dst 4096-aligned with room for MW_ALIGN_UP(4 n, 4096) bytes). */
+int mw_offload_grads_put(struct mw_offload *e, uint32_t sg, const void *src);
+int mw_offload_grads_get(struct mw_offload *e, uint32_t sg, void *dst);
 
 /* Testing: the k-th NVMe write from now (k >= 1) fails with -EIO after writing half its bytes
  * (a torn write); 0 disarms. */

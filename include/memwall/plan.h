@@ -296,6 +296,35 @@ struct mw_plan_zero3_weights {
 int mw_plan_gpt2_zero3_weights(int n_layer, int n_embd, int n_head, int padded_vocab, int max_seq,
                                int ranks, double weight_bytes, struct mw_plan_zero3_weights *out);
 
+/* ---- streamed training on the CPU (stream.c) --------------------------------------------- */
+
+/* `memwall train --offload-params nvme`: weights, gradients and the optimizer state on NVMe,
+ * a weight unit at a time in DRAM. The trainer prints this plan before its first step and
+ * refuses a --dram-budget below its total; `memwall plan --stream` prints the same. */
+struct mw_plan_stream_in {
+    int n_layer, n_embd, padded_vocab, max_seq; /* GPT-2 shape (memwall's layout) */
+    int grad_accum;               /* micro-batches per step (> 1: the gradients stay resident) */
+    int prefetch_depth;           /* units fetched ahead of use */
+    uint64_t subgroup_size;       /* elements per optimizer subgroup (the engine's, after rounding) */
+    int buffer_count;             /* optimizer staging buffers */
+    uint64_t acts_bytes;          /* the model's activation allocation (mw_gpt2_sizes) */
+    uint64_t staging_bytes;       /* the optimizer's staging buffers (its plan) */
+    uint64_t runtime_bytes;       /* the process before the model: code, libraries, thread stacks */
+};
+struct mw_plan_stream {
+    uint64_t params;              /* elements */
+    uint64_t subgroup_size;       /* elements */
+    uint64_t weights_peak;        /* bytes of weight subgroups resident at once, at most */
+    int weights_peak_unit;        /* the unit in use then */
+    uint64_t grads_peak;          /* bytes of gradient subgroups resident during a pass, at most */
+    uint64_t step_grads;          /* bytes of gradients read back during the optimizer step */
+    uint64_t passes;              /* weights + gradients at the worst moment of a pass (<= the sum
+                                     of the two peaks, which come at different moments) */
+    uint64_t acts, staging, runtime; /* bytes, as given */
+    uint64_t total;               /* runtime + acts + staging + max(passes, step_grads) */
+};
+int mw_plan_stream_dram(const struct mw_plan_stream_in *in, struct mw_plan_stream *out);
+
 /* ---- activations (activations.c) --------------------------------------------------------- */
 
 /* Bytes one block keeps for backward for one micro-batch on one rank. */

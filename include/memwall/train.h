@@ -31,6 +31,7 @@
 
 #include "memwall/data.h"
 #include "memwall/gpt2.h"
+#include "memwall/offload.h"
 
 struct mw_trace; /* memwall/trace.h */
 
@@ -38,9 +39,8 @@ struct mw_trace; /* memwall/trace.h */
 extern "C" {
 #endif
 
-/* Where the optimizer state lives (master weights and AdamW moments; the offload engine,
- * memwall/offload.h, holds it in both cases). */
-enum mw_opt_tier { MW_OPT_TIER_DRAM = 0, MW_OPT_TIER_NVME = 1 };
+/* Tiers are memwall/offload.h's enum mw_offload_tier (MW_OFFLOAD_DRAM, MW_OFFLOAD_NVME): one
+ * enum for the optimizer state, the streamed weights and the engine. */
 
 struct mw_train_config {
     int batch;             /* B: sequences per micro-batch */
@@ -59,7 +59,7 @@ struct mw_train_config {
     uint64_t seed;         /* weights and data order */
     int threads;           /* OpenMP / OpenBLAS threads; 0 = all */
     int recompute;         /* activation recomputation in backward */
-    enum mw_opt_tier tier; /* optimizer-state tier */
+    enum mw_offload_tier tier; /* optimizer-state tier (master weights and moments) */
     /* Offload engine settings (not saved in checkpoints; 0 / NULL = the engine's default). */
     const char *nvme_dir;       /* NVMe tier directory (tier nvme; NULL = ./run/nvme) */
     uint64_t subgroup_size;     /* elements per subgroup */
@@ -73,6 +73,11 @@ struct mw_train_config {
      * sequences of it, and the loss is the mean over the global batch on every rank. */
     struct mw_comm *comm;       /* borrowed (memwall/comm.h) */
     int zero_stage;             /* 0: replicate and allreduce; 1, 2, 3: ZeRO (saved in checkpoints) */
+    /* Weights and gradients (docs/train.md, "Streaming"): MW_OFFLOAD_DRAM keeps them resident;
+     * MW_OFFLOAD_NVME streams them unit by unit from the optimizer's fp32 master on NVMe (needs
+     * tier = MW_OFFLOAD_NVME, one rank). Not saved in checkpoints. */
+    enum mw_offload_tier offload_params;
+    int prefetch_depth;         /* streaming: units fetched ahead of use (0..8) */
 };
 
 /* Learning rate at optimizer step `step` (1-based): linear warm-up over `warmup` steps to lr,
@@ -107,6 +112,8 @@ struct mw_train_bytes {
 
 struct mw_train_opt;   /* src/train/optimizer_step.h: the optimizer behind a small interface */
 struct mw_train_zero;  /* src/train/zero.h: data parallelism and ZeRO */
+struct mw_train_stream;/* src/train/stream.h: weights and gradients streamed from NVMe */
+struct mw_residency;   /* src/train/residency.h: where each weight unit lives between uses */
 
 struct mw_trainer {
     struct mw_train_config cfg;
@@ -118,6 +125,8 @@ struct mw_trainer {
     int32_t *inputs, *targets;     /* [B * T] the current micro-batch (this rank's slice) */
     int32_t *g_inputs, *g_targets; /* [B * T] the global micro-batch (several ranks only) */
     struct mw_train_zero *zero;    /* several ranks only */
+    struct mw_train_stream *stream;/* offload_params = nvme only */
+    struct mw_residency *res;      /* the one of these the trainer goes through */
     int world, rank;               /* ranks of the run and this one's (1, 0 without MPI) */
     int local_batch;               /* sequences this rank runs per micro-batch */
 };
@@ -158,10 +167,21 @@ void mw_trainer_zero_info(const struct mw_trainer *tr, struct mw_train_zero_info
 int mw_trainer_zero_peak(struct mw_trainer *tr, uint64_t *max_bytes, int reset);
 /* The same for the gradient array under ZeRO-2/3 (collective). */
 int mw_trainer_zero_grads_peak(struct mw_trainer *tr, uint64_t *max_bytes);
-/* Collective: every unit of the weights present on every rank (ZeRO-3: gathered; others:
- * nothing to do), e.g. before writing the whole model; mw_trainer_weights_release undoes it. */
-int mw_trainer_weights_whole(struct mw_trainer *tr);
-int mw_trainer_weights_release(struct mw_trainer *tr);
+/* Writes the model as model.safetensors (HF names) through the residency interface: a unit at a
+ * time is brought into DRAM (streamed weights, ZeRO-3 gathered). Collective under ZeRO-3 (every
+ * rank calls it); only a rank with write != 0 writes the file. */
+int mw_trainer_save_safetensors(struct mw_trainer *tr, const char *path, int write);
+/* The streamed weights' figures (zero when weights are resident). */
+struct mw_train_stream_info {
+    int active, prefetch_depth;
+    uint64_t resident_peak;        /* bytes of weights resident at the peak (subgroups) */
+    uint64_t fetch_bytes, grad_write_bytes; /* NVMe traffic of the stream since init */
+    double wait_s;                 /* training thread blocked on weight fetches, s */
+    /* The planned DRAM peak (bytes, src/plan mw_plan_stream_dram) and its parts. */
+    uint64_t planned_total, planned_runtime, planned_acts, planned_staging, planned_weights, planned_grads;
+    uint64_t planned_streamed;     /* weights + gradients at their worst moment (or the step's) */
+};
+void mw_trainer_stream_info(const struct mw_trainer *tr, struct mw_train_stream_info *si);
 
 /* ---- checkpoints ---- */
 
@@ -181,8 +201,9 @@ struct mw_ckpt_info {
     uint64_t subgroup_size, own_first, own_n;
 };
 
-/* Writes the trainer's state to path (path.tmp, fsync, rename). */
-int mw_trainer_save(const struct mw_trainer *tr, const char *data_path, const char *path);
+/* Writes the trainer's state to path (path.tmp, fsync, rename). The weights are read a unit at
+ * a time through the residency interface (collective under ZeRO-3: every rank calls it). */
+int mw_trainer_save(struct mw_trainer *tr, const char *data_path, const char *path);
 /* Reads and validates the header only (magic, version, sizes against the file length). */
 int mw_ckpt_read_info(const char *path, struct mw_ckpt_info *info);
 /* Restores params, optimizer state, step and data-RNG state into a trainer built with the

@@ -50,6 +50,8 @@ static const struct preset presets[] = {
 
 struct args {
     const char *preset, *data, *out_dir, *resume, *init_st, *log_json, *trace, *tier, *nvme_dir, *policy, *hier, *comm_sum;
+    const char *offload_params, *schedule;
+    int64_t prefetch_depth;
     uint64_t subgroup_size, dram_budget, nvme_budget;
     int64_t buffer_count;
     int64_t layers, heads, width, context, vocab;
@@ -68,6 +70,7 @@ static const char *const preset_names[] = {"demo", "gpt2-124m", "tiny", NULL};
 static const char *const tier_names[] = {"dram", "nvme", NULL};
 static const char *const hier_names[] = {"global", "node", NULL};
 static const char *const sum_names[] = {"ordered", "mpi", NULL};
+static const char *const schedule_names[] = {"batch-major", NULL};
 
 static struct args A;
 
@@ -102,6 +105,9 @@ static const struct mw_opt train_opts[] = {
     {"log-json", MW_OPT_STRING, &A.log_json, "FILE", "one JSON object per step (step, loss, val_loss, tokens_per_s, ms, ...)", 0, 0, NULL},
     {"trace", MW_OPT_STRING, &A.trace, "FILE", "trace of the run (Chrome/Perfetto JSON, for 'memwall report'); a summary is printed at the end; several ranks: one per rank, put %r in FILE", 0, 0, NULL},
     {"optimizer-tier", MW_OPT_CHOICE, &A.tier, NULL, "where the AdamW state (master weights, moments) lives: host DRAM or NVMe files", 0, 0, tier_names},
+    {"offload-params", MW_OPT_CHOICE, &A.offload_params, NULL, "where the weights and gradients live between uses: host DRAM, or streamed unit by unit from NVMe (needs --optimizer-tier nvme; one rank)", 0, 0, tier_names},
+    {"prefetch-depth", MW_OPT_INT, &A.prefetch_depth, "N", "--offload-params nvme: weight units read ahead of their use", 0, 8, NULL},
+    {"schedule", MW_OPT_CHOICE, &A.schedule, NULL, "order of the micro-batches' work: each micro-batch's forward and backward in turn (layer-major: not built yet)", 0, 0, schedule_names},
     {"nvme-dir", MW_OPT_STRING, &A.nvme_dir, "DIR", "directory for the NVMe tier's files (several: D1:D2); default run/nvme; %r = the rank (several ranks without %r: /rank<r> is appended)", 0, 0, NULL},
     {"subgroup-size", MW_OPT_SIZE, &A.subgroup_size, "N", "parameters per optimizer subgroup (the unit of NVMe I/O and update); default 4M = 4194304", 1, 1e15, NULL},
     {"buffer-count", MW_OPT_INT, &A.buffer_count, "N", "host staging buffers of the NVMe pipeline", 1, 1024, NULL},
@@ -135,7 +141,7 @@ static void set_defaults(const struct preset *p)
     A.val_every = p->val_every; A.val_batches = p->val_batches; A.sample_len = p->sample_len; A.lr = p->lr;
     A.accum = 1; A.min_lr_frac = 0.1; A.wd = 0.1; A.clip = 1.0; A.beta1 = 0.9; A.beta2 = 0.95;
     A.ckpt_every = 0; A.seed = 1337; A.threads = 0; A.temperature = 0.8; A.top_k = 40; A.print_every = 1;
-    A.tier = "dram"; A.buffer_count = 8;
+    A.tier = "dram"; A.buffer_count = 8; A.offload_params = "dram"; A.prefetch_depth = 2; A.schedule = "batch-major";
     A.zero = 0; A.hier = "global"; A.comm_timeout = 300; A.comm_sum = "ordered";
 }
 
@@ -200,7 +206,7 @@ static int apply_checkpoint(const struct mw_ckpt_info *ci)
     if (!GIVEN("subgroup-size") && ci->world > 1 && ci->zero_stage >= 1) A.subgroup_size = ci->subgroup_size;
     if (!GIVEN("data") && ci->data_path[0]) A.data = ci->data_path;
     /* The checkpoint holds the state in one format for every tier: resuming may change it. */
-    if (!GIVEN("optimizer-tier")) A.tier = t->tier == MW_OPT_TIER_NVME ? "nvme" : "dram";
+    if (!GIVEN("optimizer-tier")) A.tier = t->tier == MW_OFFLOAD_NVME ? "nvme" : "dram";
     return 0;
 }
 
@@ -387,6 +393,20 @@ static int train_main(int argc, char **argv)
         if (mw_offload_policy_parse(A.policy, &pol, &k)) return usage_error("--offload-policy: %s", mw_error_msg());
     }
     if (A.ckpt_every > 0 && !A.out_dir) return usage_error("--ckpt-every needs --out-dir%s", "");
+    if (!strcmp(A.offload_params, "nvme")) {
+        if (!GIVEN("optimizer-tier")) A.tier = "nvme"; /* the streamed weights are the master on NVMe */
+        if (strcmp(A.tier, "nvme"))
+            return usage_error("--offload-params nvme needs --optimizer-tier nvme: the fp32 master weights on NVMe are the "
+                               "streamed weights%s", "");
+        if (world > 1)
+            return usage_error("--offload-params nvme runs on one rank for now (each rank streaming its own shard is not "
+                               "built yet)%s", "");
+        if (A.init_st)
+            return usage_error("--offload-params nvme starts from --seed weights or a --resume checkpoint; "
+                               "--init-safetensors would load the whole model into DRAM (not built for streaming yet)%s", "");
+    } else if (GIVEN("prefetch-depth")) {
+        mw_log(MW_LOG_WARN, "--prefetch-depth is used with --offload-params nvme only");
+    }
     if (A.resume && A.init_st) return usage_error("--init-safetensors cannot be combined with --resume%s", "");
     if (A.init_st) {
         static const char *const shape[] = {"layers", "heads", "width", "context", "vocab"};
@@ -414,10 +434,12 @@ static int train_main(int argc, char **argv)
         .warmup = A.warmup, .min_lr_frac = A.min_lr_frac, .weight_decay = A.wd, .beta1 = A.beta1,
         .beta2 = A.beta2, .eps = 1e-8, .clip = A.clip, .val_every = A.val_every, .val_batches = A.val_batches,
         .ckpt_every = A.ckpt_every, .seed = (uint64_t)A.seed, .threads = (int)A.threads,
-        .recompute = A.recompute, .tier = !strcmp(A.tier, "nvme") ? MW_OPT_TIER_NVME : MW_OPT_TIER_DRAM,
+        .recompute = A.recompute, .tier = !strcmp(A.tier, "nvme") ? MW_OFFLOAD_NVME : MW_OFFLOAD_DRAM,
         .nvme_dir = A.nvme_dir ? A.nvme_dir : "run/nvme", .subgroup_size = A.subgroup_size,
         .buffer_count = (int)A.buffer_count, .offload_policy = A.policy, .dram_budget = A.dram_budget,
         .nvme_budget = A.nvme_budget, .comm = world > 1 ? comm : NULL, .zero_stage = (int)A.zero,
+        .offload_params = !strcmp(A.offload_params, "nvme") ? MW_OFFLOAD_NVME : MW_OFFLOAD_DRAM,
+        .prefetch_depth = (int)A.prefetch_depth,
     };
     if (tc.threads == 0) tc.threads = omp_get_max_threads();
     char corpus[PATH_MAX];
@@ -474,9 +496,7 @@ static int save_ckpt(struct run_state *s, const char *data_path)
     else snprintf(path, sizeof path, "%s/ckpt_%08" PRId64 ".mwck", A.out_dir, s->tr.step);
     uint64_t t0 = mw_now_ns();
     /* ZeRO-3: every rank writes the whole weights beside its optimizer shard. */
-    int err = mw_trainer_weights_whole(&s->tr);
-    if (!err) err = mw_trainer_save(&s->tr, data_path, path);
-    if (!err) err = mw_trainer_weights_release(&s->tr);
+    int err = mw_trainer_save(&s->tr, data_path, path);
     if (err) { mw_cli_fail("writing the checkpoint", err); return 1; }
     if (world > 1)
         printf("ckpt  step %6" PRId64 " | %s/ckpt_%08" PRId64 ".r%%r.mwck, one per rank (%.1f s)\n", s->tr.step, A.out_dir,
@@ -605,6 +625,19 @@ static int run(const char *data_path, const struct mw_gpt2_config *mc, const str
                    zi.subgroup_size, zi.own_n);
         printf("\n");
     }
+    struct mw_train_stream_info si;
+    mw_trainer_stream_info(&s.tr, &si);
+    if (si.active) {
+        char b[8][32];
+        printf("  streaming: weights and gradients on NVMe with the optimizer state, a weight unit at a time in DRAM "
+               "(prefetch depth %d, schedule %s)\n", si.prefetch_depth, A.schedule);
+        printf("  planned DRAM peak %s = runtime %s + activations %s + optimizer staging %s + streamed weights and "
+               "gradients %s (weights at most %s, gradients at most %s)%s%s\n", mw_fmt_bytes(b[0], 32, si.planned_total),
+               mw_fmt_bytes(b[1], 32, si.planned_runtime), mw_fmt_bytes(b[2], 32, si.planned_acts),
+               mw_fmt_bytes(b[3], 32, si.planned_staging), mw_fmt_bytes(b[4], 32, si.planned_streamed),
+               mw_fmt_bytes(b[5], 32, si.planned_weights), mw_fmt_bytes(b[6], 32, si.planned_grads),
+               tc->dram_budget ? ", budget " : "", tc->dram_budget ? mw_fmt_bytes(b[7], 32, tc->dram_budget) : "");
+    }
     if (A.trace) printf("  trace: %s%s\n", A.trace, world > 1 ? " (this rank's; one file per rank)" : "");
     if (resume_info) printf("  resumed from %s at step %" PRId64 "\n", A.resume, s.tr.step);
     fflush(stdout);
@@ -665,12 +698,22 @@ static int run(const char *data_path, const struct mw_gpt2_config *mc, const str
     double secs = (double)(mw_now_ns() - t_run) / 1e9;
     if (tokens_run) printf("done: %" PRIu64 " tokens in %.1f s, %.0f tokens/s\n", tokens_run, secs, (double)tokens_run / secs);
     if (world > 1 && s.tr.zero && (err = report_zero_memory(&s, mc))) goto out;
+    if (si.active) {
+        struct mw_train_stream_info se;
+        mw_trainer_stream_info(&s.tr, &se);
+        uint64_t hwm = mw_proc_mem("VmHWM");
+        char b[6][32];
+        printf("streaming: measured peak resident set (VmHWM) %s vs planned %s (measured/planned %.3f)%s%s; weights "
+               "resident at most %s; NVMe: weights fetched %s, gradients written %s; blocked on fetches %.2f s\n",
+               mw_fmt_bytes(b[0], 32, hwm), mw_fmt_bytes(b[1], 32, se.planned_total),
+               se.planned_total ? (double)hwm / (double)se.planned_total : 0.0, tc->dram_budget ? ", budget " : "",
+               tc->dram_budget ? mw_fmt_bytes(b[2], 32, tc->dram_budget) : "", mw_fmt_bytes(b[3], 32, se.resident_peak),
+               mw_fmt_bytes(b[4], 32, se.fetch_bytes), mw_fmt_bytes(b[5], 32, se.grad_write_bytes), se.wait_s);
+    }
     if (A.out_dir) {
         char path[PATH_MAX];
         snprintf(path, sizeof path, "%s/model.safetensors", A.out_dir);
-        err = mw_trainer_weights_whole(&s.tr);
-        if (!err && rank == 0) err = mw_gpt2_save_safetensors(&s.tr.model, path);
-        if (!err) err = mw_trainer_weights_release(&s.tr);
+        err = mw_trainer_save_safetensors(&s.tr, path, rank == 0);
         if (err) { mw_cli_fail("writing the model", err); goto out; }
         printf("model: %s\n", path);
     }

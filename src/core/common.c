@@ -128,3 +128,20 @@ void mw_abort_(const char *file, int line, const char *expr)
     fprintf(stderr, "memwall: internal error at %s:%d: assertion '%s' failed\n", file, line, expr);
     abort();
 }
+
+uint64_t mw_proc_mem(const char *field)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return 0;
+    char line[256];
+    size_t fl = strlen(field);
+    uint64_t kib = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, field, fl) || line[fl] != ':') continue;
+        unsigned long long v;
+        if (sscanf(line + fl + 1, "%llu", &v) == 1) kib = v;
+        break;
+    }
+    fclose(f);
+    return kib * 1024;
+}

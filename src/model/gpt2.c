@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #define ALIGN_FLOATS 16 /* 64-byte alignment of every carved buffer */
 
@@ -145,15 +146,21 @@ int mw_gpt2_sizes(const struct mw_gpt2_config *cfg, const struct mw_gpt2_options
     return 0;
 }
 
-/* Page-aligned whole pages: a ZeRO-3 caller releases the pages of units it does not hold
- * (madvise), which must not touch another allocation. */
+/* Page-aligned whole pages, mapped fresh: a caller that keeps only some units resident (ZeRO-3,
+ * streaming) releases pages with madvise, which must not touch another allocation, and the
+ * array is zero without being touched (an untouched page costs no memory: a streamed 1.5 B
+ * parameter model never has its 6 GB of weights resident at once). */
+static size_t map_bytes(size_t n) { return n ? MW_ALIGN_UP(n * sizeof(float), 4096) : 4096; }
+
 static void *alloc_floats(size_t n)
 {
-    size_t bytes = MW_ALIGN_UP(n * sizeof(float), 4096);
-    void *p = NULL;
-    if (bytes == 0) bytes = 4096;
-    if (posix_memalign(&p, 4096, bytes)) return NULL;
-    return p;
+    void *p = mmap(NULL, map_bytes(n), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static void free_floats(void *p, size_t n)
+{
+    if (p) munmap(p, map_bytes(n));
 }
 
 int mw_gpt2_n_units(const struct mw_gpt2 *m) { return m->cfg.n_layer + 2; }
@@ -225,8 +232,6 @@ int mw_gpt2_init(struct mw_gpt2 *m, const struct mw_gpt2_config *cfg, const stru
     m->grads = alloc_floats(m->sizes.n_params);
     m->acts = alloc_floats(m->sizes.acts_bytes / sizeof(float));
     if (!m->params || !m->grads || !m->acts) goto nomem;
-    memset(m->params, 0, m->sizes.params_bytes);
-    memset(m->grads, 0, m->sizes.grads_bytes);
     size_t used = carve(cfg, &m->opts, m->acts, im, m->opts.recompute);
     MW_ASSERT(used * sizeof(float) == m->sizes.acts_bytes);
     m->loss = -1.0f;
@@ -250,9 +255,9 @@ void mw_gpt2_free(struct mw_gpt2 *m)
         free(m->impl);
     }
     free(m->tensors);
-    free(m->params);
-    free(m->grads);
-    free(m->acts);
+    free_floats(m->params, m->sizes.n_params);
+    free_floats(m->grads, m->sizes.n_params);
+    free_floats(m->acts, m->sizes.acts_bytes / sizeof(float));
     struct mw_gpt2_sizes s = m->sizes;
     memset(m, 0, sizeof *m);
     m->sizes = s; /* keep the sizes readable for error messages */
@@ -299,12 +304,17 @@ static void fill_normal(float *p, size_t n, float std, uint64_t seed)
     }
 }
 
-void mw_gpt2_init_weights(struct mw_gpt2 *m, uint64_t seed)
+/* Each tensor has its own random stream (seed, index): a unit initialises alone. */
+int mw_gpt2_init_weights_unit(struct mw_gpt2 *m, uint64_t seed, int unit)
 {
+    size_t ufirst, un;
+    int rc = mw_gpt2_unit_range(m, unit, &ufirst, &un);
+    if (rc) return rc;
     float resid_std = 0.02f / sqrtf(2.0f * (float)m->cfg.n_layer);
     size_t V = (size_t)m->cfg.vocab_size, C = (size_t)m->cfg.n_embd;
     for (int i = 0; i < m->n_tensors; i++) {
         const struct mw_gpt2_tensor *t = &m->tensors[i];
+        if (t->offset < ufirst || t->offset >= ufirst + un) continue;
         float *p = m->params + t->offset;
         uint64_t ts = seed * 0x2545F4914F6CDD1Dull + (uint64_t)i * 0x9E3779B97F4A7C15ull + 1;
         switch (t->kind) {
@@ -326,6 +336,12 @@ void mw_gpt2_init_weights(struct mw_gpt2 *m, uint64_t seed)
             break;
         }
     }
+    return 0;
+}
+
+void mw_gpt2_init_weights(struct mw_gpt2 *m, uint64_t seed)
+{
+    for (int u = 0; u < mw_gpt2_n_units(m); u++) (void)mw_gpt2_init_weights_unit(m, seed, u); /* valid units */
 }
 
 const float *mw_gpt2_logits(const struct mw_gpt2 *m) { return m->impl->logits; }

@@ -144,7 +144,39 @@ out:
     return rc;
 }
 
+/* With a unit function, each unit is acquired before its first tensor and released after its
+ * last, so a caller that streams weights never holds more than one unit for the save. */
+struct save_units { const struct mw_gpt2 *m; int cur; mw_gpt2_weights_fn fn; void *user; };
+
+static int unit_of_offset(const struct mw_gpt2 *m, size_t off)
+{
+    for (int u = 0; u < mw_gpt2_n_units(m); u++) {
+        size_t a, n;
+        mw_gpt2_unit_range(m, u, &a, &n);
+        if (off >= a && off < a + n) return u;
+    }
+    return -1;
+}
+
+static int save_units_fn(void *user, int i)
+{
+    struct save_units *su = user;
+    const struct mw_gpt2 *m = su->m;
+    int u = i < m->n_tensors ? unit_of_offset(m, m->tensors[i].offset) : -1;
+    if (u == su->cur) return 0;
+    int rc = 0;
+    if (su->cur >= 0) rc = su->fn(su->user, MW_GPT2_UNIT_RELEASE, su->cur, 0);
+    su->cur = u;
+    if (!rc && u >= 0) rc = su->fn(su->user, MW_GPT2_UNIT_ACQUIRE, u, 0);
+    return rc;
+}
+
 int mw_gpt2_save_safetensors(const struct mw_gpt2 *m, const char *path)
+{
+    return mw_gpt2_save_safetensors_units(m, path, NULL, NULL);
+}
+
+int mw_gpt2_save_safetensors_units(const struct mw_gpt2 *m, const char *path, mw_gpt2_weights_fn fn, void *user)
 {
     struct mw_st_out *t = calloc((size_t)m->n_tensors, sizeof *t);
     if (!t) return mw_error_set(-ENOMEM, "save %s: no memory", path);
@@ -166,7 +198,10 @@ int mw_gpt2_save_safetensors(const struct mw_gpt2 *m, const char *path)
     snprintf(vp, sizeof vp, "%d", m->cfg.padded_vocab_size ? m->cfg.padded_vocab_size : m->cfg.vocab_size);
     const char *meta[] = {"format", "pt", "producer", "memwall", "n_layer", v[0], "n_head", v[1],
                           "n_embd", v[2], "max_seq_len", v[3], "vocab_size", v[4], "padded_vocab_size", vp};
-    int rc = mw_st_write_f32(path, t, m->n_tensors, meta, 8);
+    struct save_units su = {m, -1, fn, user};
+    int rc = fn ? mw_st_write_f32_cb(path, t, m->n_tensors, meta, 8, save_units_fn, &su)
+                : mw_st_write_f32(path, t, m->n_tensors, meta, 8);
+    if (rc && su.cur >= 0) (void)fn(user, MW_GPT2_UNIT_RELEASE, su.cur, 0);
     free(t);
     return rc;
 }

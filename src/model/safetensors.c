@@ -259,6 +259,12 @@ static int write_full(int fd, const void *buf, size_t n)
 
 int mw_st_write_f32(const char *path, const struct mw_st_out *t, int n, const char *const *meta_kv, int n_meta)
 {
+    return mw_st_write_f32_cb(path, t, n, meta_kv, n_meta, NULL, NULL);
+}
+
+int mw_st_write_f32_cb(const char *path, const struct mw_st_out *t, int n, const char *const *meta_kv, int n_meta,
+                       mw_st_data_fn data_fn, void *user)
+{
     char tmp[600];
     char *js = NULL;
     int fd = -1, rc = 0;
@@ -297,8 +303,10 @@ int mw_st_write_f32(const char *path, const struct mw_st_out *t, int n, const ch
         goto werr;
     for (int i = 0; i < n; i++) {
         size_t numel = t[i].ndim == 2 ? t[i].shape[0] * t[i].shape[1] : t[i].shape[0];
+        if (data_fn && (rc = data_fn(user, i))) goto werr;
         if ((rc = write_full(fd, t[i].data, numel * 4))) goto werr;
     }
+    if (data_fn && (rc = data_fn(user, n))) goto werr;
     if (fsync(fd)) { rc = -errno; goto werr; }
     if (close(fd)) { fd = -1; rc = -errno; goto werr; }
     fd = -1;

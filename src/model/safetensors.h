@@ -51,5 +51,10 @@ struct mw_st_out {
 };
 int mw_st_write_f32(const char *path, const struct mw_st_out *t, int n, const char *const *meta_kv,
                     int n_meta);
+/* The same, calling data_fn(user, i) before tensor i's data is read (and once more with i = n
+ * at the end), so a caller can bring weights in a piece at a time; non-zero ends the write. */
+typedef int (*mw_st_data_fn)(void *user, int i);
+int mw_st_write_f32_cb(const char *path, const struct mw_st_out *t, int n, const char *const *meta_kv,
+                       int n_meta, mw_st_data_fn data_fn, void *user);
 
 #endif

@@ -71,6 +71,17 @@ static int open_store(struct mw_offload *e)
             if (rc) return rc;
         }
     }
+    if (e->cfg.stream) {
+        e->gobj = calloc((size_t)e->nsg, sizeof *e->gobj);
+        if (!e->gobj) return mw_error_set(-ENOMEM, "offload: out of memory");
+        for (uint32_t i = 0; i < e->nsg; i++) {
+            char name[64];
+            snprintf(name, sizeof name, "sg%u.grad", i);
+            if ((rc = mw_store_obj_create_ex(e->store, name, MW_ALIGN_UP(4 * e->sgs[i].n, OFL_PAD), MW_KIND_GRADS,
+                                             &e->gobj[i])))
+                return rc;
+        }
+    }
     return 0;
 }
 
@@ -88,9 +99,13 @@ static int write_initial(struct mw_offload *e, const float *src)
         struct ofl_layout L;
         ofl_layout_make(&e->cfg, e->sgs[i].n, &L);
         memset(e->staging[0].ptr, 0, L.total);
-        if (src) memcpy(s.master, src + e->sgs[i].first, 4 * e->sgs[i].n);
-        int rc = ofl_slot_store(e, i, 0);
+        int rc = 0;
+        if (src && e->cfg.stream) rc = e->cfg.stream(e->cfg.stream_user, MW_OFFLOAD_WEIGHTS_IN, e->sgs[i].first, e->sgs[i].n);
         if (rc) return rc;
+        if (src) memcpy(s.master, src + e->sgs[i].first, 4 * e->sgs[i].n);
+        if ((rc = ofl_slot_store(e, i, 0))) return rc;
+        if (e->cfg.stream && (rc = e->cfg.stream(e->cfg.stream_user, MW_OFFLOAD_SG_DONE, e->sgs[i].first, e->sgs[i].n)))
+            return rc;
     }
     return 0;
 }
@@ -186,6 +201,7 @@ void mw_offload_free(struct mw_offload *e)
     ofl_dev_free(e->dev);
     if (e->store) mw_store_close(e->store);
     free(e->obj);
+    free(e->gobj);
     for (int b = 0; b < e->nbuf && e->staging; b++) mw_tier_free(&e->staging[b]);
     free(e->staging);
     free(e->free_bufs);
@@ -225,7 +241,7 @@ uint64_t mw_offload_committed_steps(const struct mw_offload *e) { return e->comm
 
 void ofl_refresh_weights(struct mw_offload *e, uint64_t first, uint64_t n, const float *master)
 {
-    if (e->master_alias) return;
+    if (e->master_alias || e->cfg.stream) return; /* streaming: the caller fetches the master */
     char *w = e->cfg.ext_weights ? (char *)e->cfg.ext_weights : (char *)e->weights.ptr;
     if (!w) return;
     switch (e->cfg.weights) {
@@ -327,7 +343,7 @@ int mw_offload_recover(struct mw_offload *e)
     if (e->in_backward) return mw_error_set(-EINVAL, "offload recover: inside a backward pass");
     e->failed = 0;
     e->err = 0;
-    if (e->master_alias) return 0;
+    if (e->master_alias || e->cfg.stream) return 0;
     /* the working copy of subgroups refreshed by the failed step: back to the committed master */
     int rc = 0;
     int cur = (int)(e->committed % 2);
@@ -365,6 +381,51 @@ void mw_offload_stats_reset(struct mw_offload *e)
     memset(&e->stats, 0, sizeof e->stats);
     pthread_mutex_unlock(&e->mu);
 }
+
+int mw_offload_master_fetch(struct mw_offload *e, uint32_t sg, void *dst, struct mw_store_io *io)
+{
+    memset(io, 0, sizeof *io);
+    if (!e->store || e->cfg.place.tier[MW_OFFLOAD_MASTER] != MW_OFFLOAD_NVME)
+        return mw_error_set(-EINVAL, "offload master fetch: the master weights are not on NVMe");
+    if (sg >= e->nsg) return mw_error_set(-EINVAL, "offload master fetch: no subgroup %u (%u)", sg, e->nsg);
+    if ((uintptr_t)dst % MW_STORE_ALIGN) return mw_error_set(-EINVAL, "offload master fetch: buffer not 4096-aligned");
+    io->obj = e->obj[2 * sg + (int)(e->committed % 2)];
+    io->op = MW_AIO_READ;
+    io->offset = 0;
+    io->len = MW_ALIGN_UP(4 * e->sgs[sg].n, OFL_PAD);
+    io->buf = dst;
+    return mw_store_submit(e->store, io);
+}
+
+int mw_offload_master_wait(struct mw_offload *e, struct mw_store_io *io)
+{
+    int rc = mw_store_wait(e->store, io);
+    if (!rc) {
+        pthread_mutex_lock(&e->mu);
+        e->stats.nvme_read_bytes += io->len;
+        pthread_mutex_unlock(&e->mu);
+    }
+    return rc;
+}
+
+static int grads_io(struct mw_offload *e, uint32_t sg, void *buf, int write)
+{
+    if (!e->gobj) return mw_error_set(-EINVAL, "offload: gradients are kept on NVMe only when streaming");
+    if (sg >= e->nsg) return mw_error_set(-EINVAL, "offload: no subgroup %u (%u)", sg, e->nsg);
+    uint64_t len = MW_ALIGN_UP(4 * e->sgs[sg].n, OFL_PAD);
+    int rc = write ? mw_store_write(e->store, e->gobj[sg], 0, len, buf) : mw_store_read(e->store, e->gobj[sg], 0, len, buf);
+    if (rc) return mw_error_set(rc, "offload: %s the gradients of subgroup %u (%llu bytes) %s NVMe failed: %s",
+                                write ? "writing" : "reading", sg, (unsigned long long)len, write ? "to" : "from",
+                                mw_error_msg());
+    pthread_mutex_lock(&e->mu);
+    if (write) e->stats.nvme_write_bytes += len;
+    else e->stats.nvme_read_bytes += len;
+    pthread_mutex_unlock(&e->mu);
+    return 0;
+}
+
+int mw_offload_grads_put(struct mw_offload *e, uint32_t sg, const void *src) { return grads_io(e, sg, (void *)src, 1); }
+int mw_offload_grads_get(struct mw_offload *e, uint32_t sg, void *dst) { return grads_io(e, sg, dst, 0); }
 
 void mw_offload_inject_write_failure(struct mw_offload *e, uint64_t k)
 {

@@ -133,6 +133,7 @@ struct mw_offload {
     int nvme_regions;                      /* bitmask of regions stored on NVMe */
     struct mw_store *store;
     struct mw_store_obj **obj;             /* [nsg][2] */
+    struct mw_store_obj **gobj;            /* [nsg] gradients (streaming only), one slot */
     struct ofl_dev *dev;
 
     /* step state (guarded by mu) */

@@ -250,6 +250,17 @@ static void stage_read(struct mw_offload *e, uint32_t sg)
     struct ofl_sg *s = &e->st[sg];
     int cur = (int)(e->committed % 2);
     s->t_loaded = mw_now_ns();
+    if (e->cfg.stream) { /* the caller brings the subgroup's gradients in (streaming) */
+        int rc = e->cfg.stream(e->cfg.stream_user, MW_OFFLOAD_GRADS_IN, e->sgs[sg].first, e->sgs[sg].n);
+        if (rc) {
+            memset(&s->io, 0, sizeof s->io);
+            s->io.op = MW_AIO_READ;
+            s->io.result = rc;
+            snprintf(s->io.errmsg, sizeof s->io.errmsg, "gradients: %s", mw_error_msg());
+            io_done(&s->io, s);
+            return;
+        }
+    }
     dram_copy(e, sg, s->buf, cur, 0);
     uint64_t off, len;
     ofl_nvme_span(e, sg, &off, &len);
@@ -309,7 +320,19 @@ static void stage_writeback(struct mw_offload *e, uint32_t sg)
     struct mw_optim_slice v;
     current_view(e, sg, &v);
     uint64_t t0 = mw_now_ns();
-    if (e->cfg.weights == MW_OFFLOAD_W_FP32 && !e->master_alias)
+    if (e->cfg.stream) { /* the update has read the gradients: the caller may drop them */
+        int rc = e->cfg.stream(e->cfg.stream_user, MW_OFFLOAD_SG_DONE, g->first, g->n);
+        if (rc) {
+            char msg[400];
+            snprintf(msg, sizeof msg, "offload: releasing subgroup %u failed: %s", sg, mw_error_msg());
+            pthread_mutex_lock(&e->mu);
+            fail_locked(e, rc, msg);
+            finish_locked(e, sg, 0);
+            pthread_mutex_unlock(&e->mu);
+            return;
+        }
+    }
+    if (e->cfg.weights == MW_OFFLOAD_W_FP32 && !e->master_alias && !e->cfg.stream)
         memcpy(ofl_weights_of(e, sg), v.master, 4 * g->n);
     if (!e->txn) {
         uint64_t t1 = mw_now_ns();

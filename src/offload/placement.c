@@ -200,6 +200,10 @@ static int check_config(const struct mw_offload_registry *r, const struct mw_off
             return mw_error_set(-ENOTSUP, "offload: %s=nvme is not supported: gradients and the working copy are "
                                 "touched by every micro-step and stay in dram", kind_names[k]);
     }
+    if (c->stream && (c->place.tier[MW_OFFLOAD_MASTER] != MW_OFFLOAD_NVME || c->weights != MW_OFFLOAD_W_FP32))
+        return mw_error_set(-EINVAL, "offload: streaming weights needs the fp32 master on nvme (it is the weights' home)");
+    if (c->stream && c->use_device)
+        return mw_error_set(-ENOTSUP, "offload: streaming weights runs every update on the CPU (use the all-cpu policy)");
     if (ofl_transactional(c) && (!c->nvme_dir || !*c->nvme_dir))
         return mw_error_set(-EINVAL, "offload: state is placed on nvme but no NVMe directory is given");
     if (c->io_block_size % 4096 || c->io_queue_depth > 4096)
@@ -267,6 +271,11 @@ int mw_offload_plan_make(const struct mw_offload_registry *r, const struct mw_of
             p->kind_bytes[MW_OFFLOAD_MASTER][MW_OFFLOAD_NVME] = nv;
         } else {
             p->kind_bytes[MW_OFFLOAD_MOMENTS][MW_OFFLOAD_NVME] = nv;
+        }
+        if (c->stream) { /* one gradient object per subgroup (one slot: not committed state) */
+            uint64_t gf = MW_ALIGN_UP(MW_ALIGN_UP(4 * p->subgroup_size, OFL_PAD), st);
+            uint64_t gl = MW_ALIGN_UP(MW_ALIGN_UP(4 * last_n, OFL_PAD), st);
+            p->kind_bytes[MW_OFFLOAD_GRADS][MW_OFFLOAD_NVME] = (uint64_t)(p->n_subgroups - 1) * gf + gl;
         }
         struct ofl_layout L;
         ofl_layout_make(c, p->subgroup_size, &L);

@@ -9,6 +9,7 @@
 #include "memwall/train.h"
 #include "memwall/common.h"
 #include "train/optimizer_step.h"
+#include "train/residency.h"
 #include "train/zero.h"
 
 #include <errno.h>
@@ -130,7 +131,7 @@ static int decode_header(const uint8_t *h, struct mw_ckpt_info *out, const char 
     out->step = (int64_t)get64(h, H_STEP);
     out->data_rng = get64(h, H_RNG);
     struct mw_train_config *t = &out->train;
-    t->tier = (enum mw_opt_tier)get32(h, H_TIER);
+    t->tier = (enum mw_offload_tier)get32(h, H_TIER);
     t->batch = (int)get32(h, H_BATCH); t->seq = (int)get32(h, H_SEQ); t->grad_accum = (int)get32(h, H_ACCUM);
     t->threads = (int)get32(h, H_THREADS); t->recompute = (int)get32(h, H_RECOMP);
     t->steps = (int64_t)get64(h, H_STEPS); t->lr = getf64(h, H_LR); t->warmup = (int64_t)get64(h, H_WARMUP);
@@ -169,7 +170,25 @@ static int w_fn(void *user, void *buf, size_t n)
     return 0;
 }
 
-int mw_trainer_save(const struct mw_trainer *tr, const char *data_path, const char *path)
+/* The weights a unit at a time through the residency interface (units are contiguous and in
+ * order, so this is the params array from its first to its last element). */
+static int write_weights(struct mw_trainer *tr, struct wctx *w)
+{
+    struct mw_residency *r = tr->res;
+    int err = r->ops->save_begin(r->self);
+    for (int u = 0; u < mw_gpt2_n_units(&tr->model) && !err; u++) {
+        size_t a, n;
+        mw_gpt2_unit_range(&tr->model, u, &a, &n);
+        if ((err = r->ops->unit_get(r->self, u))) break;
+        err = w_fn(w, tr->model.params + a, n * 4);
+        int err2 = r->ops->unit_put(r->self, u);
+        if (!err) err = err2;
+    }
+    int err2 = r->ops->save_end(r->self);
+    return err ? err : err2;
+}
+
+int mw_trainer_save(struct mw_trainer *tr, const char *data_path, const char *path)
 {
     struct mw_ckpt_info in;
     memset(&in, 0, sizeof in);
@@ -189,11 +208,6 @@ int mw_trainer_save(const struct mw_trainer *tr, const char *data_path, const ch
         in.subgroup_size = z->sg_size;
         in.own_first = z->own.first;
         in.own_n = z->own.n;
-        if (z->stage == 3)
-            for (int u = 0; u < z->n_units; u++)
-                if (z->u_state[u] != 2)
-                    return mw_error_set(-EINVAL, "ZeRO-3: weight unit %d is not gathered; call mw_trainer_weights_whole "
-                                        "before mw_trainer_save", u);
     }
     char tmp[1100];
     if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
@@ -203,7 +217,7 @@ int mw_trainer_save(const struct mw_trainer *tr, const char *data_path, const ch
     uint8_t hdr[CKPT_HEADER_BYTES], trl[CKPT_TRAILER_BYTES];
     encode_header(hdr, &in);
     int err = w_fn(&w, hdr, sizeof hdr);
-    if (!err) err = w_fn(&w, tr->model.params, in.n_params * 4);
+    if (!err) err = write_weights(tr, &w);
     if (!err) err = mw_train_opt_save(tr->opt, w_fn, &w);
     if (!err) {
         memcpy(trl, CKPT_END, 8);
@@ -307,7 +321,17 @@ int mw_trainer_load(struct mw_trainer *tr, const char *path)
     struct rctx r = {f, 0, path};
     rewind(f);
     if ((err = r_fn(&r, hdr, sizeof hdr))) goto out;
-    if ((err = r_fn(&r, tr->model.params, in.n_params * 4))) goto out;
+    if (tr->stream) { /* streamed weights: straight into the master on NVMe, a piece at a time */
+        uint64_t piece = 1u << 20;
+        float *buf = malloc(piece * sizeof *buf);
+        if (!buf) { err = mw_error_set(-ENOMEM, "no memory for a checkpoint piece"); goto out; }
+        for (uint64_t a = 0; a < in.n_params && !err; a += piece) {
+            uint64_t n = MW_MIN(piece, in.n_params - a);
+            if (!(err = r_fn(&r, buf, n * 4))) err = mw_train_opt_load_master(tr->opt, a, n, buf, in.step);
+        }
+        free(buf);
+        if (err) goto out;
+    } else if ((err = r_fn(&r, tr->model.params, in.n_params * 4))) goto out;
     if ((err = mw_train_opt_load(tr->opt, r_fn, &r, in.step))) goto out;
     uint32_t crc = r.crc;
     if (fread(trl, 1, sizeof trl, f) != sizeof trl || memcmp(trl, CKPT_END, 8)) {

@@ -88,7 +88,7 @@ int mw_train_opt_init(struct mw_train_opt *o, struct mw_gpt2 *m, const struct mw
     mw_offload_config_default(cfg);
     if (c->subgroup_size) cfg->subgroup_size = c->subgroup_size;
     if (c->buffer_count) cfg->buffer_count = c->buffer_count;
-    if (c->tier == MW_OPT_TIER_NVME) {
+    if (c->tier == MW_OFFLOAD_NVME) {
         cfg->place.tier[MW_OFFLOAD_MASTER] = MW_OFFLOAD_NVME;
         cfg->place.tier[MW_OFFLOAD_MOMENTS] = MW_OFFLOAD_NVME;
         cfg->nvme_dir = c->nvme_dir ? c->nvme_dir : "run/nvme";
@@ -139,6 +139,15 @@ static int ensure_engine(struct mw_train_opt *o)
 {
     if (o->eng) return 0;
     return mw_offload_init(&o->eng, &o->reg, &o->cfg);
+}
+
+int mw_train_opt_ensure(struct mw_train_opt *o) { return ensure_engine(o); }
+
+int mw_train_opt_load_master(struct mw_train_opt *o, uint64_t first, uint64_t n, const float *src, int64_t step)
+{
+    int err = ensure_engine(o);
+    if (!err) err = mw_offload_set_committed_steps(o->eng, (uint64_t)step);
+    return err ? err : mw_offload_write_raw(o->eng, MW_OFFLOAD_R_MASTER, first, n, src);
 }
 
 int mw_train_opt_backward_begin(struct mw_train_opt *o, int last)
@@ -261,8 +270,9 @@ int mw_train_opt_load(struct mw_train_opt *o, mw_train_io_fn read, void *user, i
             if (!(err = read(user, buf, n * sizeof *buf))) err = mw_offload_write_raw(o->eng, regions[r], a, n, buf);
         }
     /* The master copy from the checkpoint's weights (already in the model's params). Through a
-     * copy: a MASTER write also refreshes the working copy, which is those params. */
-    for (uint64_t a = 0; a < o->n_params && !err; a += piece) {
+     * copy: a MASTER write also refreshes the working copy, which is those params. Streamed
+     * weights were written by mw_train_opt_load_master instead. */
+    for (uint64_t a = 0; a < o->n_params && !err && !o->cfg.stream; a += piece) {
         uint64_t n = MW_MIN(piece, o->n_params - a);
         memcpy(buf, o->params + a, n * sizeof *buf);
         err = mw_offload_write_raw(o->eng, MW_OFFLOAD_R_MASTER, a, n, buf);

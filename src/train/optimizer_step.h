@@ -16,9 +16,10 @@
 #include "memwall/gpt2.h"
 #include "memwall/offload.h"
 #include "memwall/train.h"
+#include "memwall/optim.h"
 
 struct mw_train_opt {
-    enum mw_opt_tier tier;
+    enum mw_offload_tier tier;
     uint64_t own_first;                /* first element of the model this optimizer owns (ZeRO) */
     size_t n_params;                   /* elements it owns (all of the model without ZeRO) */
     struct mw_offload_registry reg;    /* the model's tensors, in its flat order */
@@ -72,5 +73,10 @@ typedef int (*mw_train_io_fn)(void *user, void *buf, size_t n);
 uint64_t mw_train_opt_state_bytes(const struct mw_train_opt *o);
 int mw_train_opt_save(const struct mw_train_opt *o, mw_train_io_fn write, void *user);
 int mw_train_opt_load(struct mw_train_opt *o, mw_train_io_fn read, void *user, int64_t step);
+/* Creates the engine now (streamed weights: before the first forward pass). */
+int mw_train_opt_ensure(struct mw_train_opt *o);
+/* Streamed weights: the master of [first, first+n) from a checkpoint, with `step` steps done
+ * (mw_train_opt_load then restores the moments and skips the master). */
+int mw_train_opt_load_master(struct mw_train_opt *o, uint64_t first, uint64_t n, const float *src, int64_t step);
 
 #endif

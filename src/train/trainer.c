@@ -9,6 +9,8 @@
 #include "memwall/common.h"
 #include "memwall/trace.h"
 #include "train/optimizer_step.h"
+#include "train/residency.h"
+#include "train/stream.h"
 #include "train/zero.h"
 #include "memwall/comm.h"
 
@@ -59,9 +61,23 @@ int mw_trainer_init(struct mw_trainer *tr, const struct mw_gpt2_config *mcfg,
     if (cfg->batch % tr->world)
         return mw_error_set(-EINVAL, "the global batch (%d sequences) must divide by the %d ranks", cfg->batch, tr->world);
     tr->local_batch = cfg->batch / tr->world;
+    int streaming = cfg->offload_params == MW_OFFLOAD_NVME;
+    if (cfg->offload_params != MW_OFFLOAD_DRAM && !streaming)
+        return mw_error_set(-EINVAL, "weights can be offloaded to dram or nvme");
+    if (streaming && cfg->tier != MW_OFFLOAD_NVME)
+        return mw_error_set(-EINVAL, "--offload-params nvme needs --optimizer-tier nvme: the fp32 master weights on "
+                            "NVMe are the streamed weights");
+    if (streaming && tr->world > 1)
+        return mw_error_set(-ENOTSUP, "--offload-params nvme runs on one rank for now (each rank streaming its shard "
+                            "under ZeRO is not built yet); run without mpirun or keep the weights in dram");
+    if (streaming && cfg->offload_policy && strcmp(cfg->offload_policy, "all-cpu"))
+        return mw_error_set(-ENOTSUP, "--offload-params nvme updates on the CPU: use --offload-policy all-cpu");
     struct mw_gpt2_options mo = {tr->local_batch, cfg->seq, cfg->recompute, cfg->threads};
     if ((err = mw_gpt2_init(&tr->model, mcfg, &mo))) return err;
-    mw_gpt2_init_weights(&tr->model, cfg->seed);
+    if (!streaming) mw_gpt2_init_weights(&tr->model, cfg->seed); /* streamed: unit by unit at engine init */
+    tr->res = calloc(1, sizeof *tr->res);
+    if (!tr->res) { err = mw_error_set(-ENOMEM, "no memory"); goto err; }
+    mw_residency_resident(tr->res, tr);
     size_t n = (size_t)tr->local_batch * (size_t)cfg->seq, ng = (size_t)cfg->batch * (size_t)cfg->seq;
     tr->inputs = malloc(n * sizeof *tr->inputs);
     tr->targets = malloc(n * sizeof *tr->targets);
@@ -86,15 +102,56 @@ int mw_trainer_init(struct mw_trainer *tr, const struct mw_gpt2_config *mcfg,
             goto err;
         }
         if (cfg->zero_stage >= 1) { own_first = tr->zero->own.first; own_n = tr->zero->own.n; }
-        if (cfg->zero_stage == 3) {
-            tr->model.weights_hook = mw_train_zero_weights_hook;
-            tr->model.weights_user = tr->zero;
-        }
+        mw_residency_zero(tr->res, tr);
     }
     const struct mw_gpt2_sizes *z = &tr->model.sizes;
-    if ((err = mw_train_opt_init(tr->opt, &tr->model, &tr->cfg, z->params_bytes + z->grads_bytes + z->acts_bytes,
-                                 own_first, own_n)))
-        goto err;
+    uint64_t model_dram = z->params_bytes + z->grads_bytes + z->acts_bytes;
+    if (streaming) {
+        tr->stream = calloc(1, sizeof *tr->stream);
+        if (!tr->stream) { err = mw_error_set(-ENOMEM, "no memory"); goto err; }
+        model_dram = z->acts_bytes; /* the streamed part is planned below (mw_trainer_plan_dram) */
+    }
+    {
+        /* Streamed: the whole DRAM plan (mw_plan_stream_dram below) checks the budget. */
+        struct mw_train_config oc = tr->cfg;
+        if (streaming) oc.dram_budget = 0;
+        if ((err = mw_train_opt_init(tr->opt, &tr->model, &oc, model_dram, own_first, own_n))) goto err;
+    }
+    if (streaming) {
+        if ((err = mw_train_stream_init(tr->stream, &tr->model, tr->opt, cfg->prefetch_depth, cfg->seed, cfg->trace)))
+            goto err;
+        mw_residency_stream(tr->res, tr->stream);
+        struct mw_plan_stream_in pi = {
+            .n_layer = mcfg->n_layer, .n_embd = mcfg->n_embd,
+            .padded_vocab = mcfg->padded_vocab_size ? mcfg->padded_vocab_size : mcfg->vocab_size,
+            .max_seq = mcfg->max_seq_len, .grad_accum = cfg->grad_accum, .prefetch_depth = cfg->prefetch_depth,
+            .subgroup_size = tr->opt->plan.subgroup_size, .buffer_count = tr->opt->cfg.buffer_count,
+            .acts_bytes = z->acts_bytes, .staging_bytes = tr->opt->plan.tier_bytes[MW_OFFLOAD_DRAM],
+            .runtime_bytes = mw_proc_mem("VmRSS") + MW_STREAM_RUNTIME_EXTRA,
+        };
+        if ((err = mw_plan_stream_dram(&pi, &tr->stream->plan))) goto err;
+        if (cfg->dram_budget && tr->stream->plan.total > cfg->dram_budget) {
+            const struct mw_plan_stream *p = &tr->stream->plan;
+            char b[6][32];
+            err = mw_error_set(MW_EBUDGET, "DRAM budget %s is too small for this streamed run: it needs %s at its peak "
+                               "(runtime %s, activations %s, optimizer staging %s, weights and gradients %s); raise "
+                               "--dram-budget, or lower --prefetch-depth, --subgroup-size, --buffer-count, --batch, "
+                               "or add --recompute", mw_fmt_bytes(b[0], 32, cfg->dram_budget),
+                               mw_fmt_bytes(b[1], 32, p->total), mw_fmt_bytes(b[2], 32, p->runtime),
+                               mw_fmt_bytes(b[3], 32, p->acts), mw_fmt_bytes(b[4], 32, p->staging),
+                               mw_fmt_bytes(b[5], 32, MW_MAX(p->passes, p->step_grads)));
+            goto err;
+        }
+        tr->opt->cfg.stream = mw_train_stream_engine_hook;
+        tr->opt->cfg.stream_user = tr->stream;
+        /* The engine (and with it the initial weights, unit by unit) exists before the first
+         * forward pass: the weights are fetched from its master. */
+        if ((err = mw_train_opt_ensure(tr->opt))) goto err;
+    }
+    if (tr->res->ops->weights) {
+        tr->model.weights_hook = tr->res->ops->weights;
+        tr->model.weights_user = tr->res->self;
+    }
     if (tr->zero && cfg->zero_stage >= 1 && tr->opt->plan.subgroup_size != sg) {
         err = mw_error_set(-EINVAL, "the optimizer rounded the subgroup size %llu to %llu; give --subgroup-size as a "
                            "multiple of 4096", (unsigned long long)sg, (unsigned long long)tr->opt->plan.subgroup_size);
@@ -110,8 +167,11 @@ err:
 
 void mw_trainer_free(struct mw_trainer *tr)
 {
+    if (tr->stream) mw_train_stream_free(tr->stream);
     if (tr->opt) mw_train_opt_free(tr->opt);
     free(tr->opt);
+    free(tr->stream);
+    free(tr->res);
     if (tr->zero) mw_train_zero_free(tr->zero);
     free(tr->zero);
     free(tr->inputs);
@@ -154,7 +214,7 @@ static void val_batch(struct mw_trainer *tr, uint64_t k)
 
 static int pass_begin(struct mw_trainer *tr, int training)
 {
-    return tr->zero ? mw_train_zero_pass_begin(tr->zero, training) : 0;
+    return tr->res->ops->pass_begin(tr->res->self, training);
 }
 
 /* A phase span (docs/trace-conventions.md) from t0 to now; returns the duration. */
@@ -164,19 +224,6 @@ static uint64_t phase(struct mw_trace *trace, const char *name, uint64_t t0, int
     struct mw_trace_arg a[1] = {{"step", step}};
     mw_trace_span(trace, "phase", name, t0, t1, a, 1);
     return t1 - t0;
-}
-
-/* Gradient norm over all ranks: the owned shards' sums of squares (ZeRO >= 1) or the engine's
- * norm of the averaged gradients (one rank, stage 0). */
-static int grad_norm(struct mw_trainer *tr, double *norm)
-{
-    if (!tr->zero || tr->zero->stage == 0) return mw_train_opt_grad_norm(tr->opt, norm);
-    double local, global;
-    int err = mw_train_zero_local_sumsq(tr->zero, &local);
-    if (!err) err = mw_train_zero_sumsq(tr->zero, local, &global);
-    if (err) return err;
-    *norm = sqrt(global);
-    return isfinite(*norm) ? 0 : MW_EOVERFLOW;
 }
 
 int mw_trainer_step(struct mw_trainer *tr, struct mw_train_step_stats *st)
@@ -189,11 +236,12 @@ int mw_trainer_step(struct mw_trainer *tr, struct mw_train_step_stats *st)
     int64_t step = tr->step + 1;
     struct mw_offload_stats s0, s1;
     mw_train_opt_stats(tr->opt, &s0);
+    const struct mw_residency *res = tr->res;
     if (zr) mw_comm_stats_reset(c->comm);
-    if (zr) mw_train_zero_step_begin(zr);
-    else mw_gpt2_zero_grad(&tr->model);
-    float loss_sum = 0;
+    if (tr->stream) tr->stream->step = (int)step;
     int err;
+    if ((err = res->ops->step_begin(res->self))) return err;
+    float loss_sum = 0;
     for (int a = 0; a < c->grad_accum; a++) {
         int last = a == c->grad_accum - 1;
         t = mw_now_ns();
@@ -206,13 +254,10 @@ int mw_trainer_step(struct mw_trainer *tr, struct mw_train_step_stats *st)
         loss_sum += tr->model.loss;
         t = mw_now_ns();
         if ((err = mw_train_opt_backward_begin(tr->opt, last))) return err;
-        if (zr) {
-            mw_train_zero_backward_begin(zr, a, last);
-            err = mw_gpt2_backward(&tr->model, 1.0f / (float)c->grad_accum, mw_train_zero_grad_ready, zr);
+        if (!(err = res->ops->backward_begin(res->self, a, last))) {
+            err = mw_gpt2_backward(&tr->model, 1.0f / (float)c->grad_accum, res->ops->grad_ready, res->self);
             /* After a failure the job ends (a collective cannot be cancelled): no more waits. */
-            if (!err) err = mw_train_zero_backward_end(zr);
-        } else {
-            err = mw_gpt2_backward(&tr->model, 1.0f / (float)c->grad_accum, mw_train_opt_grad_ready, tr->opt);
+            if (!err) err = res->ops->backward_end(res->self);
         }
         int err2 = mw_train_opt_backward_end(tr->opt);
         if (err || (err = err2)) return err;
@@ -224,7 +269,7 @@ int mw_trainer_step(struct mw_trainer *tr, struct mw_train_step_stats *st)
     if (zr && (err = mw_train_zero_mean(zr, &st->loss))) return err;
     st->lr = mw_train_lr(c, step);
     st->tokens = (uint64_t)c->batch * (uint64_t)c->seq * (uint64_t)c->grad_accum;
-    err = grad_norm(tr, &st->grad_norm);
+    err = res->ops->grad_norm(res->self, &st->grad_norm);
     if (err == MW_EOVERFLOW) {
         st->skipped = 1; /* keep the weights; the step still counts for the schedule */
         if ((err = mw_train_opt_skip(tr->opt, step))) return err;
@@ -237,7 +282,7 @@ int mw_trainer_step(struct mw_trainer *tr, struct mw_train_step_stats *st)
             st->clipped = 1;
         }
         if ((err = mw_train_opt_step(tr->opt, st->lr, scale, step))) return err;
-        if (zr && (err = mw_train_zero_after_step(zr))) return err;
+        if ((err = res->ops->after_step(res->self))) return err;
     }
     st->update_ns = phase(trace, "update", t, step);
     tr->step = step;
@@ -349,15 +394,29 @@ out:
 
 void mw_trainer_bytes(const struct mw_trainer *tr, struct mw_train_bytes *b)
 {
-    b->params = tr->model.sizes.params_bytes;
-    /* ZeRO-3 keeps only the owned shard of the weights; gathered units come and go (measured:
-     * mw_trainer_zero_info, trace counter "zero3 resident weights"). */
-    if (tr->zero && tr->zero->stage == 3) b->params = tr->zero->own.n * sizeof(float);
-    /* ZeRO-2/3 keep the owned gradients; the other buckets live only until they are reduced. */
-    b->grads = tr->model.sizes.grads_bytes;
-    if (tr->zero && tr->zero->stage >= 2) b->grads = tr->zero->own.n * sizeof(float);
+    tr->res->ops->bytes(tr->res->self, &b->params, &b->grads);
     b->acts = tr->model.sizes.acts_bytes;
     mw_train_opt_bytes(tr->opt, &b->opt_dram, &b->opt_nvme);
+}
+
+void mw_trainer_stream_info(const struct mw_trainer *tr, struct mw_train_stream_info *si)
+{
+    memset(si, 0, sizeof *si);
+    const struct mw_train_stream *s = tr->stream;
+    if (!s) return;
+    si->active = 1;
+    si->prefetch_depth = s->depth;
+    si->resident_peak = s->resident_peak;
+    si->fetch_bytes = s->fetch_bytes;
+    si->grad_write_bytes = s->grad_write_bytes;
+    si->wait_s = (double)s->wait_ns / 1e9;
+    si->planned_total = s->plan.total;
+    si->planned_runtime = s->plan.runtime;
+    si->planned_acts = s->plan.acts;
+    si->planned_staging = s->plan.staging;
+    si->planned_weights = s->plan.weights_peak;
+    si->planned_grads = MW_MAX(s->plan.grads_peak, s->plan.step_grads);
+    si->planned_streamed = MW_MAX(s->plan.passes, s->plan.step_grads);
 }
 
 void mw_trainer_zero_info(const struct mw_trainer *tr, struct mw_train_zero_info *zi)
@@ -393,12 +452,18 @@ int mw_trainer_zero_grads_peak(struct mw_trainer *tr, uint64_t *max_bytes)
     return tr->zero ? mw_train_zero_max_u64(tr->zero, tr->zero->grads_resident_peak, max_bytes) : 0;
 }
 
-int mw_trainer_weights_whole(struct mw_trainer *tr)
+static int save_unit_fn(void *user, int event, int unit, int backward)
 {
-    return tr->zero ? mw_train_zero_gather_all(tr->zero) : 0;
+    struct mw_residency *r = user;
+    (void)backward;
+    return event == MW_GPT2_UNIT_ACQUIRE ? r->ops->unit_get(r->self, unit) : r->ops->unit_put(r->self, unit);
 }
 
-int mw_trainer_weights_release(struct mw_trainer *tr)
+int mw_trainer_save_safetensors(struct mw_trainer *tr, const char *path, int write)
 {
-    return tr->zero ? mw_train_zero_release_all(tr->zero) : 0;
+    struct mw_residency *r = tr->res;
+    int err = r->ops->save_begin(r->self);
+    if (!err && write) err = mw_gpt2_save_safetensors_units(&tr->model, path, save_unit_fn, r);
+    int err2 = r->ops->save_end(r->self);
+    return err ? err : err2;
 }

@@ -1,0 +1,117 @@
+/*
+ * stream.c — the DRAM peak of `memwall train --offload-params nvme` (weights, gradients and
+ * optimizer state on NVMe, streamed a weight unit at a time), before the run.
+ *
+ * Why a simulation and not a formula: what is resident is decided by the trainer's schedule
+ * (src/train/stream.c): a unit's subgroups (page-aligned pieces of the flat parameter space,
+ * the optimizer's unit of I/O) are fetched ahead of use by `depth` units and dropped after use,
+ * and gradients leave DRAM once backward has passed the start of the 2^20-element norm chunk a
+ * subgroup starts in. Units are not whole subgroups, so rounding decides a fair part of the
+ * answer; walking the same schedule over the same cut gives the number the run will meet, and
+ * the trainer prints it and refuses a budget below it (one code path: this file).
+ */
+#include "memwall/plan.h"
+#include "memwall/common.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CHUNK ((uint64_t)1 << 20) /* elements per gradient-norm chunk (src/offload/grads.c) */
+
+/* GPT-2's weight units: embeddings (wte + wpe), blocks, ln_f, as memwall lays them out. */
+static int units_of(const struct mw_plan_stream_in *in, uint64_t *first, uint64_t *n)
+{
+    uint64_t C = (uint64_t)in->n_embd, L = (uint64_t)in->n_layer;
+    n[0] = (uint64_t)in->padded_vocab * C + (uint64_t)in->max_seq * C;
+    for (uint64_t l = 0; l < L; l++) n[1 + l] = 12 * C * C + 13 * C;
+    n[L + 1] = 2 * C;
+    uint64_t off = 0;
+    for (uint64_t u = 0; u < L + 2; u++) { first[u] = off; off += n[u]; }
+    return 0;
+}
+
+/* Unit at position p of a training pass (forward 0..L, L+1, 0; backward 0, L+1, L..1). */
+static int sched(int L, int p)
+{
+    int nf = L + 3;
+    if (p < 0) return -1;
+    if (p < nf) return p == L + 2 ? 0 : p;
+    p -= nf;
+    if (p > L + 1) return -1;
+    return p == 0 ? 0 : L + 2 - p;
+}
+
+static uint64_t sg_bytes(uint64_t g, uint64_t S, uint64_t N, uint64_t page)
+{
+    uint64_t a = g * S, n = MW_MIN(S, N - a);
+    return MW_ALIGN_UP(n * 4, page);
+}
+
+int mw_plan_stream_dram(const struct mw_plan_stream_in *in, struct mw_plan_stream *out)
+{
+    memset(out, 0, sizeof *out);
+    if (in->n_layer < 1 || in->n_embd < 1 || in->padded_vocab < 1 || in->max_seq < 1 || in->prefetch_depth < 0 ||
+        in->prefetch_depth > 8 || in->grad_accum < 1 || !in->subgroup_size)
+        return mw_error_set(-EINVAL, "stream plan: bad shape (layers %d, width %d, vocab %d, context %d, depth %d, "
+                            "accumulation %d, subgroup %llu)", in->n_layer, in->n_embd, in->padded_vocab, in->max_seq,
+                            in->prefetch_depth, in->grad_accum, (unsigned long long)in->subgroup_size);
+    int L = in->n_layer, nu = L + 2;
+    uint64_t *first = calloc((size_t)nu, sizeof *first), *n = calloc((size_t)nu, sizeof *n);
+    if (!first || !n) {
+        free(first);
+        free(n);
+        return mw_error_set(-ENOMEM, "stream plan: out of memory");
+    }
+    units_of(in, first, n);
+    uint64_t N = first[nu - 1] + n[nu - 1], S = MW_MIN(in->subgroup_size, N), page = 4096;
+    uint64_t nsg = (N + S - 1) / S;
+    unsigned char *mark = calloc((size_t)nsg, 1);
+    if (!mark) {
+        free(first);
+        free(n);
+        return mw_error_set(-ENOMEM, "stream plan: out of memory");
+    }
+    /* At each position p of a training pass: the weights of the units at p..p+depth (resident
+     * or being fetched; a released unit's subgroups stay only when the next one needs them),
+     * plus the gradients resident then. Gradients: with accumulation the whole array lives
+     * through the step's micro-batches; at the last one, unit u's backward touches its range
+     * from first[u] up, and the subgroups that start in a norm chunk below the previous mark
+     * wait for the rest of their chunk. The LM head (backward position 0) and the blocks write
+     * nothing below them; the embeddings' gradients come last, after every weight is gone. */
+    int npos = 2 * L + 5;
+    uint64_t full = MW_ALIGN_UP(N * 4, page);
+    for (int p = 0; p <= npos; p++) {
+        memset(mark, 0, (size_t)nsg);
+        uint64_t wbytes = 0, gbytes = 0;
+        for (int k = 0; k <= in->prefetch_depth && p < npos; k++) {
+            int u = sched(L, p + k);
+            if (u < 0) break;
+            for (uint64_t g = first[u] / S; g <= (first[u] + n[u] - 1) / S; g++)
+                if (!mark[g]) { mark[g] = 1; wbytes += sg_bytes(g, S, N, page); }
+        }
+        int backward = p >= L + 3, u = p < npos ? sched(L, p) : 0;
+        if (in->grad_accum > 1) {
+            gbytes = full;
+        } else if (backward && !(p == L + 3)) { /* not the LM head's position */
+            uint64_t prev = u == L + 1 ? N : (u == 0 ? first[1] : first[u + 1]);
+            for (uint64_t g = first[u] / S; g < nsg; g++)
+                if ((g * S) / CHUNK * CHUNK < prev) gbytes += sg_bytes(g, S, N, page);
+        }
+        if (wbytes > out->weights_peak) { out->weights_peak = wbytes; out->weights_peak_unit = u; }
+        out->grads_peak = MW_MAX(out->grads_peak, gbytes);
+        out->passes = MW_MAX(out->passes, wbytes + gbytes);
+    }
+    /* The optimizer step: each staging buffer in use has its subgroup's gradients in. */
+    out->step_grads = (uint64_t)in->buffer_count * sg_bytes(0, S, N, page);
+    out->acts = in->acts_bytes;
+    out->staging = in->staging_bytes;
+    out->runtime = in->runtime_bytes;
+    out->params = N;
+    out->subgroup_size = S;
+    out->total = out->runtime + out->acts + out->staging + MW_MAX(out->passes, out->step_grads);
+    free(first);
+    free(n);
+    free(mark);
+    return 0;
+}

@@ -1,0 +1,425 @@
+/*
+ * stream.c — weights and gradients streamed from NVMe, unit by unit (see stream.h for why
+ * this shape). The schedule of a training pass is forward 0, 1..L, L+1, 0 (the tied LM head)
+ * then backward 0, L+1, L..1; an evaluation pass is the forward part alone. Fetches look ahead
+ * along it by `depth` units but never across an optimizer step (the master changes there).
+ */
+#include "train/stream.h"
+#include "memwall/common.h"
+#include "memwall/offload.h"
+#include "memwall/optim.h"
+#include "memwall/trace.h"
+#include "train/optimizer_step.h"
+#include "train/residency.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+static struct mw_offload *eng(const struct mw_train_stream *s) { return s->opt->eng; }
+
+static void sg_range(const struct mw_train_stream *s, uint32_t sg, uint64_t *first, uint64_t *n)
+{
+    *first = (uint64_t)sg * s->sg_size;
+    *n = MW_MIN(s->sg_size, (uint64_t)s->model->sizes.n_params - *first);
+}
+
+static uint64_t sg_bytes(const struct mw_train_stream *s, uint32_t sg)
+{
+    uint64_t a, n;
+    sg_range(s, sg, &a, &n);
+    return MW_ALIGN_UP(n * 4, s->page);
+}
+
+/* The pages of subgroup sg of a flat fp32 array go back to the OS (they read back as zeros). */
+static int drop(struct mw_train_stream *s, float *arr, uint32_t sg, const char *what)
+{
+    uint64_t a, n;
+    sg_range(s, sg, &a, &n);
+    if (madvise(arr + a, MW_ALIGN_UP(n * 4, s->page), MADV_DONTNEED) != 0) {
+        int e = errno;
+        return mw_error_set(-e, "streaming: returning the %s pages of subgroup %u failed: %s", what, sg, strerror(e));
+    }
+    return 0;
+}
+
+static void count_resident(struct mw_train_stream *s, int64_t delta)
+{
+    s->resident_now = (uint64_t)((int64_t)s->resident_now + delta);
+    if (s->resident_now > s->resident_peak) s->resident_peak = s->resident_now;
+    if (s->trace) mw_trace_counter(s->trace, "resident weights", mw_now_ns(), (double)s->resident_now);
+}
+
+int mw_train_stream_init(struct mw_train_stream *s, struct mw_gpt2 *m, struct mw_train_opt *opt, int depth,
+                         uint64_t seed, struct mw_trace *trace)
+{
+    memset(s, 0, sizeof *s);
+    if (depth < 0 || depth > 8) return mw_error_set(-EINVAL, "prefetch depth %d: use 0..8 units", depth);
+    uint64_t S = opt->plan.subgroup_size, N = m->sizes.n_params;
+    if (opt->own_first != 0 || opt->n_params != N)
+        return mw_error_set(-ENOTSUP, "streaming weights needs the optimizer over the whole model (one rank)");
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    if (!S || (S < N && (S * 4) % page))
+        return mw_error_set(-EINVAL, "streaming weights needs subgroups of whole pages: a multiple of %zu elements; got "
+                            "%llu: use --subgroup-size 4M (or 1M, 64K, ...)", page / 4, (unsigned long long)S);
+    s->model = m;
+    s->opt = opt;
+    s->trace = trace;
+    s->seed = seed;
+    s->depth = depth;
+    s->sg_size = S;
+    s->nsg = (uint32_t)((N + S - 1) / S);
+    s->n_units = mw_gpt2_n_units(m);
+    s->nchunks = (N + MW_STREAM_CHUNK - 1) / MW_STREAM_CHUNK;
+    s->page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t nu = (size_t)s->n_units, ns = s->nsg;
+    s->u_first = calloc(nu, sizeof *s->u_first);
+    s->u_n = calloc(nu, sizeof *s->u_n);
+    s->u_lo = calloc(nu, sizeof *s->u_lo);
+    s->u_hi = calloc(nu, sizeof *s->u_hi);
+    s->u_init = calloc(nu, 1);
+    s->u_t0 = calloc(nu, sizeof *s->u_t0);
+    s->sg_ref = calloc(ns, sizeof *s->sg_ref);
+    s->sg_state = calloc(ns, 1);
+    s->sg_unit = calloc(ns, sizeof *s->sg_unit);
+    s->sg_io = calloc(ns, sizeof *s->sg_io);
+    s->sg_t0 = calloc(ns, sizeof *s->sg_t0);
+    s->sg_gdone = calloc(ns, 1);
+    s->chunk_sumsq = calloc(s->nchunks, sizeof *s->chunk_sumsq);
+    s->chunk_done = calloc(s->nchunks, 1);
+    if (!s->chunk_done || !s->u_first || !s->u_n || !s->u_lo || !s->u_hi || !s->u_init || !s->u_t0 || !s->sg_ref || !s->sg_state ||
+        !s->sg_unit || !s->sg_io || !s->sg_t0 || !s->sg_gdone || !s->chunk_sumsq) {
+        mw_train_stream_free(s);
+        return mw_error_set(-ENOMEM, "no memory for the streaming tables");
+    }
+    for (int u = 0; u < s->n_units; u++) {
+        mw_gpt2_unit_range(m, u, &s->u_first[u], &s->u_n[u]);
+        s->u_lo[u] = (uint32_t)(s->u_first[u] / S);
+        s->u_hi[u] = (uint32_t)((s->u_first[u] + s->u_n[u] - 1) / S);
+    }
+    /* Nothing of the weights or gradients is resident until it is used. */
+    if (madvise(m->params, MW_ALIGN_UP(m->sizes.params_bytes, s->page), MADV_DONTNEED) != 0 ||
+        madvise(m->grads, MW_ALIGN_UP(m->sizes.grads_bytes, s->page), MADV_DONTNEED) != 0) {
+        int e = errno;
+        mw_train_stream_free(s);
+        return mw_error_set(-e, "streaming: returning the weight pages failed: %s", strerror(e));
+    }
+    return 0;
+}
+
+void mw_train_stream_free(struct mw_train_stream *s)
+{
+    if (s->sg_state && s->opt && s->opt->eng)
+        for (uint32_t i = 0; i < s->nsg; i++)
+            if (s->sg_state[i] == MW_UNIT_FETCHING) (void)mw_offload_master_wait(eng(s), &s->sg_io[i]);
+    free(s->u_first);
+    free(s->u_n);
+    free(s->u_lo);
+    free(s->u_hi);
+    free(s->u_init);
+    free(s->u_t0);
+    free(s->sg_ref);
+    free(s->sg_state);
+    free(s->sg_unit);
+    free(s->sg_io);
+    free(s->sg_t0);
+    free(s->sg_gdone);
+    free(s->chunk_sumsq);
+    free(s->chunk_done);
+    memset(s, 0, sizeof *s);
+}
+
+/* ---------------------------------------------------------------- the schedule */
+
+/* Unit at position p of the current pass (training: forward then backward), -1 past its end. */
+static int sched(const struct mw_train_stream *s, int p)
+{
+    int L = s->n_units - 2, nf = L + 3;
+    if (p < 0) return -1;
+    if (p < nf) return p == L + 2 ? 0 : p;
+    if (!s->training) return -1;
+    p -= nf;
+    if (p > L + 1) return -1;
+    return p == 0 ? 0 : L + 2 - p;
+}
+
+static int fetch_issue(struct mw_train_stream *s, uint32_t sg, int unit)
+{
+    if (s->sg_state[sg] != MW_UNIT_RELEASED) return 0;
+    uint64_t a, n;
+    sg_range(s, sg, &a, &n);
+    s->sg_t0[sg] = mw_now_ns();
+    int err = mw_offload_master_fetch(eng(s), sg, s->model->params + a, &s->sg_io[sg]);
+    if (err) return err;
+    s->sg_state[sg] = MW_UNIT_FETCHING;
+    s->sg_unit[sg] = unit;
+    count_resident(s, (int64_t)sg_bytes(s, sg)); /* its pages fill as the read lands */
+    return 0;
+}
+
+static int fetch_wait(struct mw_train_stream *s, uint32_t sg)
+{
+    if (s->sg_state[sg] != MW_UNIT_FETCHING) return 0;
+    uint64_t t0 = mw_now_ns();
+    int done = mw_store_test(&s->sg_io[sg]);
+    int err = mw_offload_master_wait(eng(s), &s->sg_io[sg]);
+    uint64_t t1 = mw_now_ns();
+    if (err) {
+        s->sg_state[sg] = MW_UNIT_RELEASED;
+        count_resident(s, -(int64_t)sg_bytes(s, sg));
+        return mw_error_set(err, "streaming: fetching the weights of subgroup %u (unit %d) failed: %s", sg,
+                            s->sg_unit[sg], mw_error_msg());
+    }
+    uint64_t bytes = sg_bytes(s, sg);
+    if (!done) {
+        s->wait_ns += t1 - t0;
+        struct mw_trace_arg w[3] = {{"unit", s->sg_unit[sg]}, {"bytes", (int64_t)bytes}, {"step", s->step}};
+        mw_trace_span(s->trace, "residency", "wait", t0, t1, w, 3);
+    }
+    struct mw_trace_arg a[3] = {{"unit", s->sg_unit[sg]}, {"bytes", (int64_t)bytes}, {"step", s->step}};
+    mw_trace_span(s->trace, "residency", "fetch", s->sg_t0[sg], t1, a, 3);
+    s->sg_state[sg] = MW_UNIT_RESIDENT;
+    s->fetch_bytes += bytes;
+    return 0;
+}
+
+static int unit_get_(struct mw_train_stream *s, int u)
+{
+    int err = 0;
+    for (uint32_t g = s->u_lo[u]; g <= s->u_hi[u] && !err; g++) err = fetch_issue(s, g, u);
+    for (uint32_t g = s->u_lo[u]; g <= s->u_hi[u] && !err; g++) err = fetch_wait(s, g);
+    if (err) return err;
+    for (uint32_t g = s->u_lo[u]; g <= s->u_hi[u]; g++) s->sg_ref[g]++;
+    s->u_t0[u] = mw_now_ns();
+    return 0;
+}
+
+/* Whether subgroup sg belongs to one of the next `ahead` units of the schedule from pos. */
+static int needed_soon(const struct mw_train_stream *s, uint32_t sg, int pos, int ahead)
+{
+    for (int k = 0; k < ahead; k++) {
+        int u = sched(s, pos + k);
+        if (u < 0) return 0;
+        if (sg >= s->u_lo[u] && sg <= s->u_hi[u]) return 1;
+    }
+    return 0;
+}
+
+static int unit_put_(struct mw_train_stream *s, int u, int backward, int keep_ahead)
+{
+    struct mw_trace_arg a[4] = {{"unit", u}, {"bytes", (int64_t)(s->u_n[u] * 4)}, {"backward", backward}, {"step", s->step}};
+    mw_trace_span(s->trace, "residency", "resident", s->u_t0[u], mw_now_ns(), a, 4);
+    int err = 0;
+    for (uint32_t g = s->u_lo[u]; g <= s->u_hi[u] && !err; g++) {
+        if (s->sg_ref[g] > 0) s->sg_ref[g]--;
+        if (s->sg_ref[g] || s->sg_state[g] != MW_UNIT_RESIDENT) continue;
+        if (keep_ahead && needed_soon(s, g, s->pos, MW_MAX(s->depth, 1))) continue;
+        if ((err = drop(s, s->model->params, g, "weight"))) break;
+        s->sg_state[g] = MW_UNIT_RELEASED;
+        count_resident(s, -(int64_t)sg_bytes(s, g));
+    }
+    return err;
+}
+
+/* The model's unit hook. */
+static int st_weights(void *self, int event, int unit, int backward)
+{
+    struct mw_train_stream *s = self;
+    if (event == MW_GPT2_UNIT_RELEASE) return unit_put_(s, unit, backward, 1);
+    if (backward && !s->in_backward) {
+        s->in_backward = 1;
+        s->pos = s->n_units + 1; /* the forward part's length */
+    }
+    if (sched(s, s->pos) != unit)
+        return mw_error_set(-EINVAL, "streaming: the model acquired weight unit %d, the schedule expected %d (%s position %d)",
+                            unit, sched(s, s->pos), backward ? "backward" : "forward", s->pos);
+    int err = unit_get_(s, unit);
+    if (err) return err;
+    s->pos++;
+    for (int k = 0; k < s->depth && !err; k++) {
+        int u = sched(s, s->pos + k);
+        if (u < 0) break;
+        for (uint32_t g = s->u_lo[u]; g <= s->u_hi[u] && !err; g++) err = fetch_issue(s, g, u);
+    }
+    return err;
+}
+
+static int st_pass_begin(void *self, int training)
+{
+    struct mw_train_stream *s = self;
+    s->training = training;
+    s->pos = 0;
+    s->in_backward = 0;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- gradients */
+
+static int st_step_begin(void *self)
+{
+    struct mw_train_stream *s = self;
+    s->step++;
+    memset(s->sg_gdone, 0, s->nsg);
+    memset(s->chunk_sumsq, 0, s->nchunks * sizeof *s->chunk_sumsq);
+    memset(s->chunk_done, 0, s->nchunks);
+    s->err = 0;
+    /* Zero gradients without touching them: every page goes back to the OS. */
+    if (madvise(s->model->grads, MW_ALIGN_UP(s->model->sizes.grads_bytes, s->page), MADV_DONTNEED) != 0) {
+        int e = errno;
+        return mw_error_set(-e, "streaming: returning the gradient pages failed: %s", strerror(e));
+    }
+    return 0;
+}
+
+static int st_backward_begin(void *self, int micro, int last)
+{
+    struct mw_train_stream *s = self;
+    (void)micro;
+    s->last = last;
+    s->err = 0;
+    return 0;
+}
+
+/* Norm chunk c's gradients are final: its sum of squares, as the engine computes it. */
+static int chunk_finish(struct mw_train_stream *s, uint64_t c)
+{
+    uint64_t a = c * MW_STREAM_CHUNK, n = MW_MIN(MW_STREAM_CHUNK, (uint64_t)s->model->sizes.n_params - a);
+    struct mw_optim_exec ex = {s->opt->cfg.cpu_threads, MW_SIMD_AUTO, 0};
+    double sum = 0;
+    int r = mw_grad_sumsq(MW_OPTIM_F32, s->model->grads + a, n, 1.0f, &ex, &sum);
+    if (r && r != MW_EOVERFLOW) return r;
+    s->chunk_sumsq[c] = sum; /* non-finite on overflow, as in the engine */
+    s->chunk_done[c] = 1;
+    return 0;
+}
+
+/* Subgroup sg's gradients are final and summed: to NVMe, pages dropped. */
+static int grads_finish(struct mw_train_stream *s, uint32_t sg, int unit)
+{
+    uint64_t a, n;
+    sg_range(s, sg, &a, &n);
+    uint64_t t0 = mw_now_ns();
+    int err = mw_offload_grads_put(eng(s), sg, s->model->grads + a);
+    if (err) return err;
+    uint64_t bytes = MW_ALIGN_UP(n * 4, 4096);
+    struct mw_trace_arg ta[3] = {{"unit", unit}, {"bytes", (int64_t)bytes}, {"step", s->step}};
+    mw_trace_span(s->trace, "residency", "grad_write", t0, mw_now_ns(), ta, 3);
+    s->grad_write_bytes += bytes;
+    s->sg_gdone[sg] = 1;
+    return drop(s, s->model->grads, sg, "gradient");
+}
+
+/* Everything from element `mark` up is final: sum the chunks that lie there, then write out
+ * the subgroups whose chunks are all summed. */
+static int grads_advance(struct mw_train_stream *s, uint64_t mark, int unit)
+{
+    int err = 0;
+    for (uint64_t c = s->nchunks; c-- > 0 && !err;) {
+        if (c * MW_STREAM_CHUNK < mark) break;
+        if (!s->chunk_done[c]) err = chunk_finish(s, c);
+    }
+    for (uint32_t g = s->nsg; g-- > 0 && !err;) {
+        uint64_t a = (uint64_t)g * s->sg_size;
+        if (a < mark && !s->chunk_done[a / MW_STREAM_CHUNK]) break;
+        if (!s->sg_gdone[g] && s->chunk_done[a / MW_STREAM_CHUNK]) err = grads_finish(s, g, unit);
+        if (a < mark) break;
+    }
+    return err;
+}
+
+static int unit_of_first(const struct mw_train_stream *s, size_t first)
+{
+    for (int u = 0; u < s->n_units; u++)
+        if (s->u_first[u] == first) return u;
+    return -1;
+}
+
+static void st_grad_ready(size_t first, size_t n, void *self)
+{
+    struct mw_train_stream *s = self;
+    mw_train_opt_grad_ready(first, n, s->opt);
+    if (s->err || !s->last) return;
+    /* Backward reports units in reverse flat order: everything from `first` up is final. */
+    s->err = grads_advance(s, first, unit_of_first(s, first));
+}
+
+static int st_backward_end(void *self)
+{
+    struct mw_train_stream *s = self;
+    if (s->err || !s->last) return s->err;
+    return s->err = grads_advance(s, 0, -1);
+}
+
+/* The engine's norm: fixed chunks of the flat space, summed in order. */
+static int st_grad_norm(void *self, double *norm)
+{
+    struct mw_train_stream *s = self;
+    double sum = 0;
+    for (uint64_t c = 0; c < s->nchunks; c++) sum += s->chunk_sumsq[c];
+    *norm = sqrt(sum);
+    return isfinite(*norm) ? 0 : MW_EOVERFLOW;
+}
+
+int mw_train_stream_engine_hook(void *user, int event, uint64_t first, uint64_t n)
+{
+    struct mw_train_stream *s = user;
+    (void)n;
+    uint32_t sg = (uint32_t)(first / s->sg_size);
+    if (event == MW_OFFLOAD_GRADS_IN) return mw_offload_grads_get(eng(s), sg, s->model->grads + first);
+    if (event == MW_OFFLOAD_WEIGHTS_IN) { /* engine init: the initial weights of the units here */
+        for (int u = 0; u < s->n_units; u++) {
+            if (s->u_init[u] || sg < s->u_lo[u] || sg > s->u_hi[u]) continue;
+            int err = mw_gpt2_init_weights_unit(s->model, s->seed, u);
+            if (err) return err;
+            s->u_init[u] = 1;
+        }
+        return 0;
+    }
+    if (event != MW_OFFLOAD_SG_DONE) return 0;
+    int err = drop(s, s->model->grads, sg, "gradient");
+    if (!err && s->sg_ref[sg] == 0 && s->sg_state[sg] != MW_UNIT_FETCHING) {
+        err = drop(s, s->model->params, sg, "weight");
+        if (!err && s->sg_state[sg] == MW_UNIT_RESIDENT) count_resident(s, -(int64_t)sg_bytes(s, sg));
+        s->sg_state[sg] = MW_UNIT_RELEASED;
+    }
+    return err;
+}
+
+/* ---------------------------------------------------------------- saving, bytes */
+
+static int st_noop(void *self) { (void)self; return 0; }
+static int st_unit_get(void *self, int unit) { return unit_get_(self, unit); }
+static int st_unit_put(void *self, int unit) { return unit_put_(self, unit, 0, 0); }
+
+static void st_bytes(void *self, uint64_t *params, uint64_t *grads)
+{
+    struct mw_train_stream *s = self;
+    *params = s->plan.weights_peak;
+    *grads = MW_MAX(s->plan.grads_peak, s->plan.step_grads);
+}
+
+static const struct mw_residency_ops stream_ops = {
+    .name = "nvme",
+    .weights = st_weights,
+    .pass_begin = st_pass_begin,
+    .step_begin = st_step_begin,
+    .backward_begin = st_backward_begin,
+    .grad_ready = st_grad_ready,
+    .backward_end = st_backward_end,
+    .grad_norm = st_grad_norm,
+    .after_step = st_noop,
+    .save_begin = st_noop,
+    .unit_get = st_unit_get,
+    .unit_put = st_unit_put,
+    .save_end = st_noop,
+    .bytes = st_bytes,
+};
+
+void mw_residency_stream(struct mw_residency *r, struct mw_train_stream *s)
+{
+    r->ops = &stream_ops;
+    r->self = s;
+}

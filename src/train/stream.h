@@ -1,0 +1,82 @@
+/*
+ * stream.h — weights and gradients streamed from NVMe (internal; residency.h's "nvme").
+ *
+ * Why this shape: the fp32 master weights already live on NVMe in the offload engine's
+ * subgroup objects, and they ARE the weights when the model computes in fp32, so a unit is
+ * fetched straight from the committed master (no second copy on disk, nothing written back
+ * after the update). The model's params and grads stay one flat page-aligned array each (its
+ * code is unchanged), but only some pages are resident: the subgroups (page-aligned ranges of
+ * the flat space) of the units in use or fetched ahead. A subgroup holds a reference per unit
+ * that acquired it; at zero its pages go back to the OS (MADV_DONTNEED), unless one of the next
+ * units of the schedule needs it. Gradients: at the last micro-step, once backward has passed a
+ * subgroup's lowest element (it reports units in reverse flat order), the subgroup's gradients
+ * are final: their squares are summed per fixed 2^20-element chunk (the engine's norm order, so
+ * the norm is bitwise the resident one), they are written to the subgroup's gradient object and
+ * the pages are dropped (a subgroup waits for the chunk it starts in; reading back as the zeros the next step accumulates into). The update
+ * reads them back (engine hook GRADS_IN) and drops them again (SG_DONE).
+ */
+#ifndef MEMWALL_TRAIN_STREAM_H
+#define MEMWALL_TRAIN_STREAM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "memwall/gpt2.h"
+#include "memwall/plan.h"
+#include "memwall/store.h"
+
+struct mw_trace;
+struct mw_train_opt;
+struct mw_offload;
+
+#define MW_STREAM_CHUNK ((uint64_t)1 << 20) /* elements per norm chunk (the engine's) */
+/* What the process adds after the trainer is built, besides the planned arrays: OpenBLAS's
+ * per-thread GEMM buffers, OpenMP stacks, the I/O engine's rings (measured; docs/train.md). */
+#define MW_STREAM_RUNTIME_EXTRA ((uint64_t)0 << 20)
+
+struct mw_train_stream {
+    struct mw_gpt2 *model;        /* borrowed */
+    struct mw_train_opt *opt;     /* borrowed: its engine holds the master and the gradient objects */
+    struct mw_trace *trace;       /* optional */
+    uint64_t seed;                /* initial weights (unit by unit, at engine init) */
+    int depth;                    /* units fetched ahead of use */
+    int n_units;
+    size_t *u_first, *u_n;        /* [n_units] element ranges */
+    uint32_t *u_lo, *u_hi;        /* [n_units] subgroups a unit overlaps (inclusive) */
+    unsigned char *u_init;        /* [n_units] initial weights written (engine init) */
+    uint64_t sg_size;             /* elements per subgroup (multiple of MW_STREAM_CHUNK) */
+    uint32_t nsg;
+    int *sg_ref;                  /* [nsg] units holding it */
+    unsigned char *sg_state;      /* [nsg] enum mw_unit_state of its weights */
+    int *sg_unit;                 /* [nsg] the unit whose acquire/prefetch fetched it (trace) */
+    struct mw_store_io *sg_io;    /* [nsg] fetch in flight */
+    uint64_t *sg_t0;              /* [nsg] fetch start, ns */
+    unsigned char *sg_gdone;      /* [nsg] gradients final and written this step */
+    uint64_t *u_t0;               /* [n_units] became usable, ns (resident spans) */
+    double *chunk_sumsq;          /* [nchunks] sums of squares of the step's final gradients */
+    unsigned char *chunk_done;    /* [nchunks] */
+    uint64_t nchunks;
+    int training, in_backward, pos, last, step;
+    int err;                      /* first error of a grad-ready callback */
+    size_t page;
+    struct mw_plan_stream plan;   /* the planned DRAM peak (src/plan/stream.c) */
+    /* measured */
+    uint64_t resident_now, resident_peak;   /* weight bytes resident (subgroups), peak */
+    uint64_t fetch_bytes, grad_write_bytes; /* since init */
+    uint64_t wait_ns;                       /* training thread blocked on fetches */
+};
+
+/* Builds the stream over the model and the optimizer (whose plan fixed the subgroups; its
+ * subgroup size must be a multiple of MW_STREAM_CHUNK and it must cover the whole model).
+ * depth: units read ahead (0..8). Nothing is fetched yet. */
+int mw_train_stream_init(struct mw_train_stream *s, struct mw_gpt2 *m, struct mw_train_opt *opt, int depth,
+                         uint64_t seed, struct mw_trace *trace);
+void mw_train_stream_free(struct mw_train_stream *s);
+/* The engine's stream hook (memwall/offload.h mw_offload_stream_fn; user = s). */
+int mw_train_stream_engine_hook(void *user, int event, uint64_t first, uint64_t n);
+/* Planned DRAM peak of the streamed weights and gradients (bytes), from the same schedule the
+ * stream runs (src/plan: mw_plan_stream_dram). */
+struct mw_residency;
+void mw_residency_stream(struct mw_residency *r, struct mw_train_stream *s);
+
+#endif

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# memwall train --offload-params nvme (weights, gradients and optimizer state streamed from
+# NVMe a weight unit at a time) gives bitwise the run with everything resident: losses, norms,
+# validation losses and the final weights, for accumulation 1, 2 and 8, with and without
+# recompute, prefetch depth 0, 1 and 3, subgroups cut inside units (and one subgroup for the
+# whole model); a streamed checkpoint resumes bitwise; a --dram-budget below the plan is
+# refused before the first step with the numbers, one above it holds (VmHWM <= budget, on a
+# model whose resident run would not fit); bad combinations are usage errors.
+set -u
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
+cli=${MW_CLI:?}
+src=${MW_SOURCE_DIR:?}
+dir=${MW_BUILD_DIR:-/tmp}/test-scratch/cli_train_stream-$$
+rm -rf "$dir" && mkdir -p "$dir"
+data="$src/data/kjv_excerpt.txt"
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
+losses() { grep -o '"step":[0-9]*,"loss":[^,]*\(,"val_loss":[^,]*\)\?\(,"lr":[^,]*,"grad_norm":[^,]*\)\?' "$1"; }
+# 3 blocks of width 64 over the byte vocabulary: 160,768 parameters; subgroups of 4096 (one
+# page of fp32) cut every unit several times and straddle unit boundaries.
+small=(--preset tiny --layers 3 --width 64 --heads 2 --data "$data" --threads 2 --sample-len 0 --batch 2 --seq 32
+       --val-every 2 --val-batches 2)
+run() { # name, args...: a run whose log and model land in $dir/<name>
+  local name=$1; shift
+  "$cli" train "$@" --log-json "$dir/$name.jsonl" --out-dir "$dir/$name" >"$dir/$name.out" 2>&1 \
+    || { bad "$name failed (exit $?)"; tail -5 "$dir/$name.out"; }
+}
+same() { # reference, candidate: bitwise the same log and weights
+  [ "$(losses "$dir/$1.jsonl" | wc -l)" -ge 2 ] || { bad "$1 logged too little"; return; }
+  [ "$(losses "$dir/$1.jsonl")" = "$(losses "$dir/$2.jsonl")" ] && ok \
+    || { bad "$2 losses differ from $1"; diff <(losses "$dir/$1.jsonl") <(losses "$dir/$2.jsonl") | head -5; }
+  cmp -s "$dir/$1/model.safetensors" "$dir/$2/model.safetensors" && ok || bad "$2 final weights differ from $1"
+}
+
+# 1. Streamed == resident, over accumulation, recompute and prefetch depth.
+for a in 1 2 8; do
+  steps=4; [ $a = 8 ] && steps=2
+  for rc in "" --recompute; do
+    ref="ref-a$a$rc"
+    run "$ref" "${small[@]}" --steps $steps --grad-accum $a $rc --subgroup-size 4096
+    for d in 0 1 3; do
+      [ $a = 8 ] && [ $d != 1 ] && continue
+      run "st-a$a$rc-d$d" "${small[@]}" --steps $steps --grad-accum $a $rc --subgroup-size 4096 \
+        --offload-params nvme --prefetch-depth $d --nvme-dir "$dir/nvme"
+      same "$ref" "st-a$a$rc-d$d"
+    done
+  done
+done
+# the optimizer-only NVMe run is the same too (weights resident, master on NVMe)
+run opt-nvme "${small[@]}" --steps 4 --subgroup-size 4096 --optimizer-tier nvme --nvme-dir "$dir/nvme"
+same ref-a1 opt-nvme
+# one subgroup for the whole model (the default size is larger than the model)
+run ref-one "${small[@]}" --steps 3
+run st-one "${small[@]}" --steps 3 --offload-params nvme --nvme-dir "$dir/nvme"
+same ref-one st-one
+grep -q 'streaming: weights and gradients on NVMe' "$dir/st-one.out" && grep -q 'planned DRAM peak' "$dir/st-one.out" \
+  && grep -q 'measured peak resident set (VmHWM)' "$dir/st-one.out" && ok || bad "streamed run does not print its plan and peak"
+grep -q '"nvme_read_bytes":[1-9]' "$dir/st-one.jsonl" && ok || bad "streamed run logs no NVMe reads"
+
+# 2. A streamed checkpoint resumes bitwise (and equals the resident run's checkpoint).
+run full "${small[@]}" --steps 4 --grad-accum 2 --subgroup-size 4096 --offload-params nvme --nvme-dir "$dir/nvme" \
+  --ckpt-every 2
+"$cli" train --resume "$dir/full/ckpt_00000002.mwck" --sample-len 0 --subgroup-size 4096 --offload-params nvme \
+  --nvme-dir "$dir/nvme" --log-json "$dir/res.jsonl" --out-dir "$dir/res" >"$dir/res.out" 2>&1 \
+  || { bad "streamed resume failed"; tail -5 "$dir/res.out"; }
+want=$(losses "$dir/full.jsonl" | grep -E '"step":(3|4),')
+[ -n "$want" ] && [ "$want" = "$(losses "$dir/res.jsonl")" ] && ok || bad "resumed streamed losses differ"
+cmp -s "$dir/full/ckpt_00000004.mwck" "$dir/res/ckpt_00000004.mwck" && ok || bad "resumed streamed checkpoint differs"
+cmp -s "$dir/full/model.safetensors" "$dir/ref-a2/model.safetensors" && ok || bad "streamed run's weights differ from resident"
+
+# 3. Budgets. Too small: refused up front, exit 1, with the numbers and what to change.
+"$cli" train "${small[@]}" --steps 2 --offload-params nvme --nvme-dir "$dir/nvme" --dram-budget 4M >"$dir/b.out" 2>&1
+rc=$?
+[ $rc = 1 ] && grep -q 'DRAM budget 4.00 MiB is too small' "$dir/b.out" && grep -q 'needs [0-9.]* MiB' "$dir/b.out" \
+  && ! grep -q '^step' "$dir/b.out" && ok || { bad "--dram-budget 4M: exit $rc, want 1 with the numbers"; cat "$dir/b.out"; }
+# One that fits holds, on a model (4 blocks of width 1024: 50 M parameters, 201 MB of fp32
+# weights, as much again of gradients) whose resident run would not fit in the budget.
+big=(--preset tiny --layers 4 --width 1024 --heads 8 --data "$data" --threads 2 --sample-len 0 --batch 1 --seq 32
+     --val-every 0 --steps 2 --recompute --offload-params nvme --nvme-dir "$dir/nvme" --subgroup-size 1M
+     --buffer-count 4 --prefetch-depth 1 --dram-budget 320M)
+"$cli" train "${big[@]}" >"$dir/big.out" 2>&1 || { bad "budgeted streamed run failed"; tail -5 "$dir/big.out"; }
+hwm=$(grep -o 'VmHWM) [0-9.]* MiB' "$dir/big.out" | grep -o '[0-9.]*')
+params=$(grep -o '(\([0-9]*\) params' "$dir/big.out" | grep -o '[0-9]*')
+[ -n "$hwm" ] && awk -v h="$hwm" 'BEGIN { exit !(h <= 320) }' && ok || bad "VmHWM ${hwm:-?} MiB over the 320 MiB budget"
+[ -n "$params" ] && [ $((params * 8)) -gt $((320 << 20)) ] && ok || bad "the budget test's model ($params params) would fit resident"
+planned=$(grep -o 'planned DRAM peak [0-9.]* MiB' "$dir/big.out" | grep -o '[0-9][0-9.]*')
+[ -n "$planned" ] && awk -v h="$hwm" -v p="$planned" 'BEGIN { r = h / p; exit !(r > 0.95 && r < 1.05) }' && ok \
+  || bad "measured $hwm MiB vs planned $planned MiB: not within the plan's tolerance"
+
+# 4. Usage errors (exit 2) with a message.
+"$cli" train "${small[@]}" --steps 1 --offload-params nvme --optimizer-tier dram >"$dir/u1.out" 2>&1
+[ $? = 2 ] && grep -q 'needs --optimizer-tier nvme' "$dir/u1.out" && ok || bad "--offload-params nvme with a dram optimizer not refused"
+"$cli" train --steps 1 --offload-params nvme --init-safetensors "$dir/ref-one/model.safetensors" >"$dir/u2.out" 2>&1
+[ $? = 2 ] && grep -q 'init-safetensors' "$dir/u2.out" && ok || bad "--offload-params nvme with --init-safetensors not refused"
+"$cli" train "${small[@]}" --steps 1 --offload-params nvme --prefetch-depth 9 >"$dir/u3.out" 2>&1
+[ $? = 2 ] && ok || bad "--prefetch-depth 9 accepted"
+
+echo "cli_train_stream: $pass passed, $fail failed"
+[ $fail = 0 ] && rm -rf "$dir"
+[ $fail = 0 ]
