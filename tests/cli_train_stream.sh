@@ -3,7 +3,7 @@
 # NVMe a weight unit at a time) gives bitwise the run with everything resident: losses, norms,
 # validation losses and the final weights, for accumulation 1, 2 and 8, with and without
 # recompute, prefetch depth 0, 1 and 3, subgroups cut inside units (and one subgroup for the
-# whole model); a streamed checkpoint resumes bitwise; a --dram-budget below the plan is
+# whole model), the update overlapped with the next forward pass or not; a streamed checkpoint resumes bitwise; a --dram-budget below the plan is
 # refused before the first step with the numbers, one above it holds (VmHWM <= budget, on a
 # model whose resident run would not fit); bad combinations are usage errors.
 set -u
@@ -47,6 +47,11 @@ for a in 1 2 8; do
     done
   done
 done
+# the update overlapped with the next forward (default) == finished inside its step
+run st-sync "${small[@]}" --steps 4 --subgroup-size 4096 --offload-params nvme --nvme-dir "$dir/nvme" --sync-update
+same ref-a1 st-sync
+run opt-sync "${small[@]}" --steps 4 --subgroup-size 4096 --optimizer-tier nvme --nvme-dir "$dir/nvme" --sync-update
+same ref-a1 opt-sync
 # the optimizer-only NVMe run is the same too (weights resident, master on NVMe)
 run opt-nvme "${small[@]}" --steps 4 --subgroup-size 4096 --optimizer-tier nvme --nvme-dir "$dir/nvme"
 same ref-a1 opt-nvme

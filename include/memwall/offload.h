@@ -258,6 +258,16 @@ int mw_offload_grad_norm(struct mw_offload *e, double *norm);
  * commits the step, resets the gradient accumulators. On failure the previous step stays the
  * committed one: call mw_offload_recover() before anything else. */
 int mw_offload_step(struct mw_offload *e, const struct mw_offload_hparams *hp);
+/* The same in two halves, so the caller can run while the step does (update overlapped with
+ * the next forward pass): start enqueues every subgroup and returns; wait blocks until all are
+ * written and commits (0 when no step is in flight). In between: mw_offload_sg_wait tells
+ * whether subgroup sg's update is written (block: wait for it; returns 1 done, 0 not yet, or
+ * an error code when the step failed), mw_offload_master_fetch reads updated subgroups, and the
+ * caller must not touch the weights or gradients of subgroups not yet done. */
+int mw_offload_step_start(struct mw_offload *e, const struct mw_offload_hparams *hp);
+int mw_offload_step_wait(struct mw_offload *e);
+int mw_offload_step_in_flight(const struct mw_offload *e);
+int mw_offload_sg_wait(struct mw_offload *e, uint32_t sg, int block);
 /* Drops the accumulated gradients without an update (overflow). */
 int mw_offload_skip_step(struct mw_offload *e);
 /* After a failed step: rewrites the working copy from the committed master weights and makes

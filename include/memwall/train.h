@@ -78,6 +78,9 @@ struct mw_train_config {
      * tier = MW_OFFLOAD_NVME, one rank). Not saved in checkpoints. */
     enum mw_offload_tier offload_params;
     int prefetch_depth;         /* streaming: units fetched ahead of use (0..8) */
+    int sync_update;            /* 1: the optimizer step finishes inside its step; 0 (default): with
+                                   the optimizer state on NVMe and one rank, it runs behind the next
+                                   step's forward pass (bitwise the same results) */
 };
 
 /* Learning rate at optimizer step `step` (1-based): linear warm-up over `warmup` steps to lr,
@@ -129,6 +132,7 @@ struct mw_trainer {
     struct mw_residency *res;      /* the one of these the trainer goes through */
     int world, rank;               /* ranks of the run and this one's (1, 0 without MPI) */
     int local_batch;               /* sequences this rank runs per micro-batch */
+    int overlap;                   /* the update runs behind the next forward (cfg.sync_update) */
 };
 
 /* Builds the model (weights initialised from cfg->seed), the optimizer and the batch buffers.
@@ -138,8 +142,12 @@ int mw_trainer_init(struct mw_trainer *tr, const struct mw_gpt2_config *mcfg,
                     const struct mw_train_config *cfg, const struct mw_data *data);
 void mw_trainer_free(struct mw_trainer *tr);
 
-/* One optimizer step: grad_accum micro-batches of forward + backward, clipping, AdamW. */
+/* One optimizer step: grad_accum micro-batches of forward + backward, clipping, AdamW. With
+ * tr->overlap the AdamW update of step s is still running when this returns (for s < steps); the
+ * next step's forward pass waits unit by unit for it, saving and mw_trainer_finish for all. */
 int mw_trainer_step(struct mw_trainer *tr, struct mw_train_step_stats *st);
+/* Waits for an update still running and commits it (0 when none). */
+int mw_trainer_finish(struct mw_trainer *tr);
 
 /* Mean validation loss over cfg.val_batches fixed batches (the same ones every call). */
 int mw_trainer_eval(struct mw_trainer *tr, float *val_loss);

@@ -59,7 +59,7 @@ struct args {
     int64_t print_every, seed;
     double lr, min_lr_frac, wd, clip, beta1, beta2, temperature, comm_timeout;
     int64_t zero;
-    int recompute;
+    int recompute, sync_update;
 };
 
 /* The data-parallel job (mpirun); one rank without a launcher. */
@@ -107,6 +107,7 @@ static const struct mw_opt train_opts[] = {
     {"optimizer-tier", MW_OPT_CHOICE, &A.tier, NULL, "where the AdamW state (master weights, moments) lives: host DRAM or NVMe files", 0, 0, tier_names},
     {"offload-params", MW_OPT_CHOICE, &A.offload_params, NULL, "where the weights and gradients live between uses: host DRAM, or streamed unit by unit from NVMe (needs --optimizer-tier nvme; one rank)", 0, 0, tier_names},
     {"prefetch-depth", MW_OPT_INT, &A.prefetch_depth, "N", "--offload-params nvme: weight units read ahead of their use", 0, 8, NULL},
+    {"sync-update", MW_OPT_FLAG, &A.sync_update, NULL, "finish each optimizer step before the next forward pass (default with --optimizer-tier nvme on one rank: the update runs behind the next forward, each unit waiting for its own; same results)", 0, 0, NULL},
     {"schedule", MW_OPT_CHOICE, &A.schedule, NULL, "order of the micro-batches' work: each micro-batch's forward and backward in turn (layer-major: not built yet)", 0, 0, schedule_names},
     {"nvme-dir", MW_OPT_STRING, &A.nvme_dir, "DIR", "directory for the NVMe tier's files (several: D1:D2); default run/nvme; %r = the rank (several ranks without %r: /rank<r> is appended)", 0, 0, NULL},
     {"subgroup-size", MW_OPT_SIZE, &A.subgroup_size, "N", "parameters per optimizer subgroup (the unit of NVMe I/O and update); default 4M = 4194304", 1, 1e15, NULL},
@@ -439,7 +440,7 @@ static int train_main(int argc, char **argv)
         .buffer_count = (int)A.buffer_count, .offload_policy = A.policy, .dram_budget = A.dram_budget,
         .nvme_budget = A.nvme_budget, .comm = world > 1 ? comm : NULL, .zero_stage = (int)A.zero,
         .offload_params = !strcmp(A.offload_params, "nvme") ? MW_OFFLOAD_NVME : MW_OFFLOAD_DRAM,
-        .prefetch_depth = (int)A.prefetch_depth,
+        .prefetch_depth = (int)A.prefetch_depth, .sync_update = A.sync_update,
     };
     if (tc.threads == 0) tc.threads = omp_get_max_threads();
     char corpus[PATH_MAX];
@@ -627,6 +628,19 @@ static int run(const char *data_path, const struct mw_gpt2_config *mc, const str
     }
     struct mw_train_stream_info si;
     mw_trainer_stream_info(&s.tr, &si);
+    if (si.active && s.trace) { /* the residency lanes of the report name the units */
+        char k[32], v[32];
+        int nu = mw_gpt2_n_units(&s.tr.model);
+        snprintf(v, sizeof v, "%d", nu);
+        mw_trace_meta(s.trace, "units", v);
+        for (int u = 0; u < nu; u++) {
+            snprintf(k, sizeof k, "unit.%d.name", u);
+            if (u == 0) snprintf(v, sizeof v, "embeddings");
+            else if (u == nu - 1) snprintf(v, sizeof v, "ln_f");
+            else snprintf(v, sizeof v, "h.%d", u - 1);
+            mw_trace_meta(s.trace, k, v);
+        }
+    }
     if (si.active) {
         char b[8][32];
         printf("  streaming: weights and gradients on NVMe with the optimizer state, a weight unit at a time in DRAM "

@@ -197,6 +197,7 @@ err:
 void mw_offload_free(struct mw_offload *e)
 {
     if (!e) return;
+    if (e->in_flight) (void)mw_offload_step_wait(e); /* its result is lost with the engine */
     ofl_pipe_stop(e);
     ofl_dev_free(e->dev);
     if (e->store) mw_store_close(e->store);
@@ -268,7 +269,7 @@ int ofl_check_range(const struct mw_offload *e, uint64_t first, uint64_t n, cons
 
 int ofl_check_quiet(struct mw_offload *e, const char *what)
 {
-    if (e->n_started || e->in_backward)
+    if (e->n_started || e->in_backward || e->in_flight)
         return mw_error_set(-EBUSY, "offload %s: not allowed while a step is in progress", what);
     return 0;
 }
@@ -285,21 +286,53 @@ static void reset_step_locked(struct mw_offload *e)
     for (uint32_t i = 0; i < e->nsg; i++) e->st[i].state = OFL_SG_IDLE;
 }
 
-int mw_offload_step(struct mw_offload *e, const struct mw_offload_hparams *hp)
+int mw_offload_step_start(struct mw_offload *e, const struct mw_offload_hparams *hp)
 {
     if (e->failed) return mw_error_set(-EBUSY, "offload: the last step failed; call mw_offload_recover first");
     if (e->in_backward) return mw_error_set(-EINVAL, "offload step: call mw_offload_backward_end first");
+    if (e->in_flight) return mw_error_set(-EBUSY, "offload step: the previous step is still running (mw_offload_step_wait)");
     int rc;
     if (e->micro_index == 0) { /* no backward reported: every gradient is final as it is */
         if ((rc = mw_offload_backward_begin(e, 1, NULL)) || (rc = mw_offload_backward_end(e))) return rc;
     }
     if (!e->armed && !hp) return mw_error_set(-EINVAL, "offload step: no hyper-parameters (not armed)");
-    uint64_t t0 = mw_now_ns();
     pthread_mutex_lock(&e->mu);
+    e->step_call_t0 = mw_now_ns();
     if (!e->armed) { e->hp = *hp; e->armed = 1; } /* armed: the hp given at backward_begin rules (hp ignored) */
+    e->in_flight = 1;
     for (uint32_t i = 0; i < e->nsg; i++) ofl_pipe_enqueue_locked(e, i);
+    pthread_mutex_unlock(&e->mu);
+    return 0;
+}
+
+int mw_offload_step_in_flight(const struct mw_offload *e) { return e->in_flight; }
+
+int mw_offload_sg_wait(struct mw_offload *e, uint32_t sg, int block)
+{
+    if (sg >= e->nsg) return mw_error_set(-EINVAL, "offload sg_wait: no subgroup %u (%u)", sg, e->nsg);
+    pthread_mutex_lock(&e->mu);
+    while (block && e->in_flight && !e->failed && e->st[sg].state != OFL_SG_DONE) pthread_cond_wait(&e->cv_done, &e->mu);
+    int rc = !e->in_flight || e->st[sg].state == OFL_SG_DONE ? 1 : 0;
+    if (e->in_flight && e->failed) rc = mw_error_set(e->err ? e->err : -EIO, "%s", e->errmsg);
+    pthread_mutex_unlock(&e->mu);
+    return rc;
+}
+
+int mw_offload_step(struct mw_offload *e, const struct mw_offload_hparams *hp)
+{
+    int rc = mw_offload_step_start(e, hp);
+    return rc ? rc : mw_offload_step_wait(e);
+}
+
+int mw_offload_step_wait(struct mw_offload *e)
+{
+    int rc;
+    pthread_mutex_lock(&e->mu);
+    if (!e->in_flight) { pthread_mutex_unlock(&e->mu); return 0; }
+    uint64_t t0 = e->step_call_t0;
     while (e->n_done < e->n_started || (e->threads_up && (e->n_reading || e->n_writing || e->upd_head != e->upd_tail)))
         pthread_cond_wait(&e->cv_done, &e->mu);
+    e->in_flight = 0;
     int failed = e->failed;
     uint64_t started = e->step_t0 ? e->step_t0 : t0;
     e->stats.step_s += (double)(mw_now_ns() - MW_MIN(started, t0)) * 1e-9;
@@ -332,7 +365,7 @@ int mw_offload_step(struct mw_offload *e, const struct mw_offload_hparams *hp)
 
 int mw_offload_skip_step(struct mw_offload *e)
 {
-    if (e->in_backward || e->n_started) return mw_error_set(-EBUSY, "offload skip_step: a step is in progress");
+    if (e->in_backward || e->n_started || e->in_flight) return mw_error_set(-EBUSY, "offload skip_step: a step is in progress");
     e->micro_index = 0;
     e->armed = 0;
     return 0;
@@ -389,7 +422,13 @@ int mw_offload_master_fetch(struct mw_offload *e, uint32_t sg, void *dst, struct
         return mw_error_set(-EINVAL, "offload master fetch: the master weights are not on NVMe");
     if (sg >= e->nsg) return mw_error_set(-EINVAL, "offload master fetch: no subgroup %u (%u)", sg, e->nsg);
     if ((uintptr_t)dst % MW_STORE_ALIGN) return mw_error_set(-EINVAL, "offload master fetch: buffer not 4096-aligned");
-    io->obj = e->obj[2 * sg + (int)(e->committed % 2)];
+    /* During a step in flight a subgroup already written reads from the slot being committed. */
+    pthread_mutex_lock(&e->mu);
+    int inflight = e->in_flight, done = e->st[sg].state == OFL_SG_DONE;
+    pthread_mutex_unlock(&e->mu);
+    if (inflight && !done)
+        return mw_error_set(-EBUSY, "offload master fetch: subgroup %u is being updated (mw_offload_sg_wait first)", sg);
+    io->obj = e->obj[2 * sg + (int)((e->committed + (inflight ? 1 : 0)) % 2)];
     io->op = MW_AIO_READ;
     io->offset = 0;
     io->len = MW_ALIGN_UP(4 * e->sgs[sg].n, OFL_PAD);

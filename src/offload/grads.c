@@ -59,6 +59,7 @@ int mw_offload_backward_begin(struct mw_offload *e, int last, const struct mw_of
 {
     if (e->failed) return mw_error_set(-EBUSY, "offload: the last step failed; call mw_offload_recover first");
     if (e->in_backward) return mw_error_set(-EINVAL, "offload: backward_begin twice without backward_end");
+    if (e->in_flight) return mw_error_set(-EBUSY, "offload: backward_begin while the last step runs (mw_offload_step_wait)");
     if (hp && !last) return mw_error_set(-EINVAL, "offload: only the last micro-step can be armed");
     e->in_backward = 1;
     e->nranges = 0;

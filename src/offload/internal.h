@@ -143,6 +143,8 @@ struct mw_offload {
     int threads_up, stop;
     uint64_t committed;        /* steps committed; slot of the committed state = committed % 2 */
     int in_backward, armed, micro_index, failed;
+    int in_flight;             /* a step started (mw_offload_step_start) and not yet waited for */
+    uint64_t step_call_t0;     /* ns: when it was started */
     struct mw_offload_hparams hp;
     /* FIFOs of subgroup ids, [nsg] each; head/tail count up within a step */
     uint32_t *readyq; uint32_t ready_head, ready_tail; /* READY: waiting for a staging buffer */

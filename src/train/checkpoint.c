@@ -190,6 +190,8 @@ static int write_weights(struct mw_trainer *tr, struct wctx *w)
 
 int mw_trainer_save(struct mw_trainer *tr, const char *data_path, const char *path)
 {
+    int ferr = mw_trainer_finish(tr); /* the state of the last step, committed */
+    if (ferr) return ferr;
     struct mw_ckpt_info in;
     memset(&in, 0, sizeof in);
     in.version = CKPT_VERSION;

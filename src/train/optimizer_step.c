@@ -184,7 +184,7 @@ static int align_steps(struct mw_train_opt *o, uint64_t done)
     return mw_offload_committed_steps(o->eng) == done ? 0 : mw_offload_set_committed_steps(o->eng, done);
 }
 
-int mw_train_opt_step(struct mw_train_opt *o, double lr, float grad_scale, int64_t t)
+static int step_(struct mw_train_opt *o, double lr, float grad_scale, int64_t t, int async)
 {
     /* The engine's AdamW step number is its committed steps + 1; skipped steps keep it aligned. */
     int err = align_steps(o, (uint64_t)(t - 1));
@@ -197,13 +197,46 @@ int mw_train_opt_step(struct mw_train_opt *o, double lr, float grad_scale, int64
     hp.eps = o->eps;
     hp.weight_decay = o->weight_decay;
     hp.grad_scale = grad_scale;
-    err = mw_offload_step(o->eng, &hp);
-    if (err) {
+    err = async ? mw_offload_step_start(o->eng, &hp) : mw_offload_step(o->eng, &hp);
+    if (err && !async) {
         /* The committed state (step t-1) is intact; put the working copy back to it. */
         int err2 = mw_offload_recover(o->eng);
         (void)err2;
     }
     return err;
+}
+
+int mw_train_opt_step(struct mw_train_opt *o, double lr, float grad_scale, int64_t t)
+{
+    return step_(o, lr, grad_scale, t, 0);
+}
+
+int mw_train_opt_step_start(struct mw_train_opt *o, double lr, float grad_scale, int64_t t)
+{
+    return step_(o, lr, grad_scale, t, 1);
+}
+
+int mw_train_opt_finish(struct mw_train_opt *o)
+{
+    if (!o->eng || !mw_offload_step_in_flight(o->eng)) return 0;
+    int err = mw_offload_step_wait(o->eng);
+    if (err) (void)mw_offload_recover(o->eng); /* the committed state (the step before) is intact */
+    return err;
+}
+
+int mw_train_opt_in_flight(const struct mw_train_opt *o) { return o->eng && mw_offload_step_in_flight(o->eng); }
+
+int mw_train_opt_wait_range(struct mw_train_opt *o, uint64_t first, uint64_t n, int block)
+{
+    if (!mw_train_opt_in_flight(o) || !n) return 1;
+    uint64_t a = MW_MAX(first, o->own_first), b = MW_MIN(first + n, o->own_first + o->n_params);
+    if (a >= b) return 1;
+    uint64_t S = o->plan.subgroup_size;
+    for (uint64_t g = (a - o->own_first) / S; g <= (b - 1 - o->own_first) / S; g++) {
+        int r = mw_offload_sg_wait(o->eng, (uint32_t)g, block);
+        if (r <= 0) return r;
+    }
+    return 1;
 }
 
 int mw_train_opt_skip(struct mw_train_opt *o, int64_t t)

@@ -58,6 +58,15 @@ int mw_train_opt_grad_norm(struct mw_train_opt *o, double *norm);
 /* AdamW step t (1-based) with grads multiplied by grad_scale first; the refreshed weights are
  * in the model's params afterwards. */
 int mw_train_opt_step(struct mw_train_opt *o, double lr, float grad_scale, int64_t t);
+/* The same, overlapped with what follows (the next forward pass): the step runs on the engine's
+ * threads; mw_train_opt_wait_range says (block: waits until) the weights of model elements
+ * [first, first+n) are updated (1 yes, 0 not yet, < 0 the step failed); mw_train_opt_finish
+ * waits for the whole step and commits it (0 when none is in flight; on failure the state of
+ * the step before is intact and the engine is ready to retry). */
+int mw_train_opt_step_start(struct mw_train_opt *o, double lr, float grad_scale, int64_t t);
+int mw_train_opt_wait_range(struct mw_train_opt *o, uint64_t first, uint64_t n, int block);
+int mw_train_opt_finish(struct mw_train_opt *o);
+int mw_train_opt_in_flight(const struct mw_train_opt *o);
 /* Step t is skipped (inf/NaN gradients): drop them, and count t as done for bias correction. */
 int mw_train_opt_skip(struct mw_train_opt *o, int64_t t);
 

@@ -15,6 +15,19 @@
 /* ---------------------------------------------------------------- resident */
 
 static int res_pass_begin(void *self, int training) { (void)self; (void)training; return 0; }
+
+/* The update of the last step may still be running (overlapped): a unit waits for its own
+ * subgroups before the pass reads it. */
+static int res_weights(void *self, int event, int unit, int backward)
+{
+    struct mw_trainer *tr = self;
+    (void)backward;
+    if (event != MW_GPT2_UNIT_ACQUIRE || !tr->overlap) return 0;
+    size_t a, n;
+    int err = mw_gpt2_unit_range(&tr->model, unit, &a, &n);
+    if (!err) err = mw_train_opt_wait_range(tr->opt, a, n, 1);
+    return err < 0 ? err : 0;
+}
 static int res_noop(void *self) { (void)self; return 0; }
 static int res_unit_noop(void *self, int unit) { (void)self; (void)unit; return 0; }
 
@@ -48,7 +61,7 @@ static void res_bytes(void *self, uint64_t *params, uint64_t *grads)
 
 static const struct mw_residency_ops resident_ops = {
     .name = "resident",
-    .weights = NULL,
+    .weights = res_weights,
     .pass_begin = res_pass_begin,
     .step_begin = res_step_begin,
     .backward_begin = res_backward_begin,

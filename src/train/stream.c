@@ -146,9 +146,21 @@ static int sched(const struct mw_train_stream *s, int p)
     return p == 0 ? 0 : L + 2 - p;
 }
 
-static int fetch_issue(struct mw_train_stream *s, uint32_t sg, int unit)
+/* block: the unit is needed now (wait for the update of its subgroups, if one runs); else a
+ * prefetch, skipped for a subgroup whose update has not been written yet. */
+static int fetch_issue(struct mw_train_stream *s, uint32_t sg, int unit, int block)
 {
     if (s->sg_state[sg] != MW_UNIT_RELEASED) return 0;
+    uint64_t tw = mw_now_ns();
+    int ready = mw_offload_sg_wait(eng(s), sg, block);
+    if (ready < 0) return ready;
+    if (!ready) return 0;
+    if (block && mw_now_ns() - tw > 1000) { /* waited for the update: exposed too */
+        uint64_t t1 = mw_now_ns();
+        s->wait_ns += t1 - tw;
+        struct mw_trace_arg w[3] = {{"unit", unit}, {"bytes", 0}, {"step", s->step}};
+        mw_trace_span(s->trace, "residency", "wait", tw, t1, w, 3);
+    }
     uint64_t a, n;
     sg_range(s, sg, &a, &n);
     s->sg_t0[sg] = mw_now_ns();
@@ -189,7 +201,7 @@ static int fetch_wait(struct mw_train_stream *s, uint32_t sg)
 static int unit_get_(struct mw_train_stream *s, int u)
 {
     int err = 0;
-    for (uint32_t g = s->u_lo[u]; g <= s->u_hi[u] && !err; g++) err = fetch_issue(s, g, u);
+    for (uint32_t g = s->u_lo[u]; g <= s->u_hi[u] && !err; g++) err = fetch_issue(s, g, u, 1);
     for (uint32_t g = s->u_lo[u]; g <= s->u_hi[u] && !err; g++) err = fetch_wait(s, g);
     if (err) return err;
     for (uint32_t g = s->u_lo[u]; g <= s->u_hi[u]; g++) s->sg_ref[g]++;
@@ -242,7 +254,7 @@ static int st_weights(void *self, int event, int unit, int backward)
     for (int k = 0; k < s->depth && !err; k++) {
         int u = sched(s, s->pos + k);
         if (u < 0) break;
-        for (uint32_t g = s->u_lo[u]; g <= s->u_hi[u] && !err; g++) err = fetch_issue(s, g, u);
+        for (uint32_t g = s->u_lo[u]; g <= s->u_hi[u] && !err; g++) err = fetch_issue(s, g, u, 0);
     }
     return err;
 }
@@ -266,7 +278,8 @@ static int st_step_begin(void *self)
     memset(s->chunk_sumsq, 0, s->nchunks * sizeof *s->chunk_sumsq);
     memset(s->chunk_done, 0, s->nchunks);
     s->err = 0;
-    /* Zero gradients without touching them: every page goes back to the OS. */
+    /* Zero gradients without touching them: every page goes back to the OS (no update runs
+     * now: the trainer finished it before this). */
     if (madvise(s->model->grads, MW_ALIGN_UP(s->model->sizes.grads_bytes, s->page), MADV_DONTNEED) != 0) {
         int e = errno;
         return mw_error_set(-e, "streaming: returning the gradient pages failed: %s", strerror(e));

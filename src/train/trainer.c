@@ -104,6 +104,7 @@ int mw_trainer_init(struct mw_trainer *tr, const struct mw_gpt2_config *mcfg,
         if (cfg->zero_stage >= 1) { own_first = tr->zero->own.first; own_n = tr->zero->own.n; }
         mw_residency_zero(tr->res, tr);
     }
+    tr->overlap = tr->world == 1 && cfg->tier == MW_OFFLOAD_NVME && !cfg->sync_update;
     const struct mw_gpt2_sizes *z = &tr->model.sizes;
     uint64_t model_dram = z->params_bytes + z->grads_bytes + z->acts_bytes;
     if (streaming) {
@@ -165,8 +166,14 @@ err:
     return err;
 }
 
+int mw_trainer_finish(struct mw_trainer *tr)
+{
+    return tr->opt ? mw_train_opt_finish(tr->opt) : 0;
+}
+
 void mw_trainer_free(struct mw_trainer *tr)
 {
+    if (tr->opt) (void)mw_train_opt_finish(tr->opt); /* a failure here has no one to tell */
     if (tr->stream) mw_train_stream_free(tr->stream);
     if (tr->opt) mw_train_opt_free(tr->opt);
     free(tr->opt);
@@ -240,7 +247,6 @@ int mw_trainer_step(struct mw_trainer *tr, struct mw_train_step_stats *st)
     if (zr) mw_comm_stats_reset(c->comm);
     if (tr->stream) tr->stream->step = (int)step;
     int err;
-    if ((err = res->ops->step_begin(res->self))) return err;
     float loss_sum = 0;
     for (int a = 0; a < c->grad_accum; a++) {
         int last = a == c->grad_accum - 1;
@@ -253,6 +259,12 @@ int mw_trainer_step(struct mw_trainer *tr, struct mw_train_step_stats *st)
         st->forward_ns += phase(trace, "forward", t, step);
         loss_sum += tr->model.loss;
         t = mw_now_ns();
+        if (a == 0) {
+            /* The previous step's update ran behind this forward pass (each unit waited for its
+             * own subgroups); it commits now, before this step's gradients exist. */
+            if ((err = mw_train_opt_finish(tr->opt))) return err;
+            if ((err = res->ops->step_begin(res->self))) return err;
+        }
         if ((err = mw_train_opt_backward_begin(tr->opt, last))) return err;
         if (!(err = res->ops->backward_begin(res->self, a, last))) {
             err = mw_gpt2_backward(&tr->model, 1.0f / (float)c->grad_accum, res->ops->grad_ready, res->self);
@@ -281,7 +293,11 @@ int mw_trainer_step(struct mw_trainer *tr, struct mw_train_step_stats *st)
             scale = (float)(c->clip / st->grad_norm);
             st->clipped = 1;
         }
-        if ((err = mw_train_opt_step(tr->opt, st->lr, scale, step))) return err;
+        /* Overlapped: the update runs on the engine's threads while the next forward pass
+         * follows behind it, unit by unit (not after the last step: the run ends committed). */
+        if (tr->overlap && step < c->steps) err = mw_train_opt_step_start(tr->opt, st->lr, scale, step);
+        else err = mw_train_opt_step(tr->opt, st->lr, scale, step);
+        if (err) return err;
         if ((err = res->ops->after_step(res->self))) return err;
     }
     st->update_ns = phase(trace, "update", t, step);
@@ -462,7 +478,8 @@ static int save_unit_fn(void *user, int event, int unit, int backward)
 int mw_trainer_save_safetensors(struct mw_trainer *tr, const char *path, int write)
 {
     struct mw_residency *r = tr->res;
-    int err = r->ops->save_begin(r->self);
+    int err = mw_trainer_finish(tr);
+    if (!err) err = r->ops->save_begin(r->self);
     if (!err && write) err = mw_gpt2_save_safetensors_units(&tr->model, path, save_unit_fn, r);
     int err2 = r->ops->save_end(r->self);
     return err ? err : err2;

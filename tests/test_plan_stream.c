@@ -1,0 +1,78 @@
+/*
+ * test_plan_stream.c — the streamed run's DRAM plan (src/plan/stream.c) on shapes worked out by
+ * hand, plus the properties the trainer relies on (more prefetch never plans less; accumulation
+ * keeps every gradient; bad input refused with a message).
+ */
+#include "memwall/common.h"
+#include "memwall/plan.h"
+#include "testutil.h"
+
+#include <errno.h>
+#include <string.h>
+
+static struct mw_plan_stream_in shape(int L, int C, int V, int T, uint64_t sg, int depth, int accum)
+{
+    struct mw_plan_stream_in in;
+    memset(&in, 0, sizeof in);
+    in.n_layer = L; in.n_embd = C; in.padded_vocab = V; in.max_seq = T;
+    in.subgroup_size = sg; in.prefetch_depth = depth; in.grad_accum = accum; in.buffer_count = 3;
+    in.acts_bytes = 1000; in.staging_bytes = 20000; in.runtime_bytes = 300;
+    return in;
+}
+
+int main(void)
+{
+    struct mw_plan_stream p;
+    /* One subgroup (the model is 284 elements: 32 + 244 + 8): one page of weights, one of
+     * gradients, both resident during backward. */
+    struct mw_plan_stream_in in = shape(1, 4, 4, 4, 1024, 2, 1);
+    CHECK(mw_plan_stream_dram(&in, &p) == 0);
+    CHECK(p.params == 284);
+    CHECK(p.subgroup_size == 284);
+    CHECK(p.weights_peak == 4096);
+    CHECK(p.grads_peak == 4096);
+    CHECK(p.passes == 8192);
+    CHECK(p.step_grads == 3 * 4096);
+    CHECK(p.total == 300 + 1000 + 20000 + 3 * 4096);
+
+    /* Two blocks of width 64, vocab 64, context 64: units [0, 8192) [8192, 58176)
+     * [58176, 108160) [108160, 108288); subgroups of 4096 (16 KiB), 27 of them, the last 1792
+     * elements (8 KiB). Worked by hand in the comments of the file's history: */
+    in = shape(2, 64, 64, 64, 4096, 0, 1);
+    CHECK(mw_plan_stream_dram(&in, &p) == 0);
+    CHECK(p.params == 108288);
+    CHECK(p.weights_peak == 13 * 16384);              /* a block: subgroups 2..14 */
+    CHECK(p.grads_peak == 26 * 16384 + 8192);         /* the embeddings' turn: every subgroup */
+    in.prefetch_depth = 1;
+    CHECK(mw_plan_stream_dram(&in, &p) == 0);
+    CHECK(p.weights_peak == 24 * 16384 + 8192);       /* both blocks: subgroups 2..26 */
+    CHECK(p.passes == 13 * 16384 + 24 * 16384 + 8192);/* block 1's backward: its weights + grads 2..26 */
+    CHECK(p.weights_peak_unit == 1);
+
+    /* Accumulation keeps the whole gradient array through the step. */
+    in.grad_accum = 4;
+    CHECK(mw_plan_stream_dram(&in, &p) == 0);
+    CHECK(p.grads_peak == MW_ALIGN_UP(108288 * 4, 4096));
+
+    /* GPT-2 124M: more prefetch never plans less, and the total holds its parts. */
+    uint64_t last = 0;
+    for (int d = 0; d <= 8; d++) {
+        in = shape(12, 768, 50304, 1024, 4u << 20, d, 1);
+        CHECK(mw_plan_stream_dram(&in, &p) == 0);
+        CHECK(p.weights_peak >= last);
+        CHECK(p.passes <= p.weights_peak + p.grads_peak);
+        CHECK(p.total >= p.runtime + p.acts + p.staging + p.passes);
+        last = p.weights_peak;
+    }
+    CHECK(p.params == 124475904);
+
+    /* Bad input: refused with a message, nothing computed. */
+    in = shape(0, 64, 64, 64, 4096, 1, 1);
+    CHECK(mw_plan_stream_dram(&in, &p) == -EINVAL);
+    CHECK(strstr(mw_error_msg(), "bad shape") != NULL);
+    in = shape(2, 64, 64, 64, 4096, 9, 1);
+    CHECK(mw_plan_stream_dram(&in, &p) == -EINVAL);
+    in = shape(2, 64, 64, 64, 0, 1, 1);
+    CHECK(mw_plan_stream_dram(&in, &p) == -EINVAL);
+    TEST_END();
+}
