@@ -130,9 +130,9 @@ static void residency_text(const struct mw_report *r, FILE *f)
     }
     fprintf(f, "weight residency: %d units", r->nunits);
     if (r->units_declared >= 0 && r->units_declared != r->nunits) fprintf(f, " (metadata: %lld)", (long long)r->units_declared);
-    fprintf(f, ", %llu fetches, %s read, %s of gradients written, exposed wait %.3f s (%s)",
-            (unsigned long long)fetches, mw_fmt_bytes(a, sizeof a, rd), mw_fmt_bytes(b, sizeof b, wr), r->res_wait_s,
-            share(c, sizeof c, r, r->res_wait_s));
+    fprintf(f, ", %llu fetches, %s read, %s of gradients written, exposed wait %s (%s)",
+            (unsigned long long)fetches, mw_fmt_bytes(a, sizeof a, rd), mw_fmt_bytes(b, sizeof b, wr),
+            dur(e, sizeof e, r->res_wait_s), share(c, sizeof c, r, r->res_wait_s));
     if (r->has_resident_weights)
         fprintf(f, "; resident weights peak %s", mw_fmt_bytes(d, sizeof d, r->resident_weights_peak_bytes));
     fprintf(f, "\n  %6s %-12s %8s %11s %11s %11s %11s %8s %11s %11s\n", "unit", "name", "fetches", "read",
