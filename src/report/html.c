@@ -151,7 +151,7 @@ static void steps_table(FILE *f, const struct mw_report *r)
     if (every > 1)
         fprintf(f, "<p class=\"note\">Every %d-th step of %d shown, and the last; all of them are in steps.csv.</p>\n",
                 every, r->nsteps);
-    fputs("<table><tr><th>step</th><th>tokens</th><th>wall (ms)</th><th>forward (ms)</th><th>backward (ms)</th>"
+    fputs("<div style=\"overflow-x:auto\"><table><tr><th>step</th><th>tokens</th><th>wall (ms)</th><th>forward (ms)</th><th>backward (ms)</th>"
           "<th>update (ms)</th><th>compute (ms)</th><th>exposed I/O wait (ms)</th><th>I/O busy (ms)</th>"
           "<th>overlap fraction</th><th>bytes moved</th>", f);
     if (r->has_comm) fputs("<th>comm sent</th><th>exposed comm wait (ms)</th>", f);
@@ -193,7 +193,7 @@ static void steps_table(FILE *f, const struct mw_report *r)
         }
         fputs("</tr>\n", f);
     }
-    fputs("</table>\n", f);
+    fputs("</table></div>\n", f);
 }
 
 static void subgroups_table(FILE *f, const struct mw_report *r)

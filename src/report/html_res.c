@@ -26,6 +26,16 @@ static void dur_cell(FILE *f, double s)
     else fprintf(f, "<td>%.3f</td>", s * 1e3);
 }
 
+/* Seconds at a readable scale: "41.3 s", "12.5 ms", "3.0 us". */
+static const char *secs(char *b, size_t n, double s)
+{
+    if (isnan(s)) snprintf(b, n, "-");
+    else if (s >= 1) snprintf(b, n, "%.1f s", s);
+    else if (s >= 1e-3) snprintf(b, n, "%.1f ms", s * 1e3);
+    else snprintf(b, n, "%.1f us", s * 1e6);
+    return b;
+}
+
 void rp_html_roofline(FILE *f, const struct mw_report *r)
 {
     if (!r->has_roofline) {
@@ -36,18 +46,18 @@ void rp_html_roofline(FILE *f, const struct mw_report *r)
         return;
     }
     const struct mw_report_step *s0 = &r->steps[r->roof_first], *s1 = &r->steps[r->roof_last];
-    char a[32], b[32];
     fprintf(f, "<p><b>Roofline: %.2f of bound</b> (", r->roof_median_fraction);
     if (r->roof_first == r->roof_last) fprintf(f, "step %lld only", (long long)s0->step);
     else fprintf(f, "median of steps %lld..%lld", (long long)s0->step, (long long)s1->step);
-    fprintf(f, "; medians: bound %.3f s, NVMe %.3f s, compute %.3f s, wall %.3f s).</p>\n", r->roof_median_bound_s,
-            r->roof_median_nvme_s, r->roof_median_compute_s, r->roof_median_wall_s);
+    char a[32], b[32], c[32], d[32];
+    fprintf(f, "; medians: bound %s, NVMe %s, compute %s, wall %s).</p>\n", secs(a, sizeof a, r->roof_median_bound_s),
+            secs(b, sizeof b, r->roof_median_nvme_s), secs(c, sizeof c, r->roof_median_compute_s),
+            secs(d, sizeof d, r->roof_median_wall_s));
     fprintf(f, "<p class=\"note\">Per step: compute = wall time minus exposed waits (offload, residency and comm "
-               "waits); NVMe time = bytes read from NVMe / read bandwidth (%s, %s) + bytes written to NVMe / write "
-               "bandwidth (%s, %s): one disk, so reads and writes add; bound = the larger of the two; of bound = "
-               "bound / wall. The first step (warm-up) is left out of the median. GB/s = 10^9 bytes/s.</p>\n",
-            mw_fmt_rate(a, sizeof a, r->nvme_read_bw), r->nvme_read_bw_from, mw_fmt_rate(b, sizeof b, r->nvme_write_bw),
-            r->nvme_write_bw_from);
+               "waits); NVMe time = bytes read from NVMe / read bandwidth (%.2f GB/s, %s) + bytes written to NVMe / write "
+               "bandwidth (%.2f GB/s, %s): one disk, so reads and writes add; bound = the larger of the two; of "
+               "bound = bound / wall. The first step (warm-up) is left out of the median. GB/s = 10^9 bytes/s.</p>\n",
+            r->nvme_read_bw * 1e-9, r->nvme_read_bw_from, r->nvme_write_bw * 1e-9, r->nvme_write_bw_from);
 }
 
 /* What one bin shows in one row of a lane: row 0 the resident bar (forward or backward,
@@ -141,11 +151,11 @@ void rp_html_residency(FILE *f, const struct mw_report *r)
               "weights were not streamed from NVMe).</p>\n", f);
         return;
     }
-    char a[32];
+    char a[32], b[32];
     fprintf(f, "<p class=\"note\">One lane per weight unit: the bar is the time its weights were resident in DRAM "
                "(forward or backward), below it its fetches from NVMe and its gradient writes; red marks on the bar "
-               "are the training thread waiting for its fetch (exposed, %.3f s in all). Each point covers %.3f ms.",
-            r->res_wait_s, r->bin_s * 1e3);
+               "are the training thread waiting for its fetch (exposed, %s in all). Each point covers %s.",
+            secs(a, sizeof a, r->res_wait_s), secs(b, sizeof b, r->bin_s));
     if (r->has_resident_weights)
         fprintf(f, " Resident weights peaked at %s.", mw_fmt_bytes(a, sizeof a, r->resident_weights_peak_bytes));
     fputs("</p>\n", f);

@@ -110,10 +110,10 @@ static void roofline_text(const struct mw_report *r, FILE *f)
     else fprintf(f, "median of steps %lld..%lld", (long long)s0->step, (long long)s1->step);
     fprintf(f, "; bound = NVMe %s, compute %s)\n", dur(a, sizeof a, r->roof_median_nvme_s),
             dur(b, sizeof b, r->roof_median_compute_s));
-    fprintf(f, "  median step %s; NVMe read %s (%s), write %s (%s), one disk: NVMe time = read bytes / read "
-               "bandwidth + written bytes / write bandwidth; compute = wall - exposed waits\n",
-            dur(c, sizeof c, r->roof_median_wall_s), mw_fmt_rate(a, sizeof a, r->nvme_read_bw), r->nvme_read_bw_from,
-            mw_fmt_rate(b, sizeof b, r->nvme_write_bw), r->nvme_write_bw_from);
+    fprintf(f, "  median step %s; NVMe read %.2f GB/s (%s), write %.2f GB/s (%s), one disk: NVMe time = read "
+               "bytes / read bandwidth + written bytes / write bandwidth; compute = wall - exposed waits\n",
+            dur(c, sizeof c, r->roof_median_wall_s), r->nvme_read_bw * 1e-9, r->nvme_read_bw_from,
+            r->nvme_write_bw * 1e-9, r->nvme_write_bw_from);
 }
 
 #define TEXT_MAX_UNITS 64
