@@ -543,6 +543,35 @@ static void test_hostile(const char *dir)
     snprintf(out, sizeof out, "%s/hostile.html", dir);
     CHECK(mw_report_write_html(r, out) == 0);
     mw_report_free(r);
+
+    /* Steps of no length: no fraction (not "nan"), in the text and the HTML. */
+    const char *zero =
+        "{\"traceEvents\":[\n"
+        "{\"ph\":\"X\",\"cat\":\"step\",\"name\":\"step\",\"ts\":0,\"dur\":0,\"args\":{\"step\":1}},\n"
+        "{\"ph\":\"X\",\"cat\":\"step\",\"name\":\"step\",\"ts\":5,\"dur\":0,\"args\":{\"step\":2}},\n"
+        "{\"ph\":\"X\",\"cat\":\"residency\",\"name\":\"fetch\",\"ts\":1,\"dur\":2,\"args\":{\"unit\":0,\"bytes\":8}}\n"
+        "],\"metadata\":{\"limit.nvme->host.bytes_per_s\":1e9,\"limit.host->nvme.bytes_per_s\":1e9}}\n";
+    snprintf(path, sizeof path, "%s/zero.json", dir);
+    f = fopen(path, "w");
+    REQUIRE(f && fputs(zero, f) >= 0 && fclose(f) == 0);
+    REQUIRE(mw_report_load(&r, path, NULL) == 0);
+    CHECK(r->has_roofline && isnan(r->roof_median_fraction));
+    snprintf(out, sizeof out, "%s/zero.txt", dir);
+    f = fopen(out, "w");
+    REQUIRE(f);
+    CHECK(mw_report_write_text(r, f) == 0);
+    fclose(f);
+    txt = slurp(out);
+    REQUIRE(txt);
+    CHECK(strstr(txt, "roofline: - of bound (step 2 only;"));
+    free(txt);
+    snprintf(out, sizeof out, "%s/zero.html", dir);
+    CHECK(mw_report_write_html(r, out) == 0);
+    char *html = slurp(out);
+    REQUIRE(html);
+    CHECK(strstr(html, "Roofline: - of bound") && !strstr(html, "nan"));
+    free(html);
+    mw_report_free(r);
 }
 
 int main(int argc, char **argv)

@@ -81,7 +81,8 @@ static void summary(FILE *f, const struct mw_report *r)
     }
     if (r->has_resident) kpi(f, "peak zero3 resident weights", mw_fmt_bytes(b, sizeof b, r->resident_peak_bytes));
     if (r->has_roofline) {
-        snprintf(b, sizeof b, "%.2f", r->roof_median_fraction);
+        if (isnan(r->roof_median_fraction)) snprintf(b, sizeof b, "-");
+        else snprintf(b, sizeof b, "%.2f", r->roof_median_fraction);
         kpi(f, "of the roofline bound (median, steady steps)", b);
     }
     if (r->has_residency) {

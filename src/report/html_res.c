@@ -46,7 +46,8 @@ void rp_html_roofline(FILE *f, const struct mw_report *r)
         return;
     }
     const struct mw_report_step *s0 = &r->steps[r->roof_first], *s1 = &r->steps[r->roof_last];
-    fprintf(f, "<p><b>Roofline: %.2f of bound</b> (", r->roof_median_fraction);
+    if (isnan(r->roof_median_fraction)) fputs("<p><b>Roofline: - of bound</b> (", f); /* every step 0 s long */
+    else fprintf(f, "<p><b>Roofline: %.2f of bound</b> (", r->roof_median_fraction);
     if (r->roof_first == r->roof_last) fprintf(f, "step %lld only", (long long)s0->step);
     else fprintf(f, "median of steps %lld..%lld", (long long)s0->step, (long long)s1->step);
     char a[32], b[32], c[32], d[32];

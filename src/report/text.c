@@ -105,7 +105,8 @@ static void roofline_text(const struct mw_report *r, FILE *f)
         return;
     }
     const struct mw_report_step *s0 = &r->steps[r->roof_first], *s1 = &r->steps[r->roof_last];
-    fprintf(f, "roofline: %.2f of bound (", r->roof_median_fraction);
+    if (isnan(r->roof_median_fraction)) fprintf(f, "roofline: - of bound ("); /* every step 0 s long */
+    else fprintf(f, "roofline: %.2f of bound (", r->roof_median_fraction);
     if (r->roof_first == r->roof_last) fprintf(f, "step %lld only", (long long)s0->step);
     else fprintf(f, "median of steps %lld..%lld", (long long)s0->step, (long long)s1->step);
     fprintf(f, "; bound = NVMe %s, compute %s)\n", dur(a, sizeof a, r->roof_median_nvme_s),
