@@ -21,6 +21,13 @@
  *   exposed comm wait = union of comm "wait" spans (also taken out of compute);
  *   comm busy of an operation = union of its collectives' spans (issue to completion);
  *   achieved comm bandwidth = payload bytes / comm busy (GB/s = 10^9 bytes/s).
+ *   exposed I/O wait also takes the residency "wait" spans (the training thread blocked on a
+ *   weight unit's NVMe fetch);
+ *   roofline of a step: compute = wall - |exposed I/O wait ∪ exposed comm wait| inside it;
+ *   NVMe time = bytes read from nvme / read bandwidth + bytes written to nvme / write bandwidth
+ *   (one disk: reads and writes share it); bound = max(compute, NVMe time); achieved fraction =
+ *   bound / wall. Only with both bandwidths known (metadata limit.nvme->host / host->nvme, or
+ *   opts); the run's figure is the median over all steps but the first.
  *
  * Several ranks: mw_report_load_ranks() reads one trace per rank (mpirun ... --trace
  * run/trace.%r.json), gives the full report of rank 0 and one row per rank (peaks per tier
@@ -69,6 +76,8 @@ const char *mw_report_comm_op_name(int op);  /* "allreduce", "reduce_scatter", "
 struct mw_report_opts {
     int bins;          /* points per time series (charts and CSV); default 800 */
     int64_t detail_step; /* step shown at full resolution; -1 (or not in the trace) = the last one */
+    double nvme_read_bw, nvme_write_bw; /* bytes/s for the roofline; > 0 overrides the trace's
+                                           metadata limit.nvme->host / host->nvme; 0 = metadata */
 };
 void mw_report_opts_default(struct mw_report_opts *o);
 
@@ -114,7 +123,41 @@ struct mw_report_step {
     uint64_t bytes_moved;           /* bytes of the I/O requests submitted inside the step */
     uint64_t comm_sent_bytes;       /* "sent" bytes of the collectives issued inside the step */
     double comm_wait_s;             /* exposed comm wait inside the step */
+    /* Roofline (docs/report.md). Bytes of the requests submitted inside the step. */
+    uint64_t nvme_read_bytes;       /* cat "io" requests from the nvme tier */
+    uint64_t nvme_written_bytes;    /* cat "io" requests to the nvme tier */
+    double exposed_wait_s;          /* |(offload wait ∪ residency wait ∪ comm wait) ∩ step| */
+    double roof_compute_s;          /* wall_s - exposed_wait_s */
+    double roof_nvme_s;             /* read bytes / read bw + written bytes / write bw; NaN: bw unknown */
+    double roof_bound_s;            /* max(roof_compute_s, roof_nvme_s); NaN: bw unknown */
+    double roof_fraction;           /* roof_bound_s / wall_s; NaN: bw unknown or wall 0 */
 };
+
+/* Residency lanes: per weight unit and bin, the seconds of each kind of span in the bin. */
+enum { MW_REPORT_RES_FWD = 0,  /* resident for the forward pass */
+       MW_REPORT_RES_BWD,       /* resident for the backward pass */
+       MW_REPORT_RES_FETCH,     /* weights read from NVMe */
+       MW_REPORT_RES_WRITE,     /* gradients written to NVMe */
+       MW_REPORT_RES_WAIT,      /* the training thread waiting for the fetch */
+       MW_REPORT_RES_NLANE };
+
+/* One weight unit streamed through DRAM (spans cat "residency" with arg "unit"). */
+struct mw_report_unit {
+    int64_t id;                     /* 0 embeddings, 1..L blocks, L+1 final norm */
+    char name[32];                  /* metadata unit.<id>.name, else derived from "units" */
+    uint64_t fetches, bytes_read;   /* "fetch" spans and their bytes */
+    double fetch_s;                 /* sum of the fetch spans' durations */
+    uint64_t grad_writes, bytes_written; /* "grad_write" spans and their bytes */
+    double write_s;                 /* sum of their durations */
+    uint64_t residencies;           /* "resident" spans */
+    double resident_s;              /* union of its resident spans */
+    double resident_fwd_s, resident_bwd_s; /* union of those with backward 0 / 1 */
+    uint64_t waits;                 /* "wait" spans (the training thread blocked on its fetch) */
+    double wait_s;                  /* their total: the unit's exposed wait */
+    double *cov;                    /* [nbins][MW_REPORT_RES_NLANE] s; NULL when lanes were not
+                                       kept (more than MW_REPORT_MAX_UNIT_LANES units) */
+};
+enum { MW_REPORT_MAX_UNIT_LANES = 512 };
 
 /* One collective operation over the run (spans cat "comm" of that name). */
 struct mw_report_comm {
@@ -207,6 +250,24 @@ struct mw_report {
     double comm_overlap_s, comm_overlap; /* |comm busy ∩ compute|, / comm busy (NaN: none) */
     double steps_wall_s;            /* sum of the steps' wall times ("% of step time") */
     double *comm_wait_bins;         /* [nbins] share of each bin spent in exposed comm wait */
+
+    /* Weight residency (spans cat "residency"; NVMe streaming of weights and gradients). */
+    int has_residency;
+    int nunits; struct mw_report_unit *units; /* sorted by id */
+    int64_t units_declared;         /* metadata "units"; -1 when absent */
+    double res_wait_s;              /* union of the residency "wait" spans */
+    int has_resident_weights;       /* a "resident weights" counter was seen */
+    uint64_t resident_weights_peak_bytes, resident_weights_final_bytes;
+    double resident_weights_peak_t_s;
+
+    /* Roofline: the NVMe bandwidths used (bytes/s, 0 = unknown) and where they came from. */
+    double nvme_read_bw, nvme_write_bw;
+    const char *nvme_read_bw_from, *nvme_write_bw_from; /* "trace metadata", "option" or NULL */
+    int has_roofline;               /* both known and the trace has steps */
+    double roof_median_fraction;    /* median over the steady steps of roof_fraction */
+    double roof_median_nvme_s, roof_median_compute_s, roof_median_bound_s, roof_median_wall_s;
+    int roof_first, roof_last;      /* indices into steps of the steady range (all but the
+                                       first step; the only step when there is one) */
 
     /* Per-rank table: filled by mw_report_load_ranks, else nranks 0. */
     int nranks; struct mw_report_rank *ranks;

@@ -2,7 +2,8 @@
  * analyze.c — from compact trace records to the report's series and tables: the time range,
  * bytes per tier stacked by kind (peak-preserving downsampling), and per tier-pair I/O
  * figures (histogram, busy time, bandwidth and requests in flight over time). The step,
- * subgroup and detail tables are in analyze_steps.c, communication in analyze_comm.c.
+ * subgroup and detail tables are in analyze_steps.c, communication in analyze_comm.c, weight
+ * residency and the roofline in analyze_res.c.
  */
 #include "report/report_internal.h"
 
@@ -52,6 +53,7 @@ static void time_range(struct mw_report *r, const struct rp_trace *t)
     for (size_t i = 0; i < t->nmem; i++) { lo = MW_MIN(lo, t->mem[i].t); hi = MW_MAX(hi, t->mem[i].t); }
     for (size_t i = 0; i < t->nspan; i++) { lo = MW_MIN(lo, t->span[i].t0); hi = MW_MAX(hi, t->span[i].t1); }
     for (size_t i = 0; i < t->ncomm; i++) { lo = MW_MIN(lo, t->comm[i].t0); hi = MW_MAX(hi, t->comm[i].t1); }
+    for (size_t i = 0; i < t->nres; i++) { lo = MW_MIN(lo, t->res[i].t0); hi = MW_MAX(hi, t->res[i].t1); }
     if (!(lo <= hi)) lo = hi = 0;
     if (hi - lo < 1e-6) hi = lo + 1e-6;
     r->t0_s = lo;
@@ -295,6 +297,7 @@ int rp_analyze(struct mw_report *r, struct rp_trace *t, const struct mw_report_o
     }
 
     int rc = rp_analyze_steps(r, t, o); /* also fixes the detail window used below */
+    if (!rc) rc = rp_analyze_residency(r, t, o); /* after the steps: the roofline uses them */
     if (!rc) rc = memory_series(r, t);
     if (!rc) rc = pair_series(r, t);
     if (!rc) rc = phase_bins(r, t);

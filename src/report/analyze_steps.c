@@ -2,7 +2,7 @@
  * analyze_steps.c — the per-step table, the whole-run time budget, the per-subgroup table and
  * the one-step detail view. The definitions (docs/report.md) as set algebra on intervals:
  *   C  (compute)  = ∪ phase spans forward|backward|update  \  (W ∪ Wc)
- *   W  (exposed I/O wait) = ∪ offload "wait" spans
+ *   W  (exposed I/O wait) = ∪ offload "wait" spans ∪ residency "wait" spans
  *   Wc (exposed comm wait) = ∪ comm "wait" spans (analyze_comm.c)
  *   IO (I/O busy) = ∪ cat "io" request intervals, all tier pairs
  *   overlap fraction = |IO ∩ C| / |IO|
@@ -47,6 +47,8 @@ static int steps_table(struct mw_report *r, const struct rp_trace *t)
             (rp_ivls_push(&W, s->t0, s->t1) || rp_ivls_push(&WA, s->t0, s->t1))) goto out;
         if (s->cat == RP_CAT_STEP) r->nsteps++;
     }
+    /* The training thread blocked on a weight unit's fetch is exposed I/O wait too. */
+    if (rp_res_wait_ivls(t, &W) || rp_res_wait_ivls(t, &WA)) goto out;
     if (rp_comm_wait_ivls(t, &WA)) goto out; /* blocked on communication is not compute either */
     for (size_t i = 0; i < t->nio; i++)
         if (rp_ivls_push(&IO, t->io[i].t0, t->io[i].t1)) goto out;
@@ -67,7 +69,13 @@ static int steps_table(struct mw_report *r, const struct rp_trace *t)
     r->steps = calloc((size_t)MW_MAX(1, r->nsteps), sizeof *r->steps);
     walls = calloc((size_t)MW_MAX(1, r->nsteps), sizeof *walls);
     if (!r->steps || !walls) goto out;
-    size_t cC = 0, cW = 0, cIO = 0, cOV = 0, cph[MW_PHASE_COUNT] = {0}, io_i = 0;
+    size_t cC = 0, cW = 0, cWA = 0, cIO = 0, cOV = 0, cph[MW_PHASE_COUNT] = {0}, io_i = 0;
+    /* Tier pairs that read from / write to the nvme tier (the roofline's disk traffic). */
+    uint8_t from_nvme[RP_MAX_PAIRS] = {0}, to_nvme[RP_MAX_PAIRS] = {0};
+    for (int p = 0; p < r->npairs && p < RP_MAX_PAIRS; p++) {
+        from_nvme[p] = !strcmp(r->pairs[p].from, "nvme");
+        to_nvme[p] = !strcmp(r->pairs[p].to, "nvme");
+    }
     int k = 0;
     for (size_t i = 0; i < t->nspan; i++) {
         const struct rp_span *s = &t->span[i];
@@ -85,10 +93,18 @@ static int steps_table(struct mw_report *r, const struct rp_trace *t)
         st->io_busy_s = rp_ivls_measure_in(&IO, s->t0, s->t1, &cIO);
         st->overlap_s = rp_ivls_measure_in(&OV, s->t0, s->t1, &cOV);
         st->overlap = st->io_busy_s > 0 ? st->overlap_s / st->io_busy_s : NAN;
+        st->exposed_wait_s = rp_ivls_measure_in(&WA, s->t0, s->t1, &cWA);
+        st->roof_compute_s = MW_MAX(0.0, st->wall_s - st->exposed_wait_s);
+        st->roof_nvme_s = st->roof_bound_s = st->roof_fraction = NAN; /* rp_analyze_residency */
         /* Requests submitted inside [t0, t1): io is sorted by submit time. */
         while (io_i > 0 && t->io[io_i - 1].t0 >= s->t0) io_i--;
         while (io_i < t->nio && t->io[io_i].t0 < s->t0) io_i++;
-        for (size_t j = io_i; j < t->nio && t->io[j].t0 < s->t1; j++) st->bytes_moved += t->io[j].bytes;
+        for (size_t j = io_i; j < t->nio && t->io[j].t0 < s->t1; j++) {
+            const struct rp_io *io = &t->io[j];
+            st->bytes_moved += io->bytes;
+            if (from_nvme[io->pair]) st->nvme_read_bytes += io->bytes;
+            if (to_nvme[io->pair]) st->nvme_written_bytes += io->bytes;
+        }
         k++;
     }
     if (r->nsteps) {

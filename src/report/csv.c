@@ -131,7 +131,8 @@ int mw_report_write_csv(const struct mw_report *r, const char *dir)
     fprintf(f, "step,tokens,start_s,wall_s");
     for (int p = 1; p < MW_PHASE_COUNT; p++) fprintf(f, ",%s_s", mw_report_phase_name(p));
     fprintf(f, ",compute_s,exposed_io_wait_s,io_busy_s,overlap_s,overlap_fraction,bytes_moved,comm_sent_bytes,"
-               "exposed_comm_wait_s\n");
+               "exposed_comm_wait_s,nvme_read_bytes,nvme_written_bytes,exposed_wait_s,roofline_compute_s,"
+               "roofline_nvme_s,roofline_bound_s,roofline_fraction\n");
     for (int i = 0; i < r->nsteps; i++) {
         const struct mw_report_step *s = &r->steps[i];
         fprintf(f, "%lld,%lld,%.9g,%.9g", (long long)s->step, (long long)s->tokens, s->start_s - r->t0_s, s->wall_s);
@@ -139,6 +140,10 @@ int mw_report_write_csv(const struct mw_report *r, const char *dir)
         num(f, s->compute_s); num(f, s->wait_s); num(f, s->io_busy_s); num(f, s->overlap_s); num(f, s->overlap);
         fprintf(f, ",%llu,%llu", (unsigned long long)s->bytes_moved, (unsigned long long)s->comm_sent_bytes);
         num(f, s->comm_wait_s);
+        /* The roofline: its NVMe, bound and fraction columns are empty when a bandwidth is unknown. */
+        fprintf(f, ",%llu,%llu", (unsigned long long)s->nvme_read_bytes, (unsigned long long)s->nvme_written_bytes);
+        num(f, s->exposed_wait_s); num(f, s->roof_compute_s); num(f, s->roof_nvme_s); num(f, s->roof_bound_s);
+        num(f, s->roof_fraction);
         fputc('\n', f);
     }
     if ((rc = close_csv(f, path))) return rc;
@@ -207,6 +212,26 @@ int mw_report_write_csv(const struct mw_report *r, const char *dir)
                 (unsigned long long)r->comm_sent_bytes);
         num(f, r->comm_busy_s); num(f, r->comm_busy_s > 0 ? (double)r->comm_payload_bytes / r->comm_busy_s : 0);
         num(f, r->comm_wait_s); num(f, whole > 0 ? r->comm_wait_s / whole : NAN);
+        fputc('\n', f);
+    }
+    if ((rc = close_csv(f, path))) return rc;
+
+    /* Weight residency: one row per unit (only the header when the trace has none). */
+    OPEN("units.csv");
+    fprintf(f, "unit,name,fetches,bytes_read,fetch_s,resident_spans,resident_s,resident_forward_s,resident_backward_s,"
+               "grad_writes,bytes_written,grad_write_s,waits,exposed_wait_s\n");
+    for (int i = 0; i < r->nunits; i++) {
+        const struct mw_report_unit *U = &r->units[i];
+        fprintf(f, "%lld,", (long long)U->id);
+        csv_str(f, U->name);
+        fprintf(f, ",%llu,%llu", (unsigned long long)U->fetches, (unsigned long long)U->bytes_read);
+        num(f, U->fetch_s);
+        fprintf(f, ",%llu", (unsigned long long)U->residencies);
+        num(f, U->resident_s); num(f, U->resident_fwd_s); num(f, U->resident_bwd_s);
+        fprintf(f, ",%llu,%llu", (unsigned long long)U->grad_writes, (unsigned long long)U->bytes_written);
+        num(f, U->write_s);
+        fprintf(f, ",%llu", (unsigned long long)U->waits);
+        num(f, U->wait_s);
         fputc('\n', f);
     }
     if ((rc = close_csv(f, path))) return rc;

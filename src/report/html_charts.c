@@ -275,17 +275,21 @@ void rp_html_steps_chart(FILE *f, const struct mw_report *r)
     c.y0 = 0; c.y1 = mx * 1e3 * 1.08; c.ylabel = "time (ms)";
     rp_chart_begin(&c, "time per step");
     rp_chart_axes(&c);
-    static const char *const names[] = {"wall", "compute", "exposed I/O wait", "I/O busy", "exposed comm wait"};
-    static const char *const colors[] = {"#333333", "#4e79a7", "#e15759", "#f28e2b", "#17becf"};
-    const int nlines = r->has_comm ? 5 : 4;
+    static const char *const names[] = {"wall", "compute", "exposed I/O wait", "I/O busy", "exposed comm wait",
+                                        "roofline bound"};
+    static const char *const colors[] = {"#333333", "#4e79a7", "#e15759", "#f28e2b", "#17becf", "#59a14f"};
+    const int nlines = 6;
+    const char *shown[6];
     for (int s = 0; s < nlines; s++) {
+        shown[s] = (s == 4 && !r->has_comm) || (s == 5 && !r->has_roofline) ? NULL : names[s];
+        if (!shown[s]) continue;
         fprintf(f, "<path fill=\"none\" stroke=\"%s\" stroke-width=\"1.2\" d=\"M", colors[s]);
         for (int g = 0; g < groups; g++) {
             double v = 0; /* the group's maximum, so outliers stay visible */
             for (int i = g * per; i < MW_MIN(r->nsteps, (g + 1) * per); i++) {
                 const struct mw_report_step *st = &r->steps[i];
                 double x = s == 0 ? st->wall_s : s == 1 ? st->compute_s : s == 2 ? st->wait_s
-                         : s == 3 ? st->io_busy_s : st->comm_wait_s;
+                         : s == 3 ? st->io_busy_s : s == 4 ? st->comm_wait_s : st->roof_bound_s;
                 v = MW_MAX(v, x);
             }
             fprintf(f, "%s%.1f %.1f", g ? " L" : "", rp_cx(&c, (g + 0.5) * per), rp_cy(&c, v * 1e3));
@@ -293,7 +297,7 @@ void rp_html_steps_chart(FILE *f, const struct mw_report *r)
         fputs("\"/>\n", f);
     }
     rp_chart_end(&c);
-    rp_legend(f, names, colors, nlines);
+    rp_legend(f, shown, colors, nlines);
 }
 
 void rp_html_detail(FILE *f, const struct mw_report *r)

@@ -159,6 +159,26 @@ static int take_comm(struct rp_trace *t, const char *name, double t0, double t1,
     return 0;
 }
 
+static const char *const res_names[] = {"fetch", "resident", "grad_write", "wait"};
+
+/* A span cat "residency": a weight unit's fetch from NVMe, its time resident in DRAM, its
+ * gradients' write-back, or the training thread's wait for its fetch. Without a valid "unit"
+ * the span is counted as ignored (it cannot be put in any lane). */
+static int take_residency(struct rp_trace *t, const char *name, double t0, double t1, const cJSON *args)
+{
+    int n = lookup(name, res_names, RP_RES_COUNT);
+    double unit = num(args, "unit", -1);
+    if (n < 0 || !(unit >= 0 && unit <= (double)INT32_MAX)) { t->n_ignored++; return 0; }
+    if (rp_grow((void **)&t->res, &t->capres, t->nres, sizeof *t->res)) return -ENOMEM;
+    struct rp_res *r = &t->res[t->nres++];
+    r->t0 = t0; r->t1 = t1; r->name = (int8_t)n;
+    r->unit = (int64_t)unit;
+    double b = num(args, "bytes", 0);
+    r->bytes = b > 0 && b < 9e18 ? (int64_t)b : 0;
+    r->backward = num(args, "backward", 0) > 0;
+    return 0;
+}
+
 /* One event object. Returns 0, -ENOMEM, or 1 for "structurally wrong" (message in *why). */
 int rp_take_event(struct rp_trace *t, const cJSON *e, const char **why)
 {
@@ -177,6 +197,7 @@ int rp_take_event(struct rp_trace *t, const cJSON *e, const char **why)
         if (!cJSON_IsNumber(dv) || dv->valuedouble < 0) { *why = "\"X\" event without a valid \"dur\""; return 1; }
         double t1 = ts + dv->valuedouble * 1e-6;
         if (cat && !strcmp(cat, "comm")) return take_comm(t, name, ts, t1, args);
+        if (cat && !strcmp(cat, "residency")) return take_residency(t, name, ts, t1, args);
         if (cat && !strcmp(cat, "io")) {
             int wr = name && !strcmp(name, "write");
             const cJSON *fv = cJSON_GetObjectItemCaseSensitive(args, "from");
@@ -270,6 +291,15 @@ int rp_take_event(struct rp_trace *t, const cJSON *e, const char **why)
         t->resident_final = v; /* file order is time order per producer thread */
         return 0;
     }
+    if (!strcmp(ph, "C") && name && !strcmp(name, "resident weights")) {
+        /* NVMe streaming: bytes of the weight units resident in DRAM (not a tier total). */
+        double v = num(args, "value", num(args, "bytes", -1));
+        if (!(v >= 0 && v < 1.8e19)) { t->n_ignored++; return 0; } /* must fit a uint64_t */
+        if (!t->has_resw || v > t->resw_peak) { t->resw_peak = v; t->resw_peak_t = ts; }
+        t->has_resw = 1;
+        t->resw_final = v;
+        return 0;
+    }
     if (!strcmp(ph, "C")) {
         size_t nl = name ? strlen(name) : 0;
         char tn[32] = "";
@@ -319,6 +349,21 @@ void rp_take_metadata(struct rp_trace *t, const cJSON *md)
     if (v >= 1 && v < INT32_MAX) t->world_size = (int)v;
     v = num(md, "zero_stage", -1);
     if (v >= 0 && v < 100) t->zero_stage = (int)v;
+    /* Weight units: "units" (count) and "unit.<id>.name" (strings). */
+    v = num(md, "units", -1);
+    if (v >= 0 && v <= INT32_MAX) t->units_declared = (int64_t)v;
+    cJSON_ArrayForEach(it, md) {
+        const char *k = it->string;
+        if (!k || strncmp(k, "unit.", 5) || !cJSON_IsString(it)) continue;
+        char *end;
+        errno = 0;
+        long long id = strtoll(k + 5, &end, 10);
+        if (errno || end == k + 5 || strcmp(end, ".name") || id < 0 || id > INT32_MAX) continue;
+        if (rp_grow((void **)&t->unit_names, &t->capunit_names, t->nunit_names, sizeof *t->unit_names)) return;
+        struct rp_unit_name *u = &t->unit_names[t->nunit_names++];
+        u->id = id;
+        snprintf(u->name, sizeof u->name, "%s", it->valuestring);
+    }
     /* Limits: "limit.<from>-><to>.bytes_per_s". Pairs may not exist yet: create them. */
     cJSON_ArrayForEach(it, md) {
         const char *k = it->string;
@@ -344,9 +389,11 @@ void rp_trace_free(struct rp_trace *t)
     free(t->mem);
     free(t->span);
     free(t->comm);
-    t->io = NULL; t->mem = NULL; t->span = NULL; t->comm = NULL;
-    t->nio = t->nmem = t->nspan = t->ncomm = 0;
-    t->capio = t->capmem = t->capspan = t->capcomm = 0;
+    free(t->res);
+    free(t->unit_names);
+    t->io = NULL; t->mem = NULL; t->span = NULL; t->comm = NULL; t->res = NULL; t->unit_names = NULL;
+    t->nio = t->nmem = t->nspan = t->ncomm = t->nres = t->nunit_names = 0;
+    t->capio = t->capmem = t->capspan = t->capcomm = t->capres = t->capunit_names = 0;
 }
 
 const char *mw_report_kind_name(int kind)

@@ -5,6 +5,7 @@
 #include "report/report_internal.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,6 +13,7 @@ void mw_report_opts_default(struct mw_report_opts *o)
 {
     o->bins = 800;
     o->detail_step = -1;
+    o->nvme_read_bw = o->nvme_write_bw = 0;
 }
 
 int mw_report_load(struct mw_report **out, const char *trace_path, const struct mw_report_opts *opts)
@@ -22,6 +24,9 @@ int mw_report_load(struct mw_report **out, const char *trace_path, const struct 
     if (opts) o = *opts;
     if (o.bins < 1 || o.bins > 1000000)
         return mw_error_set(-EINVAL, "report: bins must be in [1, 1000000], got %d", o.bins);
+    if (!(o.nvme_read_bw >= 0 && o.nvme_read_bw < INFINITY) || !(o.nvme_write_bw >= 0 && o.nvme_write_bw < INFINITY))
+        return mw_error_set(-EINVAL, "report: NVMe bandwidths must be finite and >= 0 bytes/s (0 = from the trace), "
+                            "got read %g, write %g", o.nvme_read_bw, o.nvme_write_bw);
     struct rp_trace t;
     int rc = rp_trace_load(&t, trace_path);
     if (rc) return rc;
@@ -53,6 +58,8 @@ void mw_report_free(struct mw_report *r)
     for (int op = 0; op < MW_REPORT_COMM_NOPS; op++) free(r->comm[op].inflight);
     free(r->comm_wait_bins);
     free(r->ranks);
+    for (int i = 0; i < r->nunits && r->units; i++) free(r->units[i].cov);
+    free(r->units);
     free(r);
 }
 

@@ -60,6 +60,18 @@ struct rp_comm {          /* one span cat "comm": a collective, or a wait on one
     int64_t bytes, sent;  /* args "bytes" (payload), "sent"; -1 when absent */
 };
 
+enum rp_res_name { RP_RES_FETCH = 0, RP_RES_RESIDENT, RP_RES_GRAD_WRITE, RP_RES_WAIT, RP_RES_COUNT };
+
+struct rp_res {           /* one span cat "residency" */
+    double t0, t1;        /* s */
+    int64_t unit;         /* args "unit" (>= 0) */
+    int64_t bytes;        /* args "bytes"; 0 when absent */
+    int8_t name;          /* rp_res_name */
+    int8_t backward;      /* "resident": args "backward" (0 forward, 1 backward) */
+};
+
+struct rp_unit_name { int64_t id; char name[32]; };
+
 struct rp_trace {
     const char *path;
     int ntiers;
@@ -73,6 +85,11 @@ struct rp_trace {
     struct rp_mem *mem; size_t nmem, capmem;
     struct rp_span *span; size_t nspan, capspan;
     struct rp_comm *comm; size_t ncomm, capcomm;
+    struct rp_res *res; size_t nres, capres;
+    struct rp_unit_name *unit_names; size_t nunit_names, capunit_names; /* metadata */
+    int64_t units_declared;            /* metadata "units"; -1 when absent */
+    int has_resw;                      /* counter "resident weights" */
+    double resw_peak, resw_peak_t, resw_final; /* bytes, s, bytes */
     uint64_t n_events, n_ignored, dropped;
     int rank, world_size, zero_stage;  /* metadata; -1 when absent */
     int has_resident;                  /* counter "zero3 resident weights" */
@@ -111,6 +128,10 @@ int rp_analyze_comm(struct mw_report *r, const struct rp_trace *t, const struct 
 /* What the rank rows share, for the Ranks table's header: world size and ZeRO stage (-1 when
  * no trace says), kinds with bytes on some rank, whether some rank has the resident counter. */
 void rp_ranks_summary(const struct mw_report *r, int *ws, int *zs, int kinds[MW_REPORT_NKINDS], int *res);
+
+/* analyze_res.c: the per-unit table and lanes, and the per-step roofline (after the steps). */
+int rp_analyze_residency(struct mw_report *r, struct rp_trace *t, const struct mw_report_opts *o);
+int rp_res_wait_ivls(const struct rp_trace *t, struct rp_ivls *out); /* residency "wait" spans */
 
 /* Growth helper for the record arrays: ensures room for one more; 0 or -ENOMEM. */
 int rp_grow(void **v, size_t *cap, size_t n, size_t elem);

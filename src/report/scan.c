@@ -176,6 +176,7 @@ int rp_trace_load(struct rp_trace *t, const char *path)
     memset(t, 0, sizeof *t);
     t->path = path;
     t->rank = t->world_size = t->zero_stage = -1;
+    t->units_declared = -1;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return mw_error_set(-errno, "%s: cannot open the trace: %s", path, strerror(errno));
     struct stat st;

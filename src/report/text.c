@@ -80,6 +80,76 @@ static void comm_text(const struct mw_report *r, FILE *f)
     fputc('\n', f);
 }
 
+/* Seconds at a readable scale: "41.3 s", "12.5 ms", "3.0 us". */
+static const char *dur(char *b, size_t n, double s)
+{
+    if (isnan(s)) snprintf(b, n, "-");
+    else if (s >= 1) snprintf(b, n, "%.1f s", s);
+    else if (s >= 1e-3) snprintf(b, n, "%.1f ms", s * 1e3);
+    else snprintf(b, n, "%.1f us", s * 1e6);
+    return b;
+}
+
+/* The roofline line (docs/report.md): what the "Done when" reads. */
+static void roofline_text(const struct mw_report *r, FILE *f)
+{
+    char a[48], b[48], c[48];
+    if (!r->has_roofline) {
+        int nvme_io = 0;
+        for (int p = 0; p < r->npairs; p++) nvme_io |= !strcmp(r->pairs[p].from, "nvme") || !strcmp(r->pairs[p].to, "nvme");
+        if (!(nvme_io || r->has_residency)) return; /* nothing on the disk: no roofline to speak of */
+        if (!r->nsteps) { fprintf(f, "roofline: no step spans in the trace\n"); return; }
+        fprintf(f, "roofline: unknown: no NVMe %s bandwidth (trace metadata limit.%s.bytes_per_s); give "
+                   "--nvme-read-bw and --nvme-write-bw in GB/s (memwall bench io measures them)\n",
+                r->nvme_read_bw > 0 ? "write" : "read", r->nvme_read_bw > 0 ? "host->nvme" : "nvme->host");
+        return;
+    }
+    const struct mw_report_step *s0 = &r->steps[r->roof_first], *s1 = &r->steps[r->roof_last];
+    if (isnan(r->roof_median_fraction)) fprintf(f, "roofline: - of bound ("); /* every step 0 s long */
+    else fprintf(f, "roofline: %.2f of bound (", r->roof_median_fraction);
+    if (r->roof_first == r->roof_last) fprintf(f, "step %lld only", (long long)s0->step);
+    else fprintf(f, "median of steps %lld..%lld", (long long)s0->step, (long long)s1->step);
+    fprintf(f, "; bound = NVMe %s, compute %s)\n", dur(a, sizeof a, r->roof_median_nvme_s),
+            dur(b, sizeof b, r->roof_median_compute_s));
+    fprintf(f, "  median step %s; NVMe read %.2f GB/s (%s), write %.2f GB/s (%s), one disk: NVMe time = read "
+               "bytes / read bandwidth + written bytes / write bandwidth; compute = wall - exposed waits\n",
+            dur(c, sizeof c, r->roof_median_wall_s), r->nvme_read_bw * 1e-9, r->nvme_read_bw_from,
+            r->nvme_write_bw * 1e-9, r->nvme_write_bw_from);
+}
+
+#define TEXT_MAX_UNITS 64
+
+static void residency_text(const struct mw_report *r, FILE *f)
+{
+    if (!r->has_residency) return;
+    char a[48], b[48], c[48], d[48], e[48];
+    uint64_t fetches = 0, rd = 0, wr = 0;
+    for (int i = 0; i < r->nunits; i++) {
+        fetches += r->units[i].fetches;
+        rd += r->units[i].bytes_read;
+        wr += r->units[i].bytes_written;
+    }
+    fprintf(f, "weight residency: %d units", r->nunits);
+    if (r->units_declared >= 0 && r->units_declared != r->nunits) fprintf(f, " (metadata: %lld)", (long long)r->units_declared);
+    fprintf(f, ", %llu fetches, %s read, %s of gradients written, exposed wait %s (%s)",
+            (unsigned long long)fetches, mw_fmt_bytes(a, sizeof a, rd), mw_fmt_bytes(b, sizeof b, wr),
+            dur(e, sizeof e, r->res_wait_s), share(c, sizeof c, r, r->res_wait_s));
+    if (r->has_resident_weights)
+        fprintf(f, "; resident weights peak %s", mw_fmt_bytes(d, sizeof d, r->resident_weights_peak_bytes));
+    fprintf(f, "\n  %6s %-12s %8s %11s %11s %11s %11s %8s %11s %11s\n", "unit", "name", "fetches", "read",
+            "resident", "forward", "backward", "writes", "written", "wait");
+    for (int i = 0; i < r->nunits && i < TEXT_MAX_UNITS; i++) {
+        const struct mw_report_unit *U = &r->units[i];
+        fprintf(f, "  %6lld %-12s %8llu %11s %11s", (long long)U->id, U->name, (unsigned long long)U->fetches,
+                mw_fmt_bytes(a, sizeof a, U->bytes_read), dur(b, sizeof b, U->resident_s));
+        fprintf(f, " %11s %11s %8llu", dur(c, sizeof c, U->resident_fwd_s), dur(d, sizeof d, U->resident_bwd_s),
+                (unsigned long long)U->grad_writes);
+        fprintf(f, " %11s %11s\n", mw_fmt_bytes(a, sizeof a, U->bytes_written), dur(e, sizeof e, U->wait_s));
+    }
+    if (r->nunits > TEXT_MAX_UNITS)
+        fprintf(f, "  ... %d more units (units.csv has every unit)\n", r->nunits - TEXT_MAX_UNITS);
+}
+
 static void ranks_text(const struct mw_report *r, FILE *f)
 {
     if (!r->nranks) return;
@@ -179,6 +249,8 @@ int mw_report_write_text(const struct mw_report *r, FILE *f)
                     ms(a, sizeof a, rp_step_median(r, offsetof(struct mw_report_step, comm_wait_s))),
                     mw_fmt_bytes(b, sizeof b, last->comm_sent_bytes));
     } else fprintf(f, "per step: (no step spans in the trace)\n");
+    roofline_text(r, f);
+    residency_text(r, f);
 
     if (r->nsubgroups) {
         int64_t ncpu = 0, ndev = 0, ndec = 0;
