@@ -73,6 +73,10 @@ struct mw_train_config {
      * sequences of it, and the loss is the mean over the global batch on every rank. */
     struct mw_comm *comm;       /* borrowed (memwall/comm.h) */
     int zero_stage;             /* 0: replicate and allreduce; 1, 2, 3: ZeRO (saved in checkpoints) */
+    /* The offload engine's NVMe I/O (not saved in checkpoints; 0 = the engine's default;
+     * DeepSpeed's aio.block_size / aio.queue_depth). */
+    uint64_t io_block_size;     /* bytes per NVMe request piece, a multiple of 4096 (default 1 MiB) */
+    unsigned io_queue_depth;    /* NVMe pieces in flight, at most 4096 (default 128) */
 };
 
 /* Learning rate at optimizer step `step` (1-based): linear warm-up over `warmup` steps to lr,
