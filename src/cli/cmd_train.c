@@ -389,7 +389,7 @@ static int apply_ds_config(void)
         if (mw_opts_set(&train_spec, st->option, st->value, origin) != MW_OPTS_OK) return 2;
     }
     printf("ds-config %s:%s%s%s\n", A.ds_config, applied[0] ? applied : " (no settings)",
-           kept[0] ? " | the command line overrides" : "", kept);
+           kept[0] ? " | overridden by the command line:" : "", kept);
     return 0;
 }
 
