@@ -119,6 +119,66 @@ expect 0 "$cli" plan --params 2851598336 --largest-layer 32899072 --gpus 8 --zer
   --offload-params cpu --estimator deepspeed-zero3 --zero-init 1 --json
 python3 -c 'import json,sys; d=json.load(open(sys.argv[1]))["estimator"]; sys.exit(0 if d["cpu_bytes"]==76993155072 and d["gpu_bytes"]==131596288 else 1)' "$tmp/out" \
   || bad "DeepSpeed ZeRO-3 estimator through the CLI (t5-3b, 71.71 GB / 0.12 GB)"
+# DeepSpeed's estimators stand on their own: the estimator implies its ZeRO stage (no --zero
+# needed, so --offload-params is accepted), and its whole table is printed as DeepSpeed's docs
+# show it (docs/code-docs/source/memory.rst: t5-3b live, and the cold call with 2851e6 / 32e6).
+expect 0 "$cli" plan --params 2851598336 --largest-layer 32899072 --gpus 8 --offload-optimizer cpu \
+  --offload-params cpu --estimator deepspeed-zero3 --zero-init 1
+cat >"$tmp/want" <<'TXT'
+Estimated memory needed for params, optim states and gradients for a:
+HW: Setup with 1 node, 8 GPUs per node.
+SW: Model with 2851M total params, 32M largest layer params.
+  per CPU  |  per GPU |   Options
+   71.71GB |   0.12GB | offload_param=cpu , offload_optimizer=cpu , zero_init=1
+  127.48GB |   0.12GB | offload_param=cpu , offload_optimizer=cpu , zero_init=0
+   63.74GB |   0.79GB | offload_param=none, offload_optimizer=cpu , zero_init=1
+  127.48GB |   0.79GB | offload_param=none, offload_optimizer=cpu , zero_init=0
+    1.47GB |   6.10GB | offload_param=none, offload_optimizer=none, zero_init=1
+  127.48GB |   6.10GB | offload_param=none, offload_optimizer=none, zero_init=0
+TXT
+grep -A9 '^Estimated memory needed' "$tmp/out" | diff "$tmp/want" - >/dev/null \
+  || { bad "ZeRO-3 estimator table differs from DeepSpeed's published t5-3b table"; grep -A9 '^Estimated' "$tmp/out"; }
+grep -q "this layout: offload_param=cpu, offload_optimizer=cpu, zero_init=1$" "$tmp/out" || bad "estimator: this layout's row"
+grep -q "ZeRO-3 weights per GPU" "$tmp/out" || bad "--estimator deepspeed-zero3 did not plan ZeRO-3"
+expect 0 "$cli" plan --params 2851e6 --largest-layer 32e6 --gpus 8 --estimator deepspeed-zero3
+cat >"$tmp/want" <<'TXT'
+   71.69GB |   0.12GB | offload_param=cpu , offload_optimizer=cpu , zero_init=1
+  127.45GB |   0.12GB | offload_param=cpu , offload_optimizer=cpu , zero_init=0
+   63.72GB |   0.78GB | offload_param=none, offload_optimizer=cpu , zero_init=1
+  127.45GB |   0.78GB | offload_param=none, offload_optimizer=cpu , zero_init=0
+    1.43GB |   6.09GB | offload_param=none, offload_optimizer=none, zero_init=1
+  127.45GB |   6.09GB | offload_param=none, offload_optimizer=none, zero_init=0
+TXT
+grep -A6 '^  per CPU' "$tmp/out" | tail -n +2 | diff "$tmp/want" - >/dev/null \
+  || { bad "ZeRO-3 estimator table (cold, 2851e6 / 32e6) differs from DeepSpeed's"; grep -A6 '^  per CPU' "$tmp/out"; }
+expect 0 "$cli" plan --params 2851598336 --gpus 8 --estimator deepspeed-zero2 --ds-version legacy
+cat >"$tmp/want" <<'TXT'
+Estimated memory needed for params, optim states and gradients for a:
+HW: Setup with 1 node, 8 GPUs per node.
+SW: Model with 2851M total params.
+  per CPU  |  per GPU |   Options
+  127.48GB |   5.31GB | offload_optimizer=cpu
+  127.48GB |  15.93GB | offload_optimizer=none
+TXT
+grep -A5 '^Estimated memory needed' "$tmp/out" | diff "$tmp/want" - >/dev/null \
+  || { bad "ZeRO-2 estimator table differs from DeepSpeed's published t5-3b table"; grep -A5 '^Estimated' "$tmp/out"; }
+expect 0 "$cli" plan --params 2851598336 --largest-layer 32899072 --gpus 8 --offload-params nvme --offload-optimizer nvme \
+  --estimator deepspeed-zero3 --json
+python3 - "$tmp/out" <<'PY' || bad "--estimator deepspeed-zero3 --json: stage 3 plan and DeepSpeed's six options"
+import json, sys
+d = json.load(open(sys.argv[1])); e = d["estimator"]
+ok = e["stage"] == 3 and len(e["options"]) == 6 and e["options"][0] == {"offload_param": "cpu", "offload_optimizer": "cpu",
+     "zero_init": 1, "gpu_bytes": 131596288, "cpu_bytes": 76993155072}
+ok = ok and e["gpu_bytes"] == 131596288 and "zero3" in d["per_device"] and d["per_device"]["nvme"]["params"] > 0
+sys.exit(0 if ok else 1)
+PY
+expect 0 "$cli" plan --params 7e9 --gpus 8 --estimator deepspeed-zero3 --zero 1
+grep -q "DeepSpeed's ZeRO-3 figures; the plan above is ZeRO-1" "$tmp/out" && ! grep -q "ZeRO-3 weights per GPU" "$tmp/out" \
+  || bad "an explicit --zero 1 with the ZeRO-3 estimator: a ZeRO-1 plan, said so"
+expect 2 "$cli" plan --params 7e9 --gpus 8 --estimator deepspeed-zero2 --offload-params cpu
+grep -q "drop --offload-params" "$tmp/err" || bad "--offload-params with the ZeRO-2 estimator: no reason given"
+expect 2 "$cli" plan --params 7e9 --gpus 8 --offload-params cpu
+expect 0 "$cli" plan --params 7e9 --gpus 8 --estimator deepspeed-zero3 --zero 3 --offload-params cpu
 expect 0 "$cli" plan --list-models
 grep -qx "deepseek-v3" "$tmp/out" || bad "--list-models"
 

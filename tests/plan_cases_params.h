@@ -147,8 +147,40 @@ static struct mw_ds_input ds_input(const cJSON *c)
     return in;
 }
 
+/* DeepSpeed's whole table (mw_est_ds_table): the published rows, in the published order. */
+static void ds_table(const cJSON *c, int stage, enum mw_ds_version v)
+{
+    struct mw_ds_input in = ds_input(c);
+    in.version = v;
+    struct mw_ds_row t[MW_DS_MAX_ROWS];
+    const cJSON *rows = at(c, "expected");
+    int n = mw_est_ds_table(stage, &in, t);
+    exact("table rows", cJSON_GetArraySize(rows), n);
+    for (int i = 0; i < n && i < cJSON_GetArraySize(rows); i++) {
+        const cJSON *row = cJSON_GetArrayItem(rows, i);
+        char key[96];
+        snprintf(key, sizeof key, "table row %d offload_param", i);
+        exact(key, stage == 3 ? tier_str(row, "offload_param") : MW_PLAN_TIER_NONE, t[i].offload_params);
+        snprintf(key, sizeof key, "table row %d offload_optimizer", i);
+        exact(key, tier_str(row, "offload_optimizer"), t[i].offload_optimizer);
+        snprintf(key, sizeof key, "table row %d zero_init", i);
+        exact(key, stage == 3 ? num(row, "zero_init") : -1, t[i].zero_init);
+        snprintf(key, sizeof key, "table row %d gpu GB printed", i);
+        printed(key, num(row, "published_gpu_GB"), round(t[i].gpu_bytes / GIB * 100) / 100, 0);
+        snprintf(key, sizeof key, "table row %d cpu GB printed", i);
+        printed(key, num(row, "published_cpu_GB"), round(t[i].cpu_bytes / GIB * 100) / 100, 0);
+        if (stage == 3) {
+            snprintf(key, sizeof key, "table row %d gpu_bytes", i);
+            exact(key, num(row, "gpu_bytes"), t[i].gpu_bytes);
+            snprintf(key, sizeof key, "table row %d cpu_bytes", i);
+            exact(key, num(row, "cpu_bytes"), t[i].cpu_bytes);
+        }
+    }
+}
+
 static void ds_zero3(const cJSON *c)
 {
+    ds_table(c, 3, MW_DS_CURRENT);
     const cJSON *rows = at(c, "expected");
     for (int i = 0; i < cJSON_GetArraySize(rows); i++) {
         const cJSON *row = cJSON_GetArrayItem(rows, i);
@@ -174,6 +206,7 @@ static void ds_zero3(const cJSON *c)
 
 static void ds_zero2(const cJSON *c)
 {
+    ds_table(c, 2, MW_DS_LEGACY); /* the published table predates DeepSpeed PR #5099 */
     struct mw_ds_input in = ds_input(c);
     double gpu, cpu;
     in.offload_optimizer = MW_PLAN_TIER_CPU;

@@ -355,6 +355,19 @@ struct mw_ds_input {
 /* estimate_zero3_model_states_mem_needs / estimate_zero2_...: bytes per GPU and per node. */
 void mw_est_ds_zero3(const struct mw_ds_input *in, double *gpu_bytes, double *cpu_bytes);
 void mw_est_ds_zero2(const struct mw_ds_input *in, double *gpu_bytes, double *cpu_bytes);
+/* DeepSpeed's estimate_zero{2,3}_model_states_mem_needs_all_cold table: every option it prints,
+ * in its order, from total/largest params, GPUs per node and nodes of `in` (its offload and
+ * zero_init fields are ignored). ZeRO-3: offload_param/offload_optimizer cpu+cpu, none+cpu,
+ * none+none, each with zero_init 1 then 0 (6 rows); ZeRO-2: offload_optimizer cpu, none (2 rows,
+ * zero_init -1; in->version picks the no-offload formula). Bytes truncated as DeepSpeed's int().
+ * Returns the row count, or -EINVAL for another stage. */
+struct mw_ds_row {
+    enum mw_plan_tier offload_params, offload_optimizer; /* NONE or CPU */
+    int zero_init;                                       /* 1, 0; -1 for ZeRO-2 rows */
+    double gpu_bytes, cpu_bytes;                         /* per GPU; per node ("per CPU") */
+};
+#define MW_DS_MAX_ROWS 6
+int mw_est_ds_table(int stage, const struct mw_ds_input *in, struct mw_ds_row rows[MW_DS_MAX_ROWS]);
 
 /* accelerate estimate-memory: load size and Adam training peak at a dtype. */
 struct mw_accel_usage { double largest, total, train; double model, gradients, optimizer, step; };

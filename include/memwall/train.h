@@ -81,6 +81,10 @@ struct mw_train_config {
     int sync_update;            /* 1: the optimizer step finishes inside its step; 0 (default): with
                                    the optimizer state on NVMe and one rank, it runs behind the next
                                    step's forward pass (bitwise the same results) */
+    /* The offload engine's NVMe I/O (not saved in checkpoints; 0 = the engine's default;
+     * DeepSpeed's aio.block_size / aio.queue_depth). */
+    uint64_t io_block_size;     /* bytes per NVMe request piece, a multiple of 4096 (default 1 MiB) */
+    unsigned io_queue_depth;    /* NVMe pieces in flight, at most 4096 (default 128) */
 };
 
 /* Learning rate at optimizer step `step` (1-based): linear warm-up over `warmup` steps to lr,

@@ -5,6 +5,9 @@
  *
  * Exit codes: 0 ok; 1 the planner failed at run time; 2 usage: bad option, unknown model,
  * malformed config.json, a layout whose degrees do not divide.
+ * --estimator deepspeed-zero2|3 implies its ZeRO stage, as DeepSpeed's estimator functions do
+ * (they take no stage): without --zero the plan is of that stage, so --offload-params needs no
+ * --zero 3 with deepspeed-zero3; a --zero given explicitly still wins.
  */
 #include "cli/commands.h"
 #include "cli/opts.h"
@@ -75,7 +78,7 @@ int mw_cmd_plan(int argc, char **argv)
         {"zero", MW_OPT_INT, &zero, "0|1|2|3", "ZeRO stage (1 = distributed optimizer)", 0, 3, NULL},
         {"zeropp", MW_OPT_FLAG, &zeropp, NULL, "ZeRO++ communication (quantized weights/grads, hpZ)", 0, 0, NULL},
         {"offload-optimizer", MW_OPT_CHOICE, &off_opt, NULL, "tier of the optimizer state", 0, 0, tiers},
-        {"offload-params", MW_OPT_CHOICE, &off_par, NULL, "tier of the weights (needs --zero 3)", 0, 0, tiers},
+        {"offload-params", MW_OPT_CHOICE, &off_par, NULL, "tier of the weights (needs --zero 3, which --estimator deepspeed-zero3 implies)", 0, 0, tiers},
         {"weight-dtype", MW_OPT_CHOICE, &wdt, NULL, "dtype of the working weights", 0, 0, dtypes},
         {"grad-dtype", MW_OPT_CHOICE, &gdt, NULL, "dtype of the gradients", 0, 0, dtypes},
         {"master-dtype", MW_OPT_CHOICE, &mdt, NULL, "dtype of the master weights", 0, 0, dtypes_none},
@@ -90,7 +93,7 @@ int mw_cmd_plan(int argc, char **argv)
         {"context", MW_OPT_INT, &context, "N", "inference: KV-cache context length in tokens", 0, 1 << 30, NULL},
         {"batch", MW_OPT_INT, &batch, "N", "inference: sequences sharing the KV cache", 1, 1 << 24, NULL},
         {"kv-dtype", MW_OPT_CHOICE, &kvdt, NULL, "dtype of the KV cache", 0, 0, dtypes},
-        {"estimator", MW_OPT_CHOICE, &est, NULL, "also print another tool's estimate", 0, 0, estimators},
+        {"estimator", MW_OPT_CHOICE, &est, NULL, "also print another tool's estimate; deepspeed-zero2|3 imply --zero 2|3 (unless given) and print DeepSpeed's whole table", 0, 0, estimators},
         {"zero-init", MW_OPT_INT, &zero_init, "0|1", "DeepSpeed estimator: zero.Init used", 0, 1, NULL},
         {"ds-version", MW_OPT_CHOICE, &dsv, NULL, "DeepSpeed estimator: legacy = before PR #5099", 0, 0, ds_versions},
         {"hw", MW_OPT_CHOICE, &hwname, NULL, "hardware profile", 0, 0, hws},
@@ -114,6 +117,18 @@ int mw_cmd_plan(int argc, char **argv)
     if (list) {
         for (const char *const *n = mw_model_names(); *n; n++) printf("%s\n", *n);
         return 0;
+    }
+    /* DeepSpeed's estimators are per stage and take no stage argument: the estimator sets the
+     * stage unless --zero is given (then its figures stand beside a plan of another stage). */
+    const int ds_stage = !strcmp(est, "deepspeed-zero3") ? 3 : !strcmp(est, "deepspeed-zero2") ? 2 : 0;
+    if (ds_stage && !mw_opts_given(&spec, "zero")) {
+        if (ds_stage == 2 && strcmp(off_par, "none")) {
+            fprintf(stderr, "memwall plan: --estimator deepspeed-zero2: ZeRO-2 keeps the weights on the GPU "
+                            "(DeepSpeed's ZeRO-2 estimator has no parameter offload): drop --offload-params, or use "
+                            "--estimator deepspeed-zero3\nrun 'memwall plan --help' for the options\n");
+            return 2;
+        }
+        zero = ds_stage;
     }
 
     struct mw_model m;
@@ -168,7 +183,7 @@ int mw_cmd_plan(int argc, char **argv)
         if (mw_opts_given(&spec, "tp")) fix |= MW_FIX_TP;
         if (mw_opts_given(&spec, "pp")) fix |= MW_FIX_PP;
         if (mw_opts_given(&spec, "ep")) fix |= MW_FIX_EP;
-        if (mw_opts_given(&spec, "zero")) fix |= MW_FIX_ZERO;
+        if (mw_opts_given(&spec, "zero") || ds_stage) fix |= MW_FIX_ZERO;
         if (mw_opts_given(&spec, "offload-optimizer") || mw_opts_given(&spec, "offload-params")) fix |= MW_FIX_OFFLOAD;
         if (mw_opts_given(&spec, "recompute")) fix |= MW_FIX_RECOMPUTE;
         if (mw_opts_given(&spec, "micro-batch")) fix |= MW_FIX_MICRO;
@@ -191,7 +206,7 @@ int mw_cmd_plan(int argc, char **argv)
     }
     (void)mw_layout_resolve(&m, &l, hw.gpus_per_node); /* the resolved degrees, for printing */
 
-    struct mw_plan_estimate pe = { .name = est };
+    struct mw_plan_estimate pe = { .name = est, .ds_stage = ds_stage };
     if (strcmp(est, "none")) {
         struct mw_ds_input in = {
             .total_params = (double)res->count.total, .largest_layer_params = (double)res->count.largest_layer,
@@ -200,6 +215,7 @@ int mw_cmd_plan(int argc, char **argv)
             .offload_params = l.offload_params, .offload_optimizer = l.offload_optimizer,
             .zero_init = (int)zero_init, .version = !strcmp(dsv, "legacy") ? MW_DS_LEGACY : MW_DS_CURRENT,
         };
+        pe.ds = in;
         if (!strcmp(est, "deepspeed-zero3")) mw_est_ds_zero3(&in, &pe.gpu_bytes, &pe.cpu_bytes);
         else if (!strcmp(est, "deepspeed-zero2")) mw_est_ds_zero2(&in, &pe.gpu_bytes, &pe.cpu_bytes);
         else if (!strcmp(est, "megatron")) {

@@ -5,12 +5,16 @@
  * destination variables, so `memwall train --preset tiny --help` shows tiny's real defaults.
  * On --resume the checkpoint's settings replace every default that the command line did not
  * give, so `memwall train --resume FILE` alone continues the run exactly.
+ * --ds-config FILE: a DeepSpeed config read into the options it stands for (memwall/ds_config.h),
+ * applied as if typed, to every option the command line did not give (so flags override it),
+ * after MPI is up (its batch keys are per GPU) and before the rank-dependent paths are made.
  */
 #include "cli/commands.h"
 #include "cli/opts.h"
 #include "memwall/comm.h"
 #include "memwall/common.h"
 #include "memwall/data.h"
+#include "memwall/ds_config.h"
 #include "memwall/gpt2.h"
 #include "memwall/offload.h"
 #include "memwall/plan.h"
@@ -50,14 +54,15 @@ static const struct preset presets[] = {
 
 struct args {
     const char *preset, *data, *out_dir, *resume, *init_st, *log_json, *trace, *tier, *nvme_dir, *policy, *hier, *comm_sum;
-    const char *offload_params, *schedule;
+    const char *ds_config;
+    uint64_t subgroup_size, dram_budget, nvme_budget, aio_block_size;
+    int64_t buffer_count, aio_queue_depth;
+    const char *offload_params, *schedule; /* --offload-params dram|nvme (streaming), --schedule */
     int64_t prefetch_depth;
-    uint64_t subgroup_size, dram_budget, nvme_budget;
-    int64_t buffer_count;
     int64_t layers, heads, width, context, vocab;
     int64_t batch, seq, accum, steps, warmup, val_every, val_batches, ckpt_every, threads, sample_len, top_k;
     int64_t print_every, seed;
-    double lr, min_lr_frac, wd, clip, beta1, beta2, temperature, comm_timeout;
+    double lr, min_lr_frac, wd, clip, beta1, beta2, eps, temperature, comm_timeout;
     int64_t zero;
     int recompute, sync_update;
 };
@@ -91,6 +96,7 @@ static const struct mw_opt train_opts[] = {
     {"weight-decay", MW_OPT_DOUBLE, &A.wd, "X", "AdamW decoupled weight decay (2-D tensors)", 0, 10, NULL},
     {"beta1", MW_OPT_DOUBLE, &A.beta1, "X", "AdamW first-moment decay", 0, 0.999999, NULL},
     {"beta2", MW_OPT_DOUBLE, &A.beta2, "X", "AdamW second-moment decay", 0, 0.999999, NULL},
+    {"eps", MW_OPT_DOUBLE, &A.eps, "X", "AdamW epsilon (added to the root of the second moment)", 1e-30, 1, NULL},
     {"clip", MW_OPT_DOUBLE, &A.clip, "X", "global gradient-norm clip; 0 = off", 0, 1e9, NULL},
     {"val-every", MW_OPT_INT, &A.val_every, "N", "validation loss every N steps (and at start and end); 0 = never", 0, 1e12, NULL},
     {"val-batches", MW_OPT_INT, &A.val_batches, "N", "micro-batches per validation", 1, 1e9, NULL},
@@ -112,6 +118,8 @@ static const struct mw_opt train_opts[] = {
     {"nvme-dir", MW_OPT_STRING, &A.nvme_dir, "DIR", "directory for the NVMe tier's files (several: D1:D2); default run/nvme; %r = the rank (several ranks without %r: /rank<r> is appended)", 0, 0, NULL},
     {"subgroup-size", MW_OPT_SIZE, &A.subgroup_size, "N", "parameters per optimizer subgroup (the unit of NVMe I/O and update); default 4M = 4194304", 1, 1e15, NULL},
     {"buffer-count", MW_OPT_INT, &A.buffer_count, "N", "host staging buffers of the NVMe pipeline", 1, 1024, NULL},
+    {"aio-block-size", MW_OPT_SIZE, &A.aio_block_size, "BYTES", "bytes per NVMe request piece, a multiple of 4096; 0 = 1 MiB", 0, 1 << 30, NULL},
+    {"aio-queue-depth", MW_OPT_INT, &A.aio_queue_depth, "N", "NVMe request pieces in flight; 0 = 128", 0, 4096, NULL},
     {"offload-policy", MW_OPT_STRING, &A.policy, "P", "where subgroups are updated: all-cpu, auto, all-device, every-K (device: emulated accelerator)", 0, 0, NULL},
     {"dram-budget", MW_OPT_SIZE, &A.dram_budget, "BYTES", "DRAM for the whole run (model + optimizer), refused up front if short; 0 = no limit", 0, 0, NULL},
     {"nvme-budget", MW_OPT_SIZE, &A.nvme_budget, "BYTES", "NVMe bytes for the optimizer state, refused up front if short; 0 = the free space", 0, 0, NULL},
@@ -123,6 +131,7 @@ static const struct mw_opt train_opts[] = {
     {"zero-hierarchy", MW_OPT_CHOICE, &A.hier, NULL, "ZeRO 1-3: shard over all ranks, or within each node and replicate across nodes", 0, 0, hier_names},
     {"comm-sum", MW_OPT_CHOICE, &A.comm_sum, NULL, "gradient sums: in rank order, bitwise reproducible (MPI_Ialltoallv + MPI_Iallgatherv), or MPI's own MPI_Iallreduce / MPI_Ireduce_scatter (order up to MPI)", 0, 0, sum_names},
     {"comm-timeout", MW_OPT_DOUBLE, &A.comm_timeout, "S", "a collective not finished after S seconds ends the job (a rank died or hangs)", 0.1, 1e6, NULL},
+    {"ds-config", MW_OPT_STRING, &A.ds_config, "FILE", "a DeepSpeed config (ds_config.json): its keys set the options above that the command line does not give (docs/train.md)", 0, 0, NULL},
 };
 
 static const struct mw_cmd_spec train_spec = {
@@ -142,7 +151,8 @@ static void set_defaults(const struct preset *p)
     A.val_every = p->val_every; A.val_batches = p->val_batches; A.sample_len = p->sample_len; A.lr = p->lr;
     A.accum = 1; A.min_lr_frac = 0.1; A.wd = 0.1; A.clip = 1.0; A.beta1 = 0.9; A.beta2 = 0.95;
     A.ckpt_every = 0; A.seed = 1337; A.threads = 0; A.temperature = 0.8; A.top_k = 40; A.print_every = 1;
-    A.tier = "dram"; A.buffer_count = 8; A.offload_params = "dram"; A.prefetch_depth = 2; A.schedule = "batch-major";
+    A.tier = "dram"; A.buffer_count = 8; A.eps = 1e-8; A.offload_params = "dram"; A.prefetch_depth = 2;
+    A.schedule = "batch-major";
     A.zero = 0; A.hier = "global"; A.comm_timeout = 300; A.comm_sum = "ordered";
 }
 
@@ -196,6 +206,7 @@ static int apply_checkpoint(const struct mw_ckpt_info *ci)
     if (!GIVEN("weight-decay")) A.wd = t->weight_decay;
     if (!GIVEN("beta1")) A.beta1 = t->beta1;
     if (!GIVEN("beta2")) A.beta2 = t->beta2;
+    if (!GIVEN("eps")) A.eps = t->eps;
     if (!GIVEN("clip")) A.clip = t->clip;
     if (!GIVEN("val-every")) A.val_every = t->val_every;
     if (!GIVEN("val-batches")) A.val_batches = t->val_batches;
@@ -296,10 +307,9 @@ static int expand_rank(const char *in, char *out, size_t n)
     return found ? 0 : 1;
 }
 
-/* MPI (when started by mpirun) and what depends on the rank: paths, output of rank 0 only. */
+/* MPI (when started by mpirun); the output of rank 0 only. */
 static int comm_start(void)
 {
-    static char nvme[PATH_MAX], trace[PATH_MAX], resume[PATH_MAX];
     struct mw_comm_config cc;
     mw_comm_config_default(&cc);
     cc.timeout_s = A.comm_timeout;
@@ -320,6 +330,13 @@ static int comm_start(void)
             return 1;
         }
     }
+    return 0;
+}
+
+/* What depends on the rank: the paths with %r. */
+static int rank_paths(void)
+{
+    static char nvme[PATH_MAX], trace[PATH_MAX], resume[PATH_MAX];
     if (world == 1) {
         if (A.zero > 0) mw_log(MW_LOG_WARN, "--zero %d with one rank: nothing to shard (start with mpirun -np N)", (int)A.zero);
         return 0;
@@ -347,12 +364,44 @@ static int comm_start(void)
 
 static int train_main(int argc, char **argv);
 
+/* The settings read from --ds-config: string options point into it until the command ends. */
+static struct mw_ds_config ds;
+
+/* --ds-config: every setting of the file whose option the command line did not give, applied
+ * through the option table (same checks as typed flags); warnings and what was applied are
+ * printed by rank 0. */
+static int apply_ds_config(void)
+{
+    int err = mw_ds_config_load(A.ds_config, world, &ds);
+    if (err) {
+        fprintf(stderr, "memwall train: --ds-config: %s\n", mw_error_msg());
+        return err == -ENOMEM ? 1 : 2;
+    }
+    if (rank == 0)
+        for (int i = 0; i < ds.n_warnings; i++) fprintf(stderr, "memwall train: warning: %s\n", ds.warnings[i]);
+    char applied[2048] = "", kept[512] = "";
+    for (int i = 0; i < ds.n_settings; i++) {
+        const struct mw_ds_setting *st = &ds.settings[i];
+        char *dst = GIVEN(st->option) ? kept : applied;
+        size_t cap = dst == kept ? sizeof kept : sizeof applied, l = strlen(dst);
+        snprintf(dst + l, cap - l, " --%s %s", st->option, st->value);
+        if (dst == kept) continue;
+        char origin[600];
+        snprintf(origin, sizeof origin, "%s: %s", A.ds_config, st->key);
+        if (mw_opts_set(&train_spec, st->option, st->value, origin) != MW_OPTS_OK) return 2;
+    }
+    printf("ds-config %s:%s%s%s\n", A.ds_config, applied[0] ? applied : " (no settings)",
+           kept[0] ? " | overridden by the command line:" : "", kept);
+    return 0;
+}
+
 int mw_cmd_train(int argc, char **argv)
 {
     comm = NULL;
     world = 1;
     rank = 0;
     int rc = train_main(argc, argv);
+    mw_ds_config_free(&ds);
     if (comm) {
         fflush(stdout);
         /* A runtime failure on one rank would leave the others waiting in a collective. */
@@ -376,6 +425,8 @@ static int train_main(int argc, char **argv)
     if (r == MW_OPTS_HELP) return 0;
     if (r != MW_OPTS_OK) return 2;
     if ((r = comm_start())) return r;
+    if (A.ds_config && (r = apply_ds_config())) return r;
+    if ((r = rank_paths())) return r;
 
     struct mw_ckpt_info ci;
     if (A.resume) {
@@ -393,6 +444,7 @@ static int train_main(int argc, char **argv)
         int k;
         if (mw_offload_policy_parse(A.policy, &pol, &k)) return usage_error("--offload-policy: %s", mw_error_msg());
     }
+    if (A.aio_block_size % 4096) return usage_error("--aio-block-size must be a multiple of 4096 bytes (O_DIRECT)%s", "");
     if (A.ckpt_every > 0 && !A.out_dir) return usage_error("--ckpt-every needs --out-dir%s", "");
     if (!strcmp(A.offload_params, "nvme")) {
         if (!GIVEN("optimizer-tier")) A.tier = "nvme"; /* the streamed weights are the master on NVMe */
@@ -433,7 +485,7 @@ static int train_main(int argc, char **argv)
     struct mw_train_config tc = {
         .batch = (int)A.batch, .seq = (int)A.seq, .grad_accum = (int)A.accum, .steps = A.steps, .lr = A.lr,
         .warmup = A.warmup, .min_lr_frac = A.min_lr_frac, .weight_decay = A.wd, .beta1 = A.beta1,
-        .beta2 = A.beta2, .eps = 1e-8, .clip = A.clip, .val_every = A.val_every, .val_batches = A.val_batches,
+        .beta2 = A.beta2, .eps = A.eps, .clip = A.clip, .val_every = A.val_every, .val_batches = A.val_batches,
         .ckpt_every = A.ckpt_every, .seed = (uint64_t)A.seed, .threads = (int)A.threads,
         .recompute = A.recompute, .tier = !strcmp(A.tier, "nvme") ? MW_OFFLOAD_NVME : MW_OFFLOAD_DRAM,
         .nvme_dir = A.nvme_dir ? A.nvme_dir : "run/nvme", .subgroup_size = A.subgroup_size,
@@ -441,6 +493,7 @@ static int train_main(int argc, char **argv)
         .nvme_budget = A.nvme_budget, .comm = world > 1 ? comm : NULL, .zero_stage = (int)A.zero,
         .offload_params = !strcmp(A.offload_params, "nvme") ? MW_OFFLOAD_NVME : MW_OFFLOAD_DRAM,
         .prefetch_depth = (int)A.prefetch_depth, .sync_update = A.sync_update,
+        .io_block_size = A.aio_block_size, .io_queue_depth = (unsigned)A.aio_queue_depth,
     };
     if (tc.threads == 0) tc.threads = omp_get_max_threads();
     char corpus[PATH_MAX];
@@ -611,10 +664,14 @@ static int run(const char *data_path, const struct mw_gpt2_config *mc, const str
            ", cosine to %g), threads %d, optimizer AdamW in %s%s\n",
            tc->batch, tc->seq, tc->grad_accum, tc->batch * tc->seq * tc->grad_accum, tc->steps, tc->lr,
            tc->warmup, tc->lr * tc->min_lr_frac, tc->threads, A.tier, tc->recompute ? ", recompute" : "");
+    printf("  AdamW betas %g/%g, eps %g, weight decay %g, clip %g\n", tc->beta1, tc->beta2, tc->eps, tc->weight_decay,
+           tc->clip);
     printf("  memory: %s (activations %s)\n", s.tiers, mw_fmt_bytes(b2, sizeof b2, tb.acts));
     if (!strcmp(A.tier, "nvme"))
-        printf("  optimizer state (fp32 master + moments, two slots) on NVMe in %s: %s\n", tc->nvme_dir,
-               mw_fmt_bytes(b1, sizeof b1, tb.opt_nvme));
+        printf("  optimizer state (fp32 master + moments, two slots) on NVMe in %s: %s; I/O in pieces of %s, "
+               "%u in flight, %d staging buffers\n", tc->nvme_dir, mw_fmt_bytes(b1, sizeof b1, tb.opt_nvme),
+               mw_fmt_bytes(b2, sizeof b2, tc->io_block_size ? tc->io_block_size : 1u << 20),
+               tc->io_queue_depth ? tc->io_queue_depth : 128u, tc->buffer_count);
     if (world > 1) {
         struct mw_train_zero_info zi;
         mw_trainer_zero_info(&s.tr, &zi);

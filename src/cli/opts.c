@@ -12,6 +12,7 @@
 #define MW_MAX_OPTS 128
 static const struct mw_cmd_spec *g_last_spec;
 static unsigned char g_given[MW_MAX_OPTS];
+static const char *g_origin; /* where a value set by mw_opts_set came from, for messages */
 
 static void print_default(const struct mw_opt *o, FILE *f)
 {
@@ -60,6 +61,7 @@ void mw_opts_help(const struct mw_cmd_spec *spec, FILE *f)
 static int bad(const struct mw_cmd_spec *spec, const char *fmt, const char *a, const char *b)
 {
     fprintf(stderr, "memwall %s: ", spec->name);
+    if (g_origin) fprintf(stderr, "%s: ", g_origin);
     fprintf(stderr, fmt, a, b);
     fprintf(stderr, "\nrun 'memwall %s --help' for the options\n", spec->name);
     return MW_OPTS_USAGE;
@@ -122,6 +124,19 @@ int mw_opts_given(const struct mw_cmd_spec *spec, const char *name)
     for (int i = 0; i < spec->nopts && i < MW_MAX_OPTS; i++)
         if (!strcmp(spec->opts[i].name, name)) return g_given[i];
     return 0;
+}
+
+int mw_opts_set(const struct mw_cmd_spec *spec, const char *name, const char *value, const char *origin)
+{
+    int idx = -1;
+    for (int k = 0; k < spec->nopts; k++)
+        if (!strcmp(spec->opts[k].name, name)) { idx = k; break; }
+    g_origin = origin;
+    int r = idx < 0 ? bad(spec, "no option --%s%s", name, "") : set_value(spec, &spec->opts[idx], value);
+    g_origin = NULL;
+    if (r) return r;
+    if (spec == g_last_spec && idx < MW_MAX_OPTS) g_given[idx] = 1;
+    return MW_OPTS_OK;
 }
 
 int mw_opts_parse(const struct mw_cmd_spec *spec, int argc, char **argv, char **pos, int *npos)

@@ -49,6 +49,11 @@ int mw_opts_parse(const struct mw_cmd_spec *spec, int argc, char **argv, char **
 void mw_opts_help(const struct mw_cmd_spec *spec, FILE *f);
 /* Was this option given on the command line in the last parse of its spec? */
 int mw_opts_given(const struct mw_cmd_spec *spec, const char *name);
+/* Sets one option as if "--name value" had been typed (same checks, same messages, prefixed
+ * with origin, e.g. "ds_config.json: zero_optimization.stage"), and marks it given. For values
+ * from a file (memwall train --ds-config) after mw_opts_parse of the same spec. The value
+ * string must outlive the destination (string options keep the pointer). */
+int mw_opts_set(const struct mw_cmd_spec *spec, const char *name, const char *value, const char *origin);
 
 #define MW_NOPTS(t) ((int)(sizeof(t) / sizeof((t)[0])))
 

@@ -8,6 +8,7 @@
 #include "memwall/common.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <string.h>
 
 #define GIB 1073741824.0
@@ -22,6 +23,47 @@ static const char *rc_name(enum mw_recompute r)
 static void row(FILE *f, const char *name, uint64_t g, uint64_t h, uint64_t n)
 {
     fprintf(f, "  %-13s %10.2f %10.2f %10.2f\n", name, gib(g), gib(h), gib(n));
+}
+
+/* DeepSpeed's offload option as its table spells it: "cpu " (padded to 4) or "none". */
+static const char *ds_dev(enum mw_plan_tier t) { return t == MW_PLAN_TIER_NONE ? "none" : "cpu "; }
+
+/* What estimate_zero{2,3}_model_states_mem_needs_all_cold prints, line for line (its "GB" are
+ * GiB), then which row this plan's layout is. */
+static void print_ds_table(FILE *f, const struct mw_plan_estimate *e, int plan_stage)
+{
+    struct mw_ds_row rows[MW_DS_MAX_ROWS];
+    int n = mw_est_ds_table(e->ds_stage, &e->ds, rows);
+    if (n < 0) return;
+    const double nodes = e->ds.nodes ? e->ds.nodes : 1;
+    fprintf(f, "\nDeepSpeed estimate_zero%d_model_states_mem_needs_all_cold (its \"GB\" are GiB):\n", e->ds_stage);
+    fprintf(f, "Estimated memory needed for params, optim states and gradients for a:\n"
+               "HW: Setup with %.0f %s, %.0f %s per node.\n", nodes, nodes > 1 ? "nodes" : "node", e->ds.gpus_per_node,
+            e->ds.gpus_per_node > 1 ? "GPUs" : "GPU");
+    if (e->ds_stage == 3)
+        fprintf(f, "SW: Model with %.0fM total params, %.0fM largest layer params.\n", floor(e->ds.total_params / 1e6),
+                floor(e->ds.largest_layer_params / 1e6));
+    else
+        fprintf(f, "SW: Model with %.0fM total params.\n", floor(e->ds.total_params / 1e6));
+    fprintf(f, "  per CPU  |  per GPU |   Options\n");
+    for (int i = 0; i < n; i++) {
+        fprintf(f, " %7.2fGB | %6.2fGB | ", rows[i].cpu_bytes / GIB, rows[i].gpu_bytes / GIB);
+        if (e->ds_stage == 3)
+            fprintf(f, "offload_param=%s, offload_optimizer=%s, zero_init=%d\n", ds_dev(rows[i].offload_params),
+                    ds_dev(rows[i].offload_optimizer), rows[i].zero_init);
+        else
+            fprintf(f, "offload_optimizer=%s\n", rows[i].offload_optimizer == MW_PLAN_TIER_NONE ? "none" : "cpu");
+    }
+    const int po = e->ds.offload_params != MW_PLAN_TIER_NONE, oo = e->ds.offload_optimizer != MW_PLAN_TIER_NONE;
+    const int nv = e->ds.offload_params == MW_PLAN_TIER_NVME || e->ds.offload_optimizer == MW_PLAN_TIER_NVME;
+    if (e->ds_stage == 3)
+        fprintf(f, "this layout: offload_param=%s, offload_optimizer=%s, zero_init=%d%s\n", po ? "cpu" : "none",
+                oo ? "cpu" : "none", e->ds.zero_init, nv ? " (nvme is priced as cpu)" : "");
+    else
+        fprintf(f, "this layout: offload_optimizer=%s%s\n", oo ? "cpu" : "none", nv ? " (nvme is priced as cpu)" : "");
+    if (plan_stage != e->ds_stage)
+        fprintf(f, "(these are DeepSpeed's ZeRO-%d figures; the plan above is ZeRO-%d, as --zero asks)\n", e->ds_stage,
+                plan_stage);
 }
 
 void mw_plan_print_table(FILE *f, const struct mw_model *m, const struct mw_layout *l,
@@ -109,6 +151,7 @@ void mw_plan_print_table(FILE *f, const struct mw_model *m, const struct mw_layo
                 "; %.2f GiB per GPU at TP %" PRIu64 "\n", mw_dtype_name(l->kv), (double)r->kv_bytes_per_token / 1024,
                 gib(r->kv_total), l->context, l->batch, gib(r->kv_per_gpu), l->tp);
     }
+    if (e && e->ds_stage) print_ds_table(f, e, l->zero);
     if (e && e->name && strcmp(e->name, "none"))
         fprintf(f, "\nestimator %s: %.2f GiB per GPU, %.2f GiB per node on the CPU side "
                 "(DeepSpeed and accelerate print GiB as \"GB\")\n", e->name, e->gpu_bytes / GIB, e->cpu_bytes / GIB);
@@ -191,9 +234,24 @@ void mw_plan_print_json(FILE *f, const struct mw_model *m, const struct mw_layou
         fprintf(f, ",\n  \"kv_cache\": {\"bytes_per_token\": %" PRIu64 ", \"total\": %" PRIu64 ", \"per_gpu\": %" PRIu64
                 ", \"context\": %" PRIu64 ", \"batch\": %" PRIu64 "}", r->kv_bytes_per_token, r->kv_total,
                 r->kv_per_gpu, l->context, l->batch);
-    if (e && e->name && strcmp(e->name, "none"))
-        fprintf(f, ",\n  \"estimator\": {\"name\": \"%s\", \"gpu_bytes\": %.0f, \"cpu_bytes\": %.0f}", e->name,
+    if (e && e->name && strcmp(e->name, "none")) {
+        fprintf(f, ",\n  \"estimator\": {\"name\": \"%s\", \"gpu_bytes\": %.0f, \"cpu_bytes\": %.0f", e->name,
                 e->gpu_bytes, e->cpu_bytes);
+        struct mw_ds_row rows[MW_DS_MAX_ROWS];
+        int n = e->ds_stage ? mw_est_ds_table(e->ds_stage, &e->ds, rows) : -1;
+        if (n > 0) {
+            fprintf(f, ", \"stage\": %d, \"options\": [", e->ds_stage);
+            for (int i = 0; i < n; i++) {
+                fprintf(f, "%s{\"offload_param\": \"%s\", \"offload_optimizer\": \"%s\"", i ? ", " : "",
+                        rows[i].offload_params == MW_PLAN_TIER_NONE ? "none" : "cpu",
+                        rows[i].offload_optimizer == MW_PLAN_TIER_NONE ? "none" : "cpu");
+                if (rows[i].zero_init >= 0) fprintf(f, ", \"zero_init\": %d", rows[i].zero_init);
+                fprintf(f, ", \"gpu_bytes\": %.0f, \"cpu_bytes\": %.0f}", rows[i].gpu_bytes, rows[i].cpu_bytes);
+            }
+            fprintf(f, "]");
+        }
+        fprintf(f, "}");
+    }
     fprintf(f, "\n}\n");
 }
 

@@ -12,6 +12,8 @@ struct mw_plan_estimate {
     const char *name;
     double gpu_bytes;  /* per GPU */
     double cpu_bytes;  /* per node (DeepSpeed's "per CPU") */
+    int ds_stage;           /* 2 or 3: a DeepSpeed estimator, whose whole table is printed too; else 0 */
+    struct mw_ds_input ds;  /* its inputs (with the layout's offload and zero_init) */
 };
 
 void mw_plan_print_table(FILE *f, const struct mw_model *m, const struct mw_layout *l,

@@ -11,11 +11,13 @@
  *   biases, no position embedding), 18 bytes/param or 6 + 12/DP with the distributed
  *   optimizer, and the no-SP activation formula of its GPT-2 XL log.
  * All arithmetic is in double, as the Python originals compute it; int() truncations are
- * kept where the originals have them.
+ * kept where the originals have them. mw_est_ds_table lists every option of DeepSpeed's
+ * *_all_cold table in its order, so `memwall plan --estimator` can print what DeepSpeed prints.
  */
 #include "memwall/plan.h"
 #include "memwall/common.h"
 
+#include <errno.h>
 #include <math.h>
 
 void mw_est_ds_zero3(const struct mw_ds_input *in, double *gpu, double *cpu)
@@ -50,6 +52,44 @@ void mw_est_ds_zero2(const struct mw_ds_input *in, double *gpu, double *cpu)
         *gpu = in->version == MW_DS_LEGACY ? 4 * P + floor(16 * P / N) : 2 * P + floor(18 * P / N);
         *cpu = P * 4 * gpn * abf;
     }
+}
+
+int mw_est_ds_table(int stage, const struct mw_ds_input *in, struct mw_ds_row rows[MW_DS_MAX_ROWS])
+{
+    if (stage != 2 && stage != 3) return mw_error_set(-EINVAL, "DeepSpeed's estimators are for ZeRO stages 2 and 3, not %d", stage);
+    struct mw_ds_input x = *in;
+    int n = 0;
+    if (stage == 2) {
+        static const enum mw_plan_tier opt[2] = {MW_PLAN_TIER_CPU, MW_PLAN_TIER_NONE};
+        for (int i = 0; i < 2; i++, n++) {
+            x.offload_params = MW_PLAN_TIER_NONE;
+            x.offload_optimizer = opt[i];
+            mw_est_ds_zero2(&x, &rows[n].gpu_bytes, &rows[n].cpu_bytes);
+            rows[n].offload_params = MW_PLAN_TIER_NONE;
+            rows[n].offload_optimizer = opt[i];
+            rows[n].zero_init = -1;
+        }
+    } else {
+        /* DeepSpeed's loops: optimizer offload (cpu, none) x param offload (cpu, none), param
+         * offload without optimizer offload skipped, x zero_init (1, 0). */
+        static const enum mw_plan_tier combo[3][2] = {
+            {MW_PLAN_TIER_CPU, MW_PLAN_TIER_CPU}, {MW_PLAN_TIER_NONE, MW_PLAN_TIER_CPU}, {MW_PLAN_TIER_NONE, MW_PLAN_TIER_NONE}};
+        for (int c = 0; c < 3; c++)
+            for (int zi = 1; zi >= 0; zi--, n++) {
+                x.offload_params = combo[c][0];
+                x.offload_optimizer = combo[c][1];
+                x.zero_init = zi;
+                mw_est_ds_zero3(&x, &rows[n].gpu_bytes, &rows[n].cpu_bytes);
+                rows[n].offload_params = combo[c][0];
+                rows[n].offload_optimizer = combo[c][1];
+                rows[n].zero_init = zi;
+            }
+    }
+    for (int i = 0; i < n; i++) { /* DeepSpeed returns int(cpu_mem), int(gpu_mem) */
+        rows[i].gpu_bytes = floor(rows[i].gpu_bytes);
+        rows[i].cpu_bytes = floor(rows[i].cpu_bytes);
+    }
+    return n;
 }
 
 void mw_est_accelerate(double params, double buffer_bytes, double largest_layer, enum mw_dtype d,
