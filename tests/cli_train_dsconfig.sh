@@ -54,7 +54,7 @@ grep -q "warning: .*zero_optimization.stage3_max_live_parameters: accepted, no e
 grep -q "on NVMe in $dir/nv2" "$dir/o.out" && ok || bad "--nvme-dir did not override nvme_path"
 grep -q "overridden by the command line: --grad-accum 2 --clip 1 --lr 0.002 --nvme-dir /local_nvme" "$dir/o.out" && ok \
   || { bad "the overridden settings are not printed"; grep ds-config "$dir/o.out"; }
-"$cli" train "${common[@]}" --ds-config "$dir/ds.json" --optimizer-tier dram --log-json "$dir/d.jsonl" >"$dir/d.out" 2>&1 \
+"$cli" train "${common[@]}" --ds-config "$dir/ds.json" --optimizer-tier dram --offload-params dram --log-json "$dir/d.jsonl" >"$dir/d.out" 2>&1 \
   || { bad "the dram override run failed"; cat "$dir/d.out"; }
 [ "$(field "$dir/d.jsonl" 1 nvme_write_bytes)" = 0 ] && ok || bad "--optimizer-tier dram did not override the file"
 
