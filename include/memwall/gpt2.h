@@ -177,6 +177,29 @@ typedef void (*mw_gpt2_grad_ready_fn)(size_t first_elem, size_t n_elems, void *u
  * (no forward with targets before it). */
 int mw_gpt2_backward(struct mw_gpt2 *m, float grad_scale, mw_gpt2_grad_ready_fn cb, void *user);
 
+/* ---- layer-major steps (src/model/gpt2_layer_major.c) ---- */
+
+/* What the caller hears during a layer-major step. before_grads: once, after the forward pass
+ * over the blocks and before the first gradient is written (e.g. finish the previous update);
+ * non-zero ends the step. grad_ready: as mw_gpt2_grad_ready_fn, a range is final for the whole
+ * step. forward_done / backward_done: the time each part took, ns. Any may be NULL. */
+struct mw_gpt2_lm_calls {
+    int (*before_grads)(void *user);
+    mw_gpt2_grad_ready_fn grad_ready;
+    void (*forward_done)(void *user, uint64_t ns);
+    void (*backward_done)(void *user, uint64_t ns);
+    void *user;
+};
+/* Forward and backward of nmb micro-batches (inputs/targets [nmb][B * T]) unit by unit: each
+ * weight unit is acquired once for all micro-batches in forward and once in backward (hook order:
+ * forward 0, 1..L, L+1 with 0; backward L..1, 0). ACCUMULATES grad_scale times each micro-batch's
+ * loss gradient into grads, bitwise as nmb calls of forward + backward with recompute would;
+ * losses[k] = micro-batch k's mean loss. Needs mw_gpt2_lm_bytes(m, nmb) of extra memory during
+ * the call (each micro-batch's block inputs, ln_f output and residual gradient). */
+int mw_gpt2_step_layer_major(struct mw_gpt2 *m, int nmb, const int32_t *inputs, const int32_t *targets, int B, int T,
+                             float grad_scale, const struct mw_gpt2_lm_calls *calls, float *losses);
+size_t mw_gpt2_lm_bytes(const struct mw_gpt2 *m, int nmb);
+
 /* grads = 0 (call between optimizer steps; backward never clears). */
 void mw_gpt2_zero_grad(struct mw_gpt2 *m);
 

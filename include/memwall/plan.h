@@ -303,11 +303,13 @@ int mw_plan_gpt2_zero3_weights(int n_layer, int n_embd, int n_head, int padded_v
  * refuses a --dram-budget below its total; `memwall plan --stream` prints the same. */
 struct mw_plan_stream_in {
     int n_layer, n_embd, padded_vocab, max_seq; /* GPT-2 shape (memwall's layout) */
-    int grad_accum;               /* micro-batches per step (> 1: the gradients stay resident) */
+    int grad_accum;               /* micro-batches per step (> 1, batch-major: the gradients stay resident) */
+    int layer_major;              /* the step's micro-batches go through the model unit by unit */
     int prefetch_depth;           /* units fetched ahead of use */
     uint64_t subgroup_size;       /* elements per optimizer subgroup (the engine's, after rounding) */
     int buffer_count;             /* optimizer staging buffers */
-    uint64_t acts_bytes;          /* the model's activation allocation (mw_gpt2_sizes) */
+    uint64_t acts_bytes;          /* the model's activation allocation (mw_gpt2_sizes), plus layer-major's
+                                     saved micro-batches (mw_gpt2_lm_bytes) */
     uint64_t staging_bytes;       /* the optimizer's staging buffers (its plan) */
     uint64_t runtime_bytes;       /* the process before the model: code, libraries, thread stacks */
 };

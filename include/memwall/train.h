@@ -81,6 +81,8 @@ struct mw_train_config {
     int sync_update;            /* 1: the optimizer step finishes inside its step; 0 (default): with
                                    the optimizer state on NVMe and one rank, it runs behind the next
                                    step's forward pass (bitwise the same results) */
+    int layer_major;            /* 1: each step's micro-batches go through the model unit by unit
+                                   (mw_gpt2_step_layer_major; one rank); 0: one micro-batch at a time */
     /* The offload engine's NVMe I/O (not saved in checkpoints; 0 = the engine's default;
      * DeepSpeed's aio.block_size / aio.queue_depth). */
     uint64_t io_block_size;     /* bytes per NVMe request piece, a multiple of 4096 (default 1 MiB) */
@@ -129,7 +131,9 @@ struct mw_trainer {
     struct mw_train_opt *opt;
     int64_t step;                  /* optimizer steps completed */
     uint64_t data_rng;             /* state of the batch sampler */
-    int32_t *inputs, *targets;     /* [B * T] the current micro-batch (this rank's slice) */
+    int32_t *inputs, *targets;     /* [B * T] the current micro-batch (this rank's slice); layer-major:
+                                      [grad_accum][B * T] the step's micro-batches */
+    float *lm_losses;              /* [grad_accum] layer-major: each micro-batch's loss */
     int32_t *g_inputs, *g_targets; /* [B * T] the global micro-batch (several ranks only) */
     struct mw_train_zero *zero;    /* several ranks only */
     struct mw_train_stream *stream;/* offload_params = nvme only */

@@ -75,7 +75,7 @@ static const char *const preset_names[] = {"demo", "gpt2-124m", "tiny", NULL};
 static const char *const tier_names[] = {"dram", "nvme", NULL};
 static const char *const hier_names[] = {"global", "node", NULL};
 static const char *const sum_names[] = {"ordered", "mpi", NULL};
-static const char *const schedule_names[] = {"batch-major", NULL};
+static const char *const schedule_names[] = {"auto", "layer-major", "batch-major", NULL};
 
 static struct args A;
 
@@ -114,7 +114,7 @@ static const struct mw_opt train_opts[] = {
     {"offload-params", MW_OPT_CHOICE, &A.offload_params, NULL, "where the weights and gradients live between uses: host DRAM, or streamed unit by unit from NVMe (needs --optimizer-tier nvme; one rank)", 0, 0, tier_names},
     {"prefetch-depth", MW_OPT_INT, &A.prefetch_depth, "N", "--offload-params nvme: weight units read ahead of their use", 0, 8, NULL},
     {"sync-update", MW_OPT_FLAG, &A.sync_update, NULL, "finish each optimizer step before the next forward pass (default with --optimizer-tier nvme on one rank: the update runs behind the next forward, each unit waiting for its own; same results)", 0, 0, NULL},
-    {"schedule", MW_OPT_CHOICE, &A.schedule, NULL, "order of the micro-batches' work: each micro-batch's forward and backward in turn (layer-major: not built yet)", 0, 0, schedule_names},
+    {"schedule", MW_OPT_CHOICE, &A.schedule, NULL, "the step's micro-batches: one at a time through the whole model (batch-major), or all of them through each weight unit in turn (layer-major: the streamed weights are read once per step, not once per micro-batch; one rank); auto = layer-major with --offload-params nvme and --grad-accum > 1", 0, 0, schedule_names},
     {"nvme-dir", MW_OPT_STRING, &A.nvme_dir, "DIR", "directory for the NVMe tier's files (several: D1:D2); default run/nvme; %r = the rank (several ranks without %r: /rank<r> is appended)", 0, 0, NULL},
     {"subgroup-size", MW_OPT_SIZE, &A.subgroup_size, "N", "parameters per optimizer subgroup (the unit of NVMe I/O and update); default 4M = 4194304", 1, 1e15, NULL},
     {"buffer-count", MW_OPT_INT, &A.buffer_count, "N", "host staging buffers of the NVMe pipeline", 1, 1024, NULL},
@@ -152,7 +152,7 @@ static void set_defaults(const struct preset *p)
     A.accum = 1; A.min_lr_frac = 0.1; A.wd = 0.1; A.clip = 1.0; A.beta1 = 0.9; A.beta2 = 0.95;
     A.ckpt_every = 0; A.seed = 1337; A.threads = 0; A.temperature = 0.8; A.top_k = 40; A.print_every = 1;
     A.tier = "dram"; A.buffer_count = 8; A.eps = 1e-8; A.offload_params = "dram"; A.prefetch_depth = 2;
-    A.schedule = "batch-major";
+    A.schedule = "auto";
     A.zero = 0; A.hier = "global"; A.comm_timeout = 300; A.comm_sum = "ordered";
 }
 
@@ -460,6 +460,8 @@ static int train_main(int argc, char **argv)
     } else if (GIVEN("prefetch-depth")) {
         mw_log(MW_LOG_WARN, "--prefetch-depth is used with --offload-params nvme only");
     }
+    if (!strcmp(A.schedule, "layer-major") && world > 1)
+        return usage_error("--schedule layer-major runs on one rank for now%s", "");
     if (A.resume && A.init_st) return usage_error("--init-safetensors cannot be combined with --resume%s", "");
     if (A.init_st) {
         static const char *const shape[] = {"layers", "heads", "width", "context", "vocab"};
@@ -493,6 +495,8 @@ static int train_main(int argc, char **argv)
         .nvme_budget = A.nvme_budget, .comm = world > 1 ? comm : NULL, .zero_stage = (int)A.zero,
         .offload_params = !strcmp(A.offload_params, "nvme") ? MW_OFFLOAD_NVME : MW_OFFLOAD_DRAM,
         .prefetch_depth = (int)A.prefetch_depth, .sync_update = A.sync_update,
+        .layer_major = !strcmp(A.schedule, "layer-major") ||
+                       (!strcmp(A.schedule, "auto") && !strcmp(A.offload_params, "nvme") && A.accum > 1),
         .io_block_size = A.aio_block_size, .io_queue_depth = (unsigned)A.aio_queue_depth,
     };
     if (tc.threads == 0) tc.threads = omp_get_max_threads();
@@ -656,7 +660,7 @@ static int run(const char *data_path, const struct mw_gpt2_config *mc, const str
     char b1[32], b2[32];
     printf("memwall train: GPT-2 L=%d heads=%d width=%d context=%d vocab=%d (%zu params, %s fp32)\n",
            mc->n_layer, mc->n_head, mc->n_embd, mc->max_seq_len, mc->vocab_size, s.tr.model.sizes.n_params,
-           mw_fmt_bytes(b1, sizeof b1, tb.params));
+           mw_fmt_bytes(b1, sizeof b1, s.tr.model.sizes.params_bytes));
     printf("  data %s: %" PRIu64 " tokens (%s), %" PRIu64 " train / %" PRIu64 " validation\n", data_path,
            s.data.n_tokens, s.data.tokenizer == MW_TOKENIZER_BYTES ? "byte tokenizer" : "pre-tokenised shards",
            s.data.n_train_tokens, s.data.n_val_tokens);
@@ -701,7 +705,7 @@ static int run(const char *data_path, const struct mw_gpt2_config *mc, const str
     if (si.active) {
         char b[8][32];
         printf("  streaming: weights and gradients on NVMe with the optimizer state, a weight unit at a time in DRAM "
-               "(prefetch depth %d, schedule %s)\n", si.prefetch_depth, A.schedule);
+               "(prefetch depth %d, schedule %s)\n", si.prefetch_depth, tc->layer_major ? "layer-major" : "batch-major");
         printf("  planned DRAM peak %s = runtime %s + activations %s + optimizer staging %s + streamed weights and "
                "gradients %s (weights at most %s, gradients at most %s)%s%s\n", mw_fmt_bytes(b[0], 32, si.planned_total),
                mw_fmt_bytes(b[1], 32, si.planned_runtime), mw_fmt_bytes(b[2], 32, si.planned_acts),

@@ -17,8 +17,9 @@
 #include <string.h>
 
 void mw_gpt2_block_fwd(struct mw_gpt2 *m, int l, int B, int T, int keep_out); /* gpt2_forward.c */
+void mw_gpt2_block_bwd_(struct mw_gpt2 *m, int l, int B, int T);               /* also gpt2_layer_major.c */
 
-static void block_bwd(struct mw_gpt2 *m, int l, int B, int T)
+void mw_gpt2_block_bwd_(struct mw_gpt2 *m, int l, int B, int T)
 {
     struct mw_gpt2_impl *im = m->impl;
     struct mw_gpt2_layer_acts *a = &im->layer[l];
@@ -83,7 +84,7 @@ int mw_gpt2_backward(struct mw_gpt2 *m, float grad_scale, mw_gpt2_grad_ready_fn 
         if ((rc = unit_hook(m, MW_GPT2_UNIT_ACQUIRE, l + 1))) return rc;
         if (m->opts.recompute && !(l == L - 1 && im->last_layer_live))
             mw_gpt2_block_fwd(m, l, B, T, 0);
-        block_bwd(m, l, B, T);
+        mw_gpt2_block_bwd_(m, l, B, T);
         if ((rc = unit_hook(m, MW_GPT2_UNIT_RELEASE, l + 1))) return rc;
         if (cb) cb(im->off[(size_t)l * MW_GPT2_BLOCK_KINDS], block_numel, user);
     }

@@ -31,13 +31,15 @@ static int units_of(const struct mw_plan_stream_in *in, uint64_t *first, uint64_
     return 0;
 }
 
-/* Unit at position p of a training pass (forward 0..L, L+1, 0; backward 0, L+1, L..1). */
-static int sched(int L, int p)
+/* Unit at position p of a training pass: forward 0, 1..L, L+1, 0; backward (batch-major) 0,
+ * L+1, L..1 or (layer-major) L..1, 0. -1 past the end. */
+static int sched(int L, int lm, int p)
 {
     int nf = L + 3;
     if (p < 0) return -1;
     if (p < nf) return p == L + 2 ? 0 : p;
     p -= nf;
+    if (lm) return p > L ? -1 : L - p;
     if (p > L + 1) return -1;
     return p == 0 ? 0 : L + 2 - p;
 }
@@ -79,21 +81,25 @@ int mw_plan_stream_dram(const struct mw_plan_stream_in *in, struct mw_plan_strea
      * from first[u] up, and the subgroups that start in a norm chunk below the previous mark
      * wait for the rest of their chunk. The LM head (backward position 0) and the blocks write
      * nothing below them; the embeddings' gradients come last, after every weight is gone. */
-    int npos = 2 * L + 5;
+    int lm = in->layer_major, nf = L + 3, npos = nf + (lm ? L + 1 : L + 2);
     uint64_t full = MW_ALIGN_UP(N * 4, page);
     for (int p = 0; p <= npos; p++) {
         memset(mark, 0, (size_t)nsg);
         uint64_t wbytes = 0, gbytes = 0;
         for (int k = 0; k <= in->prefetch_depth && p < npos; k++) {
-            int u = sched(L, p + k);
+            int u = sched(L, lm, p + k);
             if (u < 0) break;
             for (uint64_t g = first[u] / S; g <= (first[u] + n[u] - 1) / S; g++)
                 if (!mark[g]) { mark[g] = 1; wbytes += sg_bytes(g, S, N, page); }
         }
-        int backward = p >= L + 3, u = p < npos ? sched(L, p) : 0;
-        if (in->grad_accum > 1) {
+        if (lm && p == L + 2) /* layer-major's head holds ln_f and the embeddings together */
+            for (uint64_t g = first[L + 1] / S; g <= (N - 1) / S; g++)
+                if (!mark[g]) { mark[g] = 1; wbytes += sg_bytes(g, S, N, page); }
+        int backward = p >= nf, u = p < npos ? sched(L, lm, p) : 0;
+        if (p == npos && lm) break; /* layer-major: the embeddings' gradients came with their weights */
+        if (in->grad_accum > 1 && !lm) {
             gbytes = full;
-        } else if (backward && !(p == L + 3)) { /* not the LM head's position */
+        } else if (backward && (lm || p != nf)) { /* batch-major's LM head (position nf) writes none */
             uint64_t prev = u == L + 1 ? N : (u == 0 ? first[1] : first[u + 1]);
             for (uint64_t g = first[u] / S; g < nsg; g++)
                 if ((g * S) / CHUNK * CHUNK < prev) gbytes += sg_bytes(g, S, N, page);

@@ -57,6 +57,7 @@ struct mw_train_stream {
     unsigned char *chunk_done;    /* [nchunks] */
     uint64_t nchunks;
     int training, in_backward, pos, last, step;
+    int layer_major;              /* the schedule's backward order (set by the trainer) */
     int err;                      /* first error of a grad-ready callback */
     size_t page;
     struct mw_plan_stream plan;   /* the planned DRAM peak (src/plan/stream.c) */

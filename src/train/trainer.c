@@ -72,17 +72,23 @@ int mw_trainer_init(struct mw_trainer *tr, const struct mw_gpt2_config *mcfg,
                             "under ZeRO is not built yet); run without mpirun or keep the weights in dram");
     if (streaming && cfg->offload_policy && strcmp(cfg->offload_policy, "all-cpu"))
         return mw_error_set(-ENOTSUP, "--offload-params nvme updates on the CPU: use --offload-policy all-cpu");
-    struct mw_gpt2_options mo = {tr->local_batch, cfg->seq, cfg->recompute, cfg->threads};
+    if (cfg->layer_major && tr->world > 1)
+        return mw_error_set(-ENOTSUP, "the layer-major schedule runs on one rank for now; use --schedule batch-major");
+    /* Layer-major recomputes each block from its saved input (bitwise the same gradients), so
+     * the model needs only one block's activations. */
+    struct mw_gpt2_options mo = {tr->local_batch, cfg->seq, cfg->recompute || cfg->layer_major, cfg->threads};
     if ((err = mw_gpt2_init(&tr->model, mcfg, &mo))) return err;
     if (!streaming) mw_gpt2_init_weights(&tr->model, cfg->seed); /* streamed: unit by unit at engine init */
     tr->res = calloc(1, sizeof *tr->res);
     if (!tr->res) { err = mw_error_set(-ENOMEM, "no memory"); goto err; }
     mw_residency_resident(tr->res, tr);
     size_t n = (size_t)tr->local_batch * (size_t)cfg->seq, ng = (size_t)cfg->batch * (size_t)cfg->seq;
-    tr->inputs = malloc(n * sizeof *tr->inputs);
-    tr->targets = malloc(n * sizeof *tr->targets);
+    size_t nlm = cfg->layer_major ? (size_t)cfg->grad_accum : 1; /* layer-major: the step's micro-batches */
+    tr->inputs = malloc(n * nlm * sizeof *tr->inputs);
+    tr->targets = malloc(n * nlm * sizeof *tr->targets);
+    tr->lm_losses = malloc(nlm * sizeof *tr->lm_losses);
     tr->opt = calloc(1, sizeof *tr->opt);
-    if (!tr->inputs || !tr->targets || !tr->opt) { err = mw_error_set(-ENOMEM, "no memory for the batch"); goto err; }
+    if (!tr->inputs || !tr->targets || !tr->lm_losses || !tr->opt) { err = mw_error_set(-ENOMEM, "no memory for the batch"); goto err; }
     uint64_t own_first = 0, own_n = 0, sg = cfg->subgroup_size;
     if (tr->world > 1) {
         tr->g_inputs = malloc(ng * sizeof *tr->g_inputs);
@@ -122,12 +128,15 @@ int mw_trainer_init(struct mw_trainer *tr, const struct mw_gpt2_config *mcfg,
         if ((err = mw_train_stream_init(tr->stream, &tr->model, tr->opt, cfg->prefetch_depth, cfg->seed, cfg->trace)))
             goto err;
         mw_residency_stream(tr->res, tr->stream);
+        tr->stream->layer_major = cfg->layer_major;
         struct mw_plan_stream_in pi = {
             .n_layer = mcfg->n_layer, .n_embd = mcfg->n_embd,
             .padded_vocab = mcfg->padded_vocab_size ? mcfg->padded_vocab_size : mcfg->vocab_size,
             .max_seq = mcfg->max_seq_len, .grad_accum = cfg->grad_accum, .prefetch_depth = cfg->prefetch_depth,
             .subgroup_size = tr->opt->plan.subgroup_size, .buffer_count = tr->opt->cfg.buffer_count,
-            .acts_bytes = z->acts_bytes, .staging_bytes = tr->opt->plan.tier_bytes[MW_OFFLOAD_DRAM],
+            .layer_major = cfg->layer_major,
+            .acts_bytes = z->acts_bytes + (cfg->layer_major ? mw_gpt2_lm_bytes(&tr->model, cfg->grad_accum) : 0),
+            .staging_bytes = tr->opt->plan.tier_bytes[MW_OFFLOAD_DRAM],
             .runtime_bytes = mw_proc_mem("VmRSS") + MW_STREAM_RUNTIME_EXTRA,
         };
         if ((err = mw_plan_stream_dram(&pi, &tr->stream->plan))) goto err;
@@ -183,6 +192,7 @@ void mw_trainer_free(struct mw_trainer *tr)
     free(tr->zero);
     free(tr->inputs);
     free(tr->targets);
+    free(tr->lm_losses);
     free(tr->g_inputs);
     free(tr->g_targets);
     if (tr->model.params) mw_gpt2_free(&tr->model);
@@ -233,6 +243,64 @@ static uint64_t phase(struct mw_trace *trace, const char *name, uint64_t t0, int
     return t1 - t0;
 }
 
+/* Layer-major (docs/train.md): all micro-batches of the step go through the model unit by unit
+ * (mw_gpt2_step_layer_major); the same data, the same sums in the same order. */
+struct lm_ctx { struct mw_trainer *tr; struct mw_train_step_stats *st; int64_t step; uint64_t t; };
+
+static int lm_before_grads(void *user)
+{
+    struct lm_ctx *x = user;
+    struct mw_trainer *tr = x->tr;
+    int err = mw_train_opt_finish(tr->opt);
+    if (!err) err = tr->res->ops->step_begin(tr->res->self);
+    if (!err) err = mw_train_opt_backward_begin(tr->opt, 1);
+    if (!err) err = tr->res->ops->backward_begin(tr->res->self, 0, 1);
+    return err;
+}
+
+static void lm_grad_ready(size_t first, size_t n, void *user)
+{
+    struct lm_ctx *x = user;
+    x->tr->res->ops->grad_ready(first, n, x->tr->res->self);
+}
+
+static void lm_forward_done(void *user, uint64_t ns)
+{
+    struct lm_ctx *x = user;
+    x->st->forward_ns += ns;
+    if (x->tr->cfg.trace) phase(x->tr->cfg.trace, "forward", mw_now_ns() - ns, x->step);
+}
+
+static void lm_backward_done(void *user, uint64_t ns)
+{
+    struct lm_ctx *x = user;
+    x->st->backward_ns += ns;
+    if (x->tr->cfg.trace) phase(x->tr->cfg.trace, "backward", mw_now_ns() - ns, x->step);
+}
+
+static int step_layer_major(struct mw_trainer *tr, int64_t step, struct mw_train_step_stats *st, float *loss_sum)
+{
+    const struct mw_train_config *c = &tr->cfg;
+    size_t n = (size_t)tr->local_batch * (size_t)c->seq;
+    uint64_t t = mw_now_ns();
+    for (int a = 0; a < c->grad_accum; a++) {
+        mw_data_train_batch(tr->data, &tr->data_rng, c->batch, c->seq, tr->inputs + (size_t)a * n,
+                            tr->targets + (size_t)a * n, NULL);
+    }
+    if (c->trace) phase(c->trace, "data", t, step);
+    int err = pass_begin(tr, 1);
+    if (err) return err;
+    struct lm_ctx x = {tr, st, step, 0};
+    struct mw_gpt2_lm_calls calls = {lm_before_grads, lm_grad_ready, lm_forward_done, lm_backward_done, &x};
+    err = mw_gpt2_step_layer_major(&tr->model, c->grad_accum, tr->inputs, tr->targets, tr->local_batch, c->seq,
+                                   1.0f / (float)c->grad_accum, &calls, tr->lm_losses);
+    if (!err) err = tr->res->ops->backward_end(tr->res->self);
+    int err2 = mw_train_opt_backward_end(tr->opt);
+    if (err || (err = err2)) return err;
+    for (int a = 0; a < c->grad_accum; a++) *loss_sum += tr->lm_losses[a];
+    return 0;
+}
+
 int mw_trainer_step(struct mw_trainer *tr, struct mw_train_step_stats *st)
 {
     const struct mw_train_config *c = &tr->cfg;
@@ -248,7 +316,10 @@ int mw_trainer_step(struct mw_trainer *tr, struct mw_train_step_stats *st)
     if (tr->stream) tr->stream->step = (int)step;
     int err;
     float loss_sum = 0;
-    for (int a = 0; a < c->grad_accum; a++) {
+    if (c->layer_major) {
+        if ((err = step_layer_major(tr, step, st, &loss_sum))) return err;
+    }
+    for (int a = 0; a < c->grad_accum && !c->layer_major; a++) {
         int last = a == c->grad_accum - 1;
         t = mw_now_ns();
         train_batch(tr);
