@@ -155,12 +155,6 @@ struct mw_aio *mw_store_aio(struct mw_store *st);
 int mw_store_locate(struct mw_store *st, const struct mw_store_obj *obj, uint64_t offset,
                     int *file_index, const char **path, uint64_t *file_offset);
 
-/* crc32c (Castagnoli). mw_crc32c picks the SSE4.2 path at run time; _sw is the scalar
- * reference. Both continue from `crc` (start with 0). */
-uint32_t mw_crc32c(uint32_t crc, const void *data, size_t len);
-uint32_t mw_crc32c_sw(uint32_t crc, const void *data, size_t len);
-int mw_crc32c_hw_available(void);
-
 #ifdef __cplusplus
 }
 #endif

@@ -11,6 +11,7 @@
 #include "memwall/comm.h"
 #include "memwall/common.h"
 #include "memwall/data.h"
+#include "memwall/fsutil.h"
 #include "memwall/gpt2.h"
 #include "memwall/offload.h"
 #include "memwall/plan.h"
@@ -220,20 +221,6 @@ static const char *find_bundled_corpus(char *buf, size_t n)
         }
     }
     return NULL;
-}
-
-static int mkdir_p(const char *dir)
-{
-    char p[PATH_MAX];
-    snprintf(p, sizeof p, "%s", dir);
-    for (char *s = p + 1; *s; s++) {
-        if (*s != '/') continue;
-        *s = 0;
-        if (mkdir(p, 0755) != 0 && errno != EEXIST) return mw_error_set(-errno, "cannot create %s: %s", p, strerror(errno));
-        *s = '/';
-    }
-    if (mkdir(p, 0755) != 0 && errno != EEXIST) return mw_error_set(-errno, "cannot create %s: %s", p, strerror(errno));
-    return 0;
 }
 
 static void fmt_mib(char *b, size_t n, uint64_t bytes, int gib)
@@ -569,7 +556,7 @@ static int run(const char *data_path, const struct mw_gpt2_config *mc, const str
         goto out;
     }
     if (resume_info && (err = mw_trainer_load(&s.tr, A.resume))) { mw_cli_fail("resuming from the checkpoint", err); goto out; }
-    if (A.out_dir && (err = mkdir_p(A.out_dir))) { mw_cli_fail("creating --out-dir", err); goto out; }
+    if (A.out_dir && (err = mw_mkdir_p(A.out_dir, 0777))) { mw_cli_fail("creating --out-dir", err); goto out; }
     if (A.log_json && rank == 0 && !(s.log = fopen(A.log_json, resume_info ? "a" : "w"))) {
         mw_error_set(-errno, "cannot open %s: %s", A.log_json, strerror(errno));
         mw_cli_fail("opening --log-json", -errno);
