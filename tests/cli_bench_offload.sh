@@ -32,7 +32,9 @@ out=$("$cli" bench offload --params 300000 --subgroup-size 65536 --tier nvme --n
 for k in cpu_params_per_s dev_params_per_s link_bytes_per_s; do
   grep -q "\"$k\"" "$dir/profile.json" || bad "profile lacks $k"
 done
-for k in '"name":"update"' '"name":"decision"' '"name":"sg_read"' '"name":"sg_write"' '"name":"h2d"' '"name":"d2h"'; do
+for k in '"cat":"offload","name":"update"' '"cat":"decision","name":"device"' '"cat":"decision","name":"cpu"' \
+         '"cat":"offload","name":"read"' '"cat":"offload","name":"write"' '"from":"host","to":"device"' \
+         '"from":"device","to":"host"'; do
   grep -q "$k" "$dir/trace.json" || bad "trace lacks $k events"
 done
 "$cli" bench offload --params 1000 --tier dram --steps 1 | grep -q "update phase" || bad "text output"
