@@ -86,7 +86,7 @@ static int bare_init(struct bare *b, uint64_t n, enum mw_optim_dtype md, int thr
     b->mem[4] = sb ? palloc(sb) : NULL;
     if (!b->mem[0] || !b->mem[1] || !b->mem[2] || (sb && (!b->mem[3] || !b->mem[4]))) {
         bare_free(b);
-        return mw_error_set(-12, "bench: out of memory for the bare kernel's %llu parameters", (unsigned long long)n);
+        return mw_error_set(-ENOMEM, "bench: out of memory for the bare kernel's %llu parameters", (unsigned long long)n);
     }
     memcpy(b->mem[0], w, 4 * n);
     b->f = (struct mw_optim_format){MW_OPTIM_F32, md, MW_OPTIM_NONE};

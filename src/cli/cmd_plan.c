@@ -126,7 +126,10 @@ int mw_cmd_plan(int argc, char **argv)
         char cfg[4096];
         struct stat st;
         if (stat(model, &st) == 0 && S_ISDIR(st.st_mode)) {
-            snprintf(cfg, sizeof cfg, "%s/config.json", model);
+            if ((size_t)snprintf(cfg, sizeof cfg, "%s/config.json", model) >= sizeof cfg) {
+                fprintf(stderr, "memwall plan: --model %s: the path is too long\n", model);
+                return 2;
+            }
             model = cfg;
         }
         int err = is_config_path(model) ? mw_model_from_config_file(model, &m) : mw_model_lookup(model, &m);

@@ -14,7 +14,7 @@
 
 static FILE *open_csv(const char *dir, const char *name, char *path, size_t n)
 {
-    snprintf(path, n, "%s/%s", dir, name);
+    if ((size_t)snprintf(path, n, "%s/%s", dir, name) >= n) { errno = ENAMETOOLONG; return NULL; }
     return fopen(path, "w");
 }
 

@@ -366,15 +366,19 @@ int mw_store_obj_delete(struct mw_store *st, struct mw_store_obj *obj)
         return mw_error_set(-ENOENT, "store: object not found");
     }
     *pp = obj->next;
+    int rc = 0;
     for (int f = 0; f < st->ndirs; f++) {
         if (!obj->ext_len[f]) continue;
-        ext_release(&st->files[f], obj->ext_off[f], obj->ext_len[f]);
-        st->used -= obj->ext_len[f];
+        if (ext_release(&st->files[f], obj->ext_off[f], obj->ext_len[f]) && !rc)
+            rc = mw_error_set(-ENOMEM, "store: out of memory returning the extent of '%s' in %s: its %llu bytes "
+                              "stay unusable until the store is closed", obj->name, st->files[f].path,
+                              (unsigned long long)obj->ext_len[f]);
+        else st->used -= obj->ext_len[f];
     }
     st->n_objects--;
     pthread_mutex_unlock(&st->mu);
     obj_free(obj);
-    return 0;
+    return rc;
 }
 
 const char *mw_store_obj_name(const struct mw_store_obj *obj) { return obj->iname; }
