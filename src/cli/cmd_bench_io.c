@@ -203,15 +203,17 @@ int mw_cmd_bench_io(int argc, char **argv)
     }
     memset(buf.ptr, 0x5a, buf.reserved);
     int direct = 1;
-    b.fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_DIRECT | O_CLOEXEC, 0600);
+    /* A fresh file, never through a symlink nor over someone's file (--dir may be shared). */
+    const int oflags = O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+    b.fd = open(path, oflags | O_DIRECT, 0600);
     if (b.fd < 0 && errno == EINVAL) {
         direct = 0;
         fprintf(stderr, "memwall: warning: %s refuses O_DIRECT; measuring buffered I/O (page cache dropped before the read)\n", dir);
-        b.fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        b.fd = open(path, oflags, 0600);
     }
     if (b.fd < 0) {
-        mw_error_set(-errno, "cannot create %s: %s", path, strerror(errno));
-        mw_cli_fail("bench io", -errno);
+        int e = errno;
+        mw_cli_fail("bench io", mw_error_set(-e, "cannot create %s: %s", path, strerror(e)));
         goto out;
     }
     if (fallocate(b.fd, 0, 0, (off_t)size)) { /* like fio's default fallocate=native */
