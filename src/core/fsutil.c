@@ -226,7 +226,7 @@ int mw_dir_lock(struct mw_dir_lock **out, const char *dir, const char *name)
                 char who[64];
                 if (pid == (long)getpid()) snprintf(who, sizeof who, "pid %ld, this process", pid);
                 else if (pid) snprintf(who, sizeof who, "pid %ld", pid);
-                else snprintf(who, sizeof who, "pid not written yet");
+                else snprintf(who, sizeof who, "a process that has not written its pid yet");
                 rc = mw_error_set(-EBUSY, "directory %s is in use by another run (%s holds %s): two runs on one "
                                   "directory would overwrite each other's files; wait for it to finish or give "
                                   "this run another directory", dir, who, l->path);
