@@ -37,7 +37,7 @@ static enum mw_plan_tier tier_of(const char *s)
 static enum mw_dtype dtype_of(const char *s)
 {
     enum mw_dtype d = MW_DT_NONE;
-    (void)mw_dtype_parse(s, &d); /* the option table only lets valid names through */
+    MW_ASSERT(mw_dtype_parse(s, &d) == 0); /* the option table only lets valid names through */
     return d;
 }
 
@@ -192,7 +192,8 @@ int mw_cmd_plan(int argc, char **argv)
         free(res);
         return err == -EINVAL || err == MW_EFORMAT ? 2 : 1;
     }
-    (void)mw_layout_resolve(&m, &l, hw.gpus_per_node); /* the resolved degrees, for printing */
+    /* The resolved degrees, for printing: mw_plan_compute resolved the same layout already. */
+    MW_ASSERT(mw_layout_resolve(&m, &l, hw.gpus_per_node) == 0);
 
     struct mw_plan_estimate pe = { .name = est };
     if (strcmp(est, "none")) {
