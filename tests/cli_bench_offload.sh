@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `memwall bench offload`: small runs with the state in DRAM and on NVMe print JSON with the
 # required keys and plausible byte counts; the hybrid schedule, --calibrate and --trace work;
-# the NVMe files are removed; usage errors exit 2, runtime failures 1.
+# the NVMe files are removed; the default NVMe directory is private and removed; usage errors
+# exit 2, runtime failures 1.
 set -u
 cli=${MW_CLI:?}
 dir=${MW_BUILD_DIR:-/tmp}/test-scratch/cli_bench_offload.$$
@@ -32,10 +33,22 @@ out=$("$cli" bench offload --params 300000 --subgroup-size 65536 --tier nvme --n
 for k in cpu_params_per_s dev_params_per_s link_bytes_per_s; do
   grep -q "\"$k\"" "$dir/profile.json" || bad "profile lacks $k"
 done
-for k in '"name":"update"' '"name":"decision"' '"name":"sg_read"' '"name":"sg_write"' '"name":"h2d"' '"name":"d2h"'; do
+for k in '"cat":"offload","name":"update"' '"cat":"decision","name":"device"' '"cat":"decision","name":"cpu"' \
+         '"cat":"offload","name":"read"' '"cat":"offload","name":"write"' '"from":"host","to":"device"' \
+         '"from":"device","to":"host"'; do
   grep -q "$k" "$dir/trace.json" || bad "trace lacks $k events"
 done
 "$cli" bench offload --params 1000 --tier dram --steps 1 | grep -q "update phase" || bad "text output"
+
+# No --nvme-dir: a fresh private directory under $TMPDIR, removed at the end (never a fixed
+# name under a world-writable /tmp).
+mkdir -p "$dir/tmp"
+TMPDIR="$dir/tmp" "$cli" bench offload --params 100000 --subgroup-size 65536 --tier nvme --steps 1 --no-kernel \
+  --json >"$dir/out" 2>&1 || bad "nvme run with the default directory failed: $(cat "$dir/out")"
+[ -z "$(ls -A "$dir/tmp")" ] || bad "the default NVMe directory was left behind: $(ls -A "$dir/tmp")"
+[ "$(field "$(cat "$dir/out")" nvme_read_bytes)" -gt 0 ] || bad "the default-directory run read nothing from NVMe"
+TMPDIR="$dir/missing" "$cli" bench offload --params 1000 --tier nvme --steps 1 >"$dir/out" 2>&1
+[ $? = 1 ] && grep -q "private directory" "$dir/out" || bad "an unusable TMPDIR should exit 1 saying so: $(cat "$dir/out")"
 
 "$cli" bench offload --tier tape >/dev/null 2>&1; [ $? = 2 ] || bad "bad --tier should exit 2"
 "$cli" bench offload --device --policy sometimes >/dev/null 2>&1; [ $? = 2 ] || bad "bad --policy should exit 2"

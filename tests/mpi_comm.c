@@ -218,9 +218,9 @@ int main(int argc, char **argv)
     js[len] = 0;
     fclose(f);
     remove(path);
-    CHECK(strstr(js, "\"cat\":\"comm\",\"name\":\"allreduce\"") || strstr(js, "\"name\":\"allreduce\""));
-    CHECK(strstr(js, "\"name\":\"reduce_scatter\"") != NULL);
-    CHECK(strstr(js, "\"name\":\"allgather\"") != NULL);
+    CHECK(strstr(js, "\"cat\":\"comm\",\"name\":\"allreduce\"") != NULL);
+    CHECK(strstr(js, "\"cat\":\"comm\",\"name\":\"reduce_scatter\"") != NULL);
+    CHECK(strstr(js, "\"cat\":\"comm\",\"name\":\"allgather\"") != NULL);
     CHECK(strstr(js, "\"bytes\":4000,\"ranks\":2") != NULL);
     CHECK(strstr(js, "\"name\":\"wait\"") != NULL);
 

@@ -181,22 +181,30 @@ EOF
 }
 
 # 6. a rank dies after step 2
-die_case() { # name, log file, max seconds, expected text, mpirun options...
-  local name=$1 log=$2 max=$3 want=$4; shift 4
+# Times bounded relative to the deadline T: the deadline case takes at least T and at most the
+# mpirun-kill case's time (start-up, two steps, teardown) + T + 10 s.
+T=5
+elapsed=0
+die_case() { # name, log file, min seconds, max seconds, expected text, mpirun options...
+  local name=$1 log=$2 min=$3 max=$4 want=$5; shift 5
   local t0 t1 rc
   t0=$(date +%s)
   MEMWALL_TEST_EXIT_AT=1:2 timeout 120 "$MW_MPIRUN" --allow-run-as-root --oversubscribe -x MEMWALL_TEST_EXIT_AT "$@" \
-      -np 2 "$M" train "${COMMON[@]}" --steps 50 --zero 2 --comm-timeout 5 > $log 2>&1
+      -np 2 "$M" train "${COMMON[@]}" --steps 50 --zero 2 --comm-timeout $T > $log 2>&1
   rc=$?
   t1=$(date +%s)
   echo "  $name: exit $rc after $((t1 - t0)) s"
   if [ $rc -eq 0 ] || [ $rc -eq 124 ]; then cat $log; bad "$name: exit status $rc (0 = not noticed, 124 = hang)"; fi
-  [ $((t1 - t0)) -le "$max" ] || bad "$name: took $((t1 - t0)) s > $max s"
+  elapsed=$((t1 - t0))
+  [ $elapsed -le "$max" ] || bad "$name: took $elapsed s > $max s"
+  [ $elapsed -ge "$min" ] || bad "$name: took $elapsed s < $min s (the deadline is $T s)"
   grep -q -- "$want" $log || { cat $log; bad "$name: no message matching '$want'"; }
   ! grep -q "step     50/50" $log || bad "$name: rank 0 finished although rank 1 died"
 }
-die_case "mpirun kills the job" die1.out 30 "Exit code: *3"
-die_case "memwall's deadline" die2.out 30 "not finished after 5 s: another rank probably died" --mca orte_abort_on_non_zero_status 0
+die_case "mpirun kills the job" die1.out 0 60 "Exit code: *3"
+base=$elapsed
+die_case "memwall's deadline" die2.out $T $((base + T + 10)) "not finished after $T s: another rank probably died" \
+  --mca orte_abort_on_non_zero_status 0
 
 cd / && [ $fail -eq 0 ] && rm -rf "$dir"
 [ $fail -eq 0 ] && echo "all multi-rank train checks passed"

@@ -5,6 +5,7 @@
  * hardware instructions (F16C, AVX512-BF16), and the sum of squares.
  * Bitwise everywhere: the kernels do the same IEEE operations in the same order (no FMA,
  * no approximate reciprocal), so no ulp bound is needed; a difference is a bug.
+ * CTest variants: scalar avx2 avx512 avx512bf16
  */
 #include "optim/optim_internal.h"
 #include "optim_state.h"
@@ -71,7 +72,11 @@ static void test_variant(const struct variant *va)
                         ost_free(&b);
                     }
     printf("%s: %d format/size combinations bitwise equal to scalar\n", va->name, combos);
-    /* the bandwidth-limit pass must leave the state as it was */
+}
+
+/* The bandwidth-limit pass must leave the state as it was. */
+static void test_touch(const struct variant *va)
+{
     for (int mi = 0; mi < NM; mi++) {
         struct mw_optim_format f = {MW_OPTIM_BF16, M[mi], MW_OPTIM_NONE};
         struct ost a, b;
@@ -238,31 +243,53 @@ static void test_splits(void)
     ost_free(&a);
 }
 
-int main(void)
+/* One CTest entry per variant (argument): a variant this CPU cannot run exits 77 (CTest
+ * SKIP_RETURN_CODE), so a machine without AVX-512 shows "skipped", never "passed". "scalar"
+ * runs the reference's own checks and the variant-independent ones (AUTO dispatch: thread and
+ * slice splits, concurrent callers, conversions of single values). No argument: all that run. */
+int main(int argc, char **argv)
 {
-    struct variant v[3];
-    int nv = 0;
-    if (mw_simd_supported(MW_SIMD_AVX2)) v[nv++] = (struct variant){"avx2", &mw_optim_kernels_avx2};
-    else printf("SKIP avx2 variant: this CPU lacks AVX2/FMA/F16C\n");
-    if (mw_simd_supported(MW_SIMD_AVX512)) {
-        v[nv++] = (struct variant){"avx512 (bf16 emulated)", mw_optim_kernels_avx512(0)};
-        if (mw_simd_has_avx512bf16()) v[nv++] = (struct variant){"avx512 (AVX512-BF16)", mw_optim_kernels_avx512(1)};
-        else printf("SKIP avx512 with AVX512-BF16: this CPU lacks AVX512-BF16\n");
-    } else printf("SKIP avx512 variants: this CPU lacks AVX-512 F/BW/VL/DQ\n");
+    const char *want = argc > 1 ? argv[1] : "all";
+    int all = !strcmp(want, "all");
     printf("detected: %s, active: %s\n", mw_simd_name(mw_simd_detect()), mw_simd_name(mw_simd_active()));
-    for (int i = 0; i < nv; i++) {
-        test_variant(&v[i]);
-        test_conversions(&v[i]);
-        test_sumsq(&v[i]);
+    struct variant v;
+    int ran = 0;
+    if (!strcmp(want, "avx2") || all) {
+        if (mw_simd_supported(MW_SIMD_AVX2)) {
+            v = (struct variant){"avx2", &mw_optim_kernels_avx2};
+            test_variant(&v); test_touch(&v); test_conversions(&v); test_sumsq(&v);
+            ran = 1;
+        } else if (!all) SKIP("avx2 variant: this CPU lacks AVX2/FMA/F16C");
     }
-    test_splits();
-    test_concurrent();
-    CHECK_EQ_INT(mw_f32_to_bf16(1.0f), 0x3f80);
-    CHECK_EQ_INT(mw_f32_to_bf16(1.00390625f), 0x3f80);      /* halfway, even stays */
-    CHECK_EQ_INT(mw_f32_to_bf16(1.01171875f), 0x3f82);      /* halfway, odd rounds up */
-    CHECK_EQ_INT(mw_f32_to_f16(65504.0f), 0x7bff);
-    CHECK_EQ_INT(mw_f32_to_f16(65520.0f), 0x7c00);
-    CHECK_EQ_INT(mw_f32_to_f16(5.9604645e-08f), 0x0001);   /* smallest fp16 subnormal */
-    CHECK(mw_f16_to_f32(0x3c00) == 1.0f && mw_bf16_to_f32(0xc000) == -2.0f);
+    if (!strcmp(want, "avx512") || all) {
+        if (mw_simd_supported(MW_SIMD_AVX512)) {
+            v = (struct variant){"avx512 (bf16 emulated)", mw_optim_kernels_avx512(0)};
+            test_variant(&v); test_touch(&v); test_conversions(&v); test_sumsq(&v);
+            ran = 1;
+        } else if (!all) SKIP("avx512 variant: this CPU lacks AVX-512 F/BW/VL/DQ");
+    }
+    if (!strcmp(want, "avx512bf16") || all) {
+        if (mw_simd_supported(MW_SIMD_AVX512) && mw_simd_has_avx512bf16()) {
+            v = (struct variant){"avx512 (AVX512-BF16)", mw_optim_kernels_avx512(1)};
+            test_variant(&v); test_touch(&v); test_conversions(&v); test_sumsq(&v);
+            ran = 1;
+        } else if (!all) SKIP("avx512bf16 variant: this CPU lacks AVX-512 F/BW/VL/DQ or AVX512-BF16");
+    }
+    if (!strcmp(want, "scalar") || all) {
+        v = (struct variant){"scalar", &mw_optim_kernels_scalar};
+        test_touch(&v);
+        test_sumsq(&v); /* against the sum in double */
+        test_splits();
+        test_concurrent();
+        CHECK_EQ_INT(mw_f32_to_bf16(1.0f), 0x3f80);
+        CHECK_EQ_INT(mw_f32_to_bf16(1.00390625f), 0x3f80);      /* halfway, even stays */
+        CHECK_EQ_INT(mw_f32_to_bf16(1.01171875f), 0x3f82);      /* halfway, odd rounds up */
+        CHECK_EQ_INT(mw_f32_to_f16(65504.0f), 0x7bff);
+        CHECK_EQ_INT(mw_f32_to_f16(65520.0f), 0x7c00);
+        CHECK_EQ_INT(mw_f32_to_f16(5.9604645e-08f), 0x0001);   /* smallest fp16 subnormal */
+        CHECK(mw_f16_to_f32(0x3c00) == 1.0f && mw_bf16_to_f32(0xc000) == -2.0f);
+        ran = 1;
+    }
+    if (!ran) { fprintf(stderr, "unknown variant '%s': scalar, avx2, avx512, avx512bf16\n", want); return 2; }
     TEST_END();
 }

@@ -39,6 +39,8 @@ const char *mw_strerror(int err);
  * so that `return mw_error_set(-EIO, "...")` reads naturally. */
 int mw_error_set(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 const char *mw_error_msg(void);
+/* Puts prefix in front of this thread's message (context added by a caller); returns err. */
+int mw_error_prepend(int err, const char *prefix);
 void mw_error_clear(void);
 
 /* Logging. */
@@ -62,6 +64,13 @@ const char *mw_fmt_rate(char *buf, size_t n, double bytes_per_s); /* decimal: MB
 /* Parse a size: "4096", "64K", "1M", "4G", "1GiB" (binary: 2^10, 2^20, 2^30, 2^40) or
  * "1KB", "1MB", "1GB", "1TB" (decimal: 10^3 ...). Returns 0 or -EINVAL. */
 int mw_parse_size(const char *s, uint64_t *out);
+
+/* crc32c (Castagnoli), the one checksum of the project (store blocks, checkpoints, commit
+ * records). mw_crc32c picks the SSE4.2 path at run time; _sw is the scalar reference. Both
+ * continue from `crc` (start with 0); the usual pre/post inversion is inside. */
+uint32_t mw_crc32c(uint32_t crc, const void *data, size_t len);
+uint32_t mw_crc32c_sw(uint32_t crc, const void *data, size_t len);
+int mw_crc32c_hw_available(void);
 
 /* Always-on invariant check (never compiled out); aborts through a replaceable hook. */
 typedef void (*mw_abort_fn)(const char *file, int line, const char *expr);

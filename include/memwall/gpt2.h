@@ -221,7 +221,7 @@ int mw_gpt2_load_safetensors(struct mw_gpt2 *m, const char *path);
 
 /* Writes all tensors (F32, HF names and shapes; wte with its V real rows, so HF loads it) plus
  * __metadata__ with n_layer, n_head, n_embd, max_seq_len, vocab_size, padded_vocab_size.
- * Writes path.tmp, fsyncs, then renames over path. 0 or -errno (message set). */
+ * Written atomically (memwall/fsutil.h: temporary, fsync, rename, fsync of the directory). 0 or -errno (message set). */
 int mw_gpt2_save_safetensors(const struct mw_gpt2 *m, const char *path);
 /* The same, calling fn(user, ACQUIRE, unit, 0) before the first tensor of each weight unit is
  * written and RELEASE after its last (callers that keep only some units resident). */

@@ -15,6 +15,12 @@
  * directory, the bytes asked and the bytes free). preallocate = 0 skips that (files then grow
  * as objects are written; a full file system shows up as a failed write).
  *
+ * One run per directory: while open, the store holds flock(DIR/memwall.lock) (pid inside); a
+ * second store on the directory is -EBUSY naming that pid. Backing files are created with
+ * O_EXCL | O_NOFOLLOW | O_CLOEXEC (0600; directories 0700): an existing file (a run that did not
+ * finish, kept for its resume) or a symlink there is -EEXIST, listing the leftover files. Close
+ * removes only files this store created (unless keep_files), then the lock file.
+ *
  * I/O: files are opened with O_DIRECT; where the file system refuses it (e.g. tmpfs) the store
  * falls back to buffered I/O and logs one warning. All object I/O goes through the async engine
  * (memwall/aio.h). Alignment: offset and buffer must be 4096-aligned; len must be a multiple of
@@ -154,12 +160,6 @@ struct mw_aio *mw_store_aio(struct mw_store *st);
 /* Where a byte of an object lives (for tests and tools): file index, path, file offset. */
 int mw_store_locate(struct mw_store *st, const struct mw_store_obj *obj, uint64_t offset,
                     int *file_index, const char **path, uint64_t *file_offset);
-
-/* crc32c (Castagnoli). mw_crc32c picks the SSE4.2 path at run time; _sw is the scalar
- * reference. Both continue from `crc` (start with 0). */
-uint32_t mw_crc32c(uint32_t crc, const void *data, size_t len);
-uint32_t mw_crc32c_sw(uint32_t crc, const void *data, size_t len);
-int mw_crc32c_hw_available(void);
 
 #ifdef __cplusplus
 }

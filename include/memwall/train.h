@@ -18,7 +18,7 @@
  *   params   n_params fp32
  *   opt      the optimizer state of the owned range (DRAM AdamW: m then v, fp32)
  *   trailer  "MWCKEND1", crc32c of everything before it, total file bytes
- * written to PATH.tmp, fsynced, then renamed: a file without its trailer was never complete.
+ * written to a temporary beside PATH, fsynced, renamed, directory fsynced: a file without its trailer was never complete.
  * Several ranks: each writes its own file (its optimizer shard; the params section is the
  * whole model on every rank) and the header records world size, rank, ZeRO stage, subgroup
  * size and owned range; a resume with another rank count or stage is refused.
@@ -217,8 +217,9 @@ struct mw_ckpt_info {
     uint64_t subgroup_size, own_first, own_n;
 };
 
-/* Writes the trainer's state to path (path.tmp, fsync, rename). The weights are read a unit at
- * a time through the residency interface (collective under ZeRO-3: every rank calls it). */
+/* Writes the trainer's state to path (atomically: a temporary in the same directory, fsync,
+ * rename, fsync of the directory). The weights are read a unit at a time through the residency
+ * interface (collective under ZeRO-3: every rank calls it). */
 int mw_trainer_save(struct mw_trainer *tr, const char *data_path, const char *path);
 /* Reads and validates the header only (magic, version, sizes against the file length). */
 int mw_ckpt_read_info(const char *path, struct mw_ckpt_info *info);

@@ -29,6 +29,7 @@ struct bench {
     uint64_t size, block;
     _Atomic uint64_t next;     /* next block index to hand out */
     struct mw_aio_req *slots;  /* [qd] */
+    _Atomic int resubmit_err;  /* first failed resubmission from a callback (0: none) */
 };
 
 static void slot_done(struct mw_aio_req *r, void *user)
@@ -39,7 +40,9 @@ static void slot_done(struct mw_aio_req *r, void *user)
     if (i * b->block >= b->size) return;
     r->offset = i * b->block;
     r->len = MW_MIN(b->block, b->size - r->offset);
-    mw_aio_submit(b->aio, r); /* resubmitting from the callback is allowed (aio.h) */
+    int rc = mw_aio_submit(b->aio, r); /* resubmitting from the callback is allowed (aio.h) */
+    int none = 0;
+    if (rc) atomic_compare_exchange_strong(&b->resubmit_err, &none, rc); /* the pass reports it */
 }
 
 static void json_str(const char *s)
@@ -56,6 +59,7 @@ static void json_str(const char *s)
 static int run_pass(struct bench *b, enum mw_aio_op op, unsigned qd, char *buf, double *secs)
 {
     atomic_store(&b->next, 0);
+    atomic_store(&b->resubmit_err, 0);
     uint64_t t0 = mw_now_ns();
     for (unsigned s = 0; s < qd; s++) {
         uint64_t i = atomic_fetch_add(&b->next, 1);
@@ -76,6 +80,8 @@ static int run_pass(struct bench *b, enum mw_aio_op op, unsigned qd, char *buf, 
     }
     int rc = mw_aio_wait_all(b->aio);
     *secs = (double)(mw_now_ns() - t0) / 1e9;
+    int re = atomic_load(&b->resubmit_err);
+    if (!rc && re) rc = mw_error_set(re, "resubmitting a request of %s from its callback failed: %s", b->path, mw_strerror(re));
     return rc;
 }
 
@@ -173,12 +179,19 @@ int mw_cmd_bench_io(int argc, char **argv)
     struct mw_buf buf = {0};
     struct bench b = {0};
     char path[4096];
-    snprintf(path, sizeof path, "%s/memwall-bench-io.%d.dat", dir, (int)getpid());
+    if ((size_t)snprintf(path, sizeof path, "%s/memwall-bench-io.%d.dat", dir, (int)getpid()) >= sizeof path) {
+        fprintf(stderr, "memwall bench io: --dir is too long (%zu bytes)\n", strlen(dir));
+        return 2;
+    }
     b.fd = -1;
     if (trace_path && (rc = mw_trace_init(&tr, 0))) { mw_cli_fail("trace init", rc); goto out; }
     struct mw_aio_config c;
     mw_aio_config_default(&c);
-    mw_aio_backend_parse(backend, &c.backend);
+    if (mw_aio_backend_parse(backend, &c.backend)) { /* the option table admits only valid names */
+        fprintf(stderr, "memwall bench io: --backend: %s\n", mw_error_msg());
+        ret = 2;
+        goto out;
+    }
     c.block_size = block;
     c.queue_depth = (unsigned)qd;
     c.trace = tr;
@@ -190,15 +203,17 @@ int mw_cmd_bench_io(int argc, char **argv)
     }
     memset(buf.ptr, 0x5a, buf.reserved);
     int direct = 1;
-    b.fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_DIRECT | O_CLOEXEC, 0600);
+    /* A fresh file, never through a symlink nor over someone's file (--dir may be shared). */
+    const int oflags = O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+    b.fd = open(path, oflags | O_DIRECT, 0600);
     if (b.fd < 0 && errno == EINVAL) {
         direct = 0;
         fprintf(stderr, "memwall: warning: %s refuses O_DIRECT; measuring buffered I/O (page cache dropped before the read)\n", dir);
-        b.fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        b.fd = open(path, oflags, 0600);
     }
     if (b.fd < 0) {
-        mw_error_set(-errno, "cannot create %s: %s", path, strerror(errno));
-        mw_cli_fail("bench io", -errno);
+        int e = errno;
+        mw_cli_fail("bench io", mw_error_set(-e, "cannot create %s: %s", path, strerror(e)));
         goto out;
     }
     if (fallocate(b.fd, 0, 0, (off_t)size)) { /* like fio's default fallocate=native */
@@ -222,7 +237,16 @@ int mw_cmd_bench_io(int argc, char **argv)
         mw_cli_fail("overwrite pass", rc);
         goto out;
     }
-    if (!direct) { fsync(b.fd); posix_fadvise(b.fd, 0, 0, POSIX_FADV_DONTNEED); }
+    if (!direct) { /* buffered: flush, then drop the pages so the read pass reads the disk */
+        if (fsync(b.fd) != 0) {
+            rc = mw_error_set(-errno, "fsync of %s failed: %s", path, strerror(errno));
+            mw_cli_fail("flushing before the read pass", rc);
+            goto out;
+        }
+        int e = posix_fadvise(b.fd, 0, 0, POSIX_FADV_DONTNEED);
+        if (e) fprintf(stderr, "memwall bench io: warning: cannot drop %s from the page cache (%s): the read pass "
+                               "may read memory, not the disk\n", path, strerror(e));
+    }
     if ((rc = run_pass(&b, MW_AIO_READ, (unsigned)qd, buf.ptr, &trd))) { mw_cli_fail("read pass", rc); goto out; }
     struct mw_aio_stats st;
     mw_aio_stats(aio, &st);

@@ -14,10 +14,12 @@
 #include "memwall/optim.h"
 #include "memwall/trace.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int cmp_d(const void *a, const void *b)
 {
@@ -84,7 +86,7 @@ static int bare_init(struct bare *b, uint64_t n, enum mw_optim_dtype md, int thr
     b->mem[4] = sb ? palloc(sb) : NULL;
     if (!b->mem[0] || !b->mem[1] || !b->mem[2] || (sb && (!b->mem[3] || !b->mem[4]))) {
         bare_free(b);
-        return mw_error_set(-12, "bench: out of memory for the bare kernel's %llu parameters", (unsigned long long)n);
+        return mw_error_set(-ENOMEM, "bench: out of memory for the bare kernel's %llu parameters", (unsigned long long)n);
     }
     memcpy(b->mem[0], w, 4 * n);
     b->f = (struct mw_optim_format){MW_OPTIM_F32, md, MW_OPTIM_NONE};
@@ -95,13 +97,14 @@ static int bare_init(struct bare *b, uint64_t n, enum mw_optim_dtype md, int thr
     return 0;
 }
 
-/* One step; returns seconds (negative on failure). */
-static double bare_step(struct bare *b)
+/* One step; 0 and its seconds in *secs, or the kernel's error (message set). */
+static int bare_step(struct bare *b, double *secs)
 {
     b->hp.step++;
     uint64_t t0 = mw_now_ns();
     int rc = mw_adamw_step(&b->f, &b->hp, &b->s, &b->ex);
-    return rc ? -1.0 : (double)(mw_now_ns() - t0) * 1e-9;
+    *secs = (double)(mw_now_ns() - t0) * 1e-9;
+    return rc;
 }
 
 /* Host copy bandwidth (the emulated link): bytes/s of memcpy over 64 MiB. */
@@ -123,12 +126,16 @@ static double copy_bw(void)
     return best;
 }
 
-int mw_cmd_bench_offload(int argc, char **argv)
+/* The private default --nvme-dir (empty when not made); bench_offload removes it at the end
+ * whichever way the run ends (the store has removed its files by then). */
+static char g_tmpdir[4096];
+
+static int bench_offload(int argc, char **argv)
 {
     int64_t params = 64ll << 20, steps = 3, threads = 0, buffers = 8, qd = 128;
     int64_t sgsize = 4ll << 20;
     uint64_t bsize = 1u << 20, dram_budget = 0, nvme_budget = 0;
-    const char *tier = "nvme", *dir = "/tmp/memwall-bench-offload", *moments = "fp32", *policy = "all-cpu";
+    const char *tier = "nvme", *dir = NULL, *moments = "fp32", *policy = "all-cpu";
     const char *calibrate = NULL, *trace_path = NULL, *profile = NULL;
     int json = 0, device = 0, no_kernel = 0;
     static const char *const tiers[] = {"dram", "nvme", NULL};
@@ -138,7 +145,7 @@ int mw_cmd_bench_offload(int argc, char **argv)
         {"subgroup-size", MW_OPT_INT, &sgsize, "N", "elements per subgroup", 1, 1e12, NULL},
         {"buffer-count", MW_OPT_INT, &buffers, "B", "host staging buffers for the NVMe pipeline", 1, 64, NULL},
         {"tier", MW_OPT_CHOICE, &tier, NULL, "where master weights and moments live", 0, 0, tiers},
-        {"nvme-dir", MW_OPT_STRING, &dir, "DIR", "directory for the NVMe state (several: DIR1:DIR2)", 0, 0, NULL},
+        {"nvme-dir", MW_OPT_STRING, &dir, "DIR", "directory for the NVMe state (several: DIR1:DIR2); default a private new one under $TMPDIR, removed at the end", 0, 0, NULL},
         {"queue-depth", MW_OPT_INT, &qd, "Q", "NVMe pieces in flight (reads and writes together)", 1, 4096, NULL},
         {"block-size", MW_OPT_SIZE, &bsize, "BYTES", "bytes per NVMe piece (multiple of 4 KiB)", 4096, 1073741824, NULL},
         {"dram-budget", MW_OPT_SIZE, &dram_budget, "BYTES", "host memory the engine may use (0: MemAvailable)", 0, 0, NULL},
@@ -175,10 +182,30 @@ int mw_cmd_bench_offload(int argc, char **argv)
     c.cpu_threads = (int)threads;
     c.moments = !strcmp(moments, "bf16") ? MW_OFFLOAD_M_BF16 : !strcmp(moments, "bf16-sr") ? MW_OFFLOAD_M_BF16_SR
               : !strcmp(moments, "8bit") ? MW_OFFLOAD_M_8BIT : MW_OFFLOAD_M_FP32;
+    /* No fixed default under a world-writable /tmp (another user could plant links or files
+     * there): a fresh private directory (0700, mkdtemp), removed at the end. */
+    char *tmpdir = g_tmpdir;
     if (!strcmp(tier, "nvme")) {
         if (mw_offload_placement_parse("optim=nvme", &c.place)) return 2;
+        if (!dir) {
+            const char *t = getenv("TMPDIR");
+            if (!t || !*t) t = "/tmp";
+            if ((size_t)snprintf(tmpdir, sizeof g_tmpdir, "%s/memwall-bench-offload.XXXXXX", t) >= sizeof g_tmpdir) {
+                fprintf(stderr, "memwall bench offload: TMPDIR is too long (%zu bytes); set --nvme-dir\n", strlen(t));
+                g_tmpdir[0] = 0;
+                return 2;
+            }
+            if (!mkdtemp(tmpdir)) {
+                fprintf(stderr, "memwall bench offload: cannot create a private directory under %s: %s; set "
+                        "--nvme-dir or TMPDIR\n", t, strerror(errno));
+                g_tmpdir[0] = 0;
+                return 1;
+            }
+            dir = tmpdir;
+        }
         c.nvme_dir = dir;
     }
+
     c.use_device = device;
     if (profile && (r = mw_offload_profile_load(profile, &c.profile))) { mw_cli_fail("profile", r); return 1; }
     if (device && mw_offload_policy_parse(policy, &c.policy, &c.every_k)) {
@@ -186,7 +213,7 @@ int mw_cmd_bench_offload(int argc, char **argv)
         return 2;
     }
     struct mw_trace *tr = NULL;
-    if (trace_path && mw_trace_init(&tr, 0)) { mw_cli_fail("trace", -1); return 1; }
+    if (trace_path && (r = mw_trace_init(&tr, 0))) { mw_cli_fail("trace", r); return 1; }
     c.trace = tr;
 
     uint64_t n = (uint64_t)params;
@@ -195,7 +222,9 @@ int mw_cmd_bench_offload(int argc, char **argv)
     int64_t shape[1] = {(int64_t)n};
     int rc = mw_offload_registry_add(&reg, "params", 1, shape);
     float *w = xalloc(4 * n), *g = xalloc(4 * n);
-    if (rc || !w || !g) { mw_cli_fail("bench offload setup", rc ? rc : -12); free(w); free(g); return 1; }
+    if (!rc && (!w || !g)) rc = mw_error_set(-ENOMEM, "cannot allocate 2 x %llu bytes for the weights and gradients",
+                                             (unsigned long long)(4 * n));
+    if (rc) { mw_cli_fail("bench offload setup", rc); free(w); free(g); mw_trace_free(tr); return 1; }
     fill(w, n, 1e-3f, 1);
     fill(g, n, 1e-4f, 2);
     c.ext_weights = w;
@@ -227,8 +256,8 @@ int mw_cmd_bench_offload(int argc, char **argv)
         mw_offload_stats_reset(e);
         rc = mw_offload_step(e, &hp);
         mw_offload_stats_get(e, &st);
-        double kt = no_kernel ? 0 : bare_step(&bk);
-        if (kt < 0) { rc = -22; break; }
+        double kt = 0;
+        if (!rc && !no_kernel && (rc = bare_step(&bk, &kt))) break;
         if (s) { upd[s - 1] = st.step_s; wait[s - 1] = st.io_wait_s; kern[s - 1] = st.kernel_s; ktimes[s - 1] = kt; }
     }
     if (rc) { mw_cli_fail("offload step", rc); bare_free(&bk); mw_offload_free(e); free(w); free(g); return 1; }
@@ -237,8 +266,9 @@ int mw_cmd_bench_offload(int argc, char **argv)
     free(w);
     free(g);
     if (tr) {
-        if (mw_trace_write(tr, trace_path)) mw_cli_fail("trace write", -1);
+        rc = mw_trace_write(tr, trace_path);
         mw_trace_free(tr);
+        if (rc) { mw_cli_fail("writing the trace", rc); mw_offload_registry_free(&reg); return 1; }
     }
     double update_s = median(upd, K), io_wait_s = median(wait, K), pipe_kernel_s = median(kern, K);
 
@@ -256,11 +286,12 @@ int mw_cmd_bench_offload(int argc, char **argv)
         struct bare one;
         if (cw && cg && !bare_init(&one, cn, md, 1, cw, cg)) { /* the emulated device: one worker thread */
             double t1[3];
-            bare_step(&one);
-            for (int i = 0; i < 3; i++) t1[i] = bare_step(&one);
+            rc = bare_step(&one, &t1[0]);
+            for (int i = 0; i < 3 && !rc; i++) rc = bare_step(&one, &t1[i]);
+            bare_free(&one);
+            if (rc) { mw_cli_fail("calibrating the emulated device", rc); free(cw); free(cg); return 1; }
             double m1 = median(t1, 3);
             if (m1 > 0) p.dev_params_per_s = (double)cn / m1;
-            bare_free(&one);
         }
         free(cw);
         free(cg);
@@ -304,4 +335,13 @@ int mw_cmd_bench_offload(int argc, char **argv)
     }
     mw_offload_registry_free(&reg);
     return 0;
+}
+
+int mw_cmd_bench_offload(int argc, char **argv)
+{
+    g_tmpdir[0] = 0;
+    int r = bench_offload(argc, argv);
+    if (g_tmpdir[0] && rmdir(g_tmpdir) != 0)
+        fprintf(stderr, "memwall bench offload: warning: cannot remove %s: %s\n", g_tmpdir, strerror(errno));
+    return r;
 }

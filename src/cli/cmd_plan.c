@@ -40,7 +40,7 @@ static enum mw_plan_tier tier_of(const char *s)
 static enum mw_dtype dtype_of(const char *s)
 {
     enum mw_dtype d = MW_DT_NONE;
-    (void)mw_dtype_parse(s, &d); /* the option table only lets valid names through */
+    MW_ASSERT(mw_dtype_parse(s, &d) == 0); /* the option table only lets valid names through */
     return d;
 }
 
@@ -141,7 +141,10 @@ int mw_cmd_plan(int argc, char **argv)
         char cfg[4096];
         struct stat st;
         if (stat(model, &st) == 0 && S_ISDIR(st.st_mode)) {
-            snprintf(cfg, sizeof cfg, "%s/config.json", model);
+            if ((size_t)snprintf(cfg, sizeof cfg, "%s/config.json", model) >= sizeof cfg) {
+                fprintf(stderr, "memwall plan: --model %s: the path is too long\n", model);
+                return 2;
+            }
             model = cfg;
         }
         int err = is_config_path(model) ? mw_model_from_config_file(model, &m) : mw_model_lookup(model, &m);
@@ -204,7 +207,8 @@ int mw_cmd_plan(int argc, char **argv)
         free(res);
         return err == -EINVAL || err == MW_EFORMAT ? 2 : 1;
     }
-    (void)mw_layout_resolve(&m, &l, hw.gpus_per_node); /* the resolved degrees, for printing */
+    /* The resolved degrees, for printing: mw_plan_compute resolved the same layout already. */
+    MW_ASSERT(mw_layout_resolve(&m, &l, hw.gpus_per_node) == 0);
 
     struct mw_plan_estimate pe = { .name = est, .ds_stage = ds_stage };
     if (strcmp(est, "none")) {

@@ -15,6 +15,7 @@
 #include "memwall/common.h"
 #include "memwall/data.h"
 #include "memwall/ds_config.h"
+#include "memwall/fsutil.h"
 #include "memwall/gpt2.h"
 #include "memwall/offload.h"
 #include "memwall/plan.h"
@@ -240,20 +241,6 @@ static const char *find_bundled_corpus(char *buf, size_t n)
     return NULL;
 }
 
-static int mkdir_p(const char *dir)
-{
-    char p[PATH_MAX];
-    snprintf(p, sizeof p, "%s", dir);
-    for (char *s = p + 1; *s; s++) {
-        if (*s != '/') continue;
-        *s = 0;
-        if (mkdir(p, 0755) != 0 && errno != EEXIST) return mw_error_set(-errno, "cannot create %s: %s", p, strerror(errno));
-        *s = '/';
-    }
-    if (mkdir(p, 0755) != 0 && errno != EEXIST) return mw_error_set(-errno, "cannot create %s: %s", p, strerror(errno));
-    return 0;
-}
-
 static void fmt_mib(char *b, size_t n, uint64_t bytes, int gib)
 {
     if (gib) snprintf(b, n, "%.2f", (double)bytes / 1073741824.0);
@@ -289,12 +276,14 @@ static void print_sample(const int32_t *tok, int n, enum mw_tokenizer kind)
 static int run(const char *data_path, const struct mw_gpt2_config *mc, const struct mw_train_config *tc,
                const struct mw_ckpt_info *resume_info);
 
-/* Copies in with every "%r" replaced by the rank; 0 when something was replaced. */
+/* Copies in with every "%r" replaced by the rank; 0 when something was replaced, 1 when not,
+ * -1 when the result (with room for a "/rank<r>" suffix) does not fit in n bytes. */
 static int expand_rank(const char *in, char *out, size_t n)
 {
     size_t o = 0;
     int found = 0;
-    for (const char *p = in; *p && o + 12 < n; p++) {
+    for (const char *p = in; *p; p++) {
+        if (o + 24 >= n) return -1;
         if (p[0] == '%' && p[1] == 'r') {
             o += (size_t)snprintf(out + o, n - o, "%d", rank);
             p++;
@@ -325,8 +314,8 @@ static int comm_start(void)
     if (world > 1 && rank != 0) {
         fflush(stdout);
         if (!freopen("/dev/null", "w", stdout)) { /* rank 0 alone prints progress */
-            mw_error_set(-errno, "cannot send this rank's output to /dev/null: %s", strerror(errno));
-            mw_cli_fail("starting MPI", -errno);
+            int e = errno;
+            mw_cli_fail("starting MPI", mw_error_set(-e, "cannot send this rank's output to /dev/null: %s", strerror(e)));
             return 1;
         }
     }
@@ -341,6 +330,9 @@ static int rank_paths(void)
         if (A.zero > 0) mw_log(MW_LOG_WARN, "--zero %d with one rank: nothing to shard (start with mpirun -np N)", (int)A.zero);
         return 0;
     }
+    if ((A.nvme_dir && expand_rank(A.nvme_dir, nvme, sizeof nvme) < 0) || (A.trace && expand_rank(A.trace, trace, sizeof trace) < 0) ||
+        (A.resume && expand_rank(A.resume, resume, sizeof resume) < 0))
+        return usage_error("a path given (--nvme-dir, --trace or --resume) is too long: %s", "more than PATH_MAX bytes with the rank");
     if (A.nvme_dir) {
         if (expand_rank(A.nvme_dir, nvme, sizeof nvme)) snprintf(nvme + strlen(nvme), sizeof nvme - strlen(nvme), "/rank%d", rank);
         A.nvme_dir = nvme;
@@ -550,8 +542,12 @@ static int do_eval(struct run_state *s, int64_t step, float *val)
 static int save_ckpt(struct run_state *s, const char *data_path)
 {
     char path[PATH_MAX];
-    if (world > 1) snprintf(path, sizeof path, "%s/ckpt_%08" PRId64 ".r%d.mwck", A.out_dir, s->tr.step, rank);
-    else snprintf(path, sizeof path, "%s/ckpt_%08" PRId64 ".mwck", A.out_dir, s->tr.step);
+    int pl = world > 1 ? snprintf(path, sizeof path, "%s/ckpt_%08" PRId64 ".r%d.mwck", A.out_dir, s->tr.step, rank)
+                       : snprintf(path, sizeof path, "%s/ckpt_%08" PRId64 ".mwck", A.out_dir, s->tr.step);
+    if (pl < 0 || (size_t)pl >= sizeof path) {
+        mw_cli_fail("writing the checkpoint", mw_error_set(-ENAMETOOLONG, "--out-dir %s is too long for a checkpoint path", A.out_dir));
+        return 1;
+    }
     uint64_t t0 = mw_now_ns();
     /* ZeRO-3: every rank writes the whole weights beside its optimizer shard. */
     int err = mw_trainer_save(&s->tr, data_path, path);
@@ -647,7 +643,7 @@ static int run(const char *data_path, const struct mw_gpt2_config *mc, const str
         goto out;
     }
     if (resume_info && (err = mw_trainer_load(&s.tr, A.resume))) { mw_cli_fail("resuming from the checkpoint", err); goto out; }
-    if (A.out_dir && (err = mkdir_p(A.out_dir))) { mw_cli_fail("creating --out-dir", err); goto out; }
+    if (A.out_dir && (err = mw_mkdir_p(A.out_dir, 0777))) { mw_cli_fail("creating --out-dir", err); goto out; }
     if (A.log_json && rank == 0 && !(s.log = fopen(A.log_json, resume_info ? "a" : "w"))) {
         mw_error_set(-errno, "cannot open %s: %s", A.log_json, strerror(errno));
         mw_cli_fail("opening --log-json", -errno);
@@ -787,7 +783,11 @@ static int run(const char *data_path, const struct mw_gpt2_config *mc, const str
     }
     if (A.out_dir) {
         char path[PATH_MAX];
-        snprintf(path, sizeof path, "%s/model.safetensors", A.out_dir);
+        if ((size_t)snprintf(path, sizeof path, "%s/model.safetensors", A.out_dir) >= sizeof path) {
+            err = mw_error_set(-ENAMETOOLONG, "--out-dir %s is too long for %s/model.safetensors", A.out_dir, A.out_dir);
+            mw_cli_fail("writing the model", err);
+            goto out;
+        }
         err = mw_trainer_save_safetensors(&s.tr, path, rank == 0);
         if (err) { mw_cli_fail("writing the model", err); goto out; }
         printf("model: %s\n", path);

@@ -84,7 +84,7 @@ int mw_zero_bucket_counts(uint64_t total, uint64_t sg_size, int ranks, uint64_t 
     size_t at = 0;
     for (int r = 0; r < ranks; r++) {
         struct mw_zero_shard s;
-        mw_zero_shard(total, sg_size, ranks, r, &s);
+        MW_ASSERT(mw_zero_shard(total, sg_size, ranks, r, &s) == 0); /* arguments checked above */
         uint64_t lo = MW_MAX(s.first, first), hi = MW_MIN(s.first + s.n, first + n);
         counts[r] = hi > lo ? (size_t)(hi - lo) : 0;
         if (displs) displs[r] = at;
@@ -109,7 +109,7 @@ int mw_zero_volume(int stage, uint64_t total, uint64_t sg_size, int ranks, int r
     struct mw_zero_shard own, next;
     int rc = mw_zero_shard(total, sg_size, ranks, rank, &own);
     if (rc) return rc;
-    mw_zero_shard(total, sg_size, ranks, (rank + 1) % ranks, &next);
+    MW_ASSERT(mw_zero_shard(total, sg_size, ranks, (rank + 1) % ranks, &next) == 0); /* checked with own */
     const double gb = (double)grad_bytes, wb = (double)weight_bytes, m = micro_steps;
     const double R = replicas;
     if (stage == 0) {

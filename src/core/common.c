@@ -41,6 +41,17 @@ int mw_error_set(int err, const char *fmt, ...)
 }
 
 const char *mw_error_msg(void) { return tl_msg[0] ? tl_msg : "(no detail)"; }
+
+int mw_error_prepend(int err, const char *prefix)
+{
+    size_t pl = strlen(prefix), ml = strnlen(tl_msg, sizeof tl_msg - 1);
+    if (pl >= sizeof tl_msg - 1) pl = sizeof tl_msg - 1;
+    if (pl + ml > sizeof tl_msg - 1) ml = sizeof tl_msg - 1 - pl; /* the tail of the old message goes */
+    memmove(tl_msg + pl, tl_msg, ml);
+    memcpy(tl_msg, prefix, pl);
+    tl_msg[pl + ml] = 0;
+    return err;
+}
 void mw_error_clear(void) { tl_msg[0] = 0; }
 
 static mw_log_fn g_log_fn;

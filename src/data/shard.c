@@ -5,6 +5,7 @@
  */
 #include "memwall/data.h"
 #include "memwall/common.h"
+#include "memwall/fsutil.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -27,27 +28,19 @@ int mw_shard_write(const char *path, const uint16_t *tokens, size_t n)
 {
     if (n > INT32_MAX)
         return mw_error_set(-EINVAL, "shard %s: %zu tokens do not fit the int32 count of the header", path, n);
-    char tmp[1024];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
-        return mw_error_set(-ENAMETOOLONG, "shard path too long: %s", path);
     int32_t hdr[MW_SHARD_HEADER_INTS];
     memset(hdr, 0, sizeof hdr);
     hdr[0] = MW_SHARD_MAGIC;
     hdr[1] = MW_SHARD_VERSION;
     hdr[2] = (int32_t)n;
-    FILE *f = fopen(tmp, "wb");
-    if (!f) return mw_error_set(-errno, "cannot create %s: %s", tmp, strerror(errno));
-    int ok = fwrite(hdr, sizeof hdr, 1, f) == 1 && (n == 0 || fwrite(tokens, 2, n, f) == n);
-    int e = errno;
-    if (fclose(f) != 0 && ok) { ok = 0; e = errno; }
-    if (!ok) {
-        remove(tmp);
-        return mw_error_set(e ? -e : -EIO, "writing shard %s failed: %s", tmp, strerror(e ? e : EIO));
+    struct mw_atomic_file af;
+    int rc = mw_atomic_open(&af, path);
+    if (rc) return rc;
+    if (fwrite(hdr, sizeof hdr, 1, af.f) != 1 || (n && fwrite(tokens, 2, n, af.f) != n)) {
+        int e = errno ? errno : EIO;
+        rc = mw_error_set(-e, "writing shard %s failed: %s", af.tmp, strerror(e));
+        mw_atomic_abort(&af);
+        return rc;
     }
-    if (rename(tmp, path) != 0) {
-        e = errno;
-        remove(tmp);
-        return mw_error_set(-e, "cannot rename %s to %s: %s", tmp, path, strerror(e));
-    }
-    return 0;
+    return mw_atomic_commit(&af);
 }

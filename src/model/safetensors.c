@@ -8,6 +8,7 @@
  */
 #include "safetensors.h"
 #include "memwall/common.h"
+#include "memwall/fsutil.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -265,9 +266,9 @@ int mw_st_write_f32(const char *path, const struct mw_st_out *t, int n, const ch
 int mw_st_write_f32_cb(const char *path, const struct mw_st_out *t, int n, const char *const *meta_kv, int n_meta,
                        mw_st_data_fn data_fn, void *user)
 {
-    char tmp[600];
     char *js = NULL;
     int fd = -1, rc = 0;
+    struct mw_atomic_file af = {NULL, -1, NULL, NULL};
     cJSON *root = cJSON_CreateObject();
     if (!root) return -ENOMEM;
     if (n_meta) {
@@ -292,9 +293,8 @@ int mw_st_write_f32_cb(const char *path, const struct mw_st_out *t, int n, const
     js = cJSON_PrintUnformatted(root);
     if (!js) { rc = -ENOMEM; goto out; }
     size_t jl = strlen(js), padded = MW_ALIGN_UP(jl, 8);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) { rc = -errno; mw_error_set(rc, "cannot create %s: %s", tmp, mw_strerror(rc)); goto out; }
+    if ((rc = mw_atomic_open(&af, path))) goto out;
+    fd = af.fd;
     uint8_t lenb[8];
     for (int i = 0; i < 8; i++) lenb[i] = (uint8_t)((uint64_t)padded >> (8 * i));
     static const char spaces[8] = "       ";
@@ -303,22 +303,16 @@ int mw_st_write_f32_cb(const char *path, const struct mw_st_out *t, int n, const
         goto werr;
     for (int i = 0; i < n; i++) {
         size_t numel = t[i].ndim == 2 ? t[i].shape[0] * t[i].shape[1] : t[i].shape[0];
-        if (data_fn && (rc = data_fn(user, i))) goto werr;
+        if (data_fn && (rc = data_fn(user, i))) goto out; /* its message stands */
         if ((rc = write_full(fd, t[i].data, numel * 4))) goto werr;
     }
-    if (data_fn && (rc = data_fn(user, n))) goto werr;
-    if (fsync(fd)) { rc = -errno; goto werr; }
-    if (close(fd)) { fd = -1; rc = -errno; goto werr; }
-    fd = -1;
-    if (rename(tmp, path)) { rc = -errno; mw_error_set(rc, "cannot rename %s to %s", tmp, path); unlink(tmp); goto out; }
+    if (data_fn && (rc = data_fn(user, n))) goto out;
+    rc = mw_atomic_commit(&af); /* fsync, rename over path, fsync of the directory */
     goto out;
 werr:
-    mw_error_set(rc, "cannot write %s: %s", tmp, mw_strerror(rc));
-    if (fd >= 0) close(fd);
-    fd = -1;
-    unlink(tmp);
+    mw_error_set(rc, "cannot write %s: %s", af.tmp, mw_strerror(rc));
 out:
-    if (fd >= 0) close(fd);
+    mw_atomic_abort(&af); /* no-op after commit */
     free(js);
     cJSON_Delete(root);
     return rc;

@@ -42,7 +42,7 @@ const char *mw_st_meta(const struct mw_st_file *f, const char *key);
 int mw_st_read_f32(const struct mw_st_file *f, const struct mw_st_entry *e, uint64_t first,
                    uint64_t n_elems, float *dst);
 
-/* Writes n fp32 tensors and string metadata to path (via path.tmp + fsync + rename). */
+/* Writes n fp32 tensors and string metadata to path (atomically: mw_atomic_open/commit, memwall/fsutil.h). */
 struct mw_st_out {
     const char *name;
     int ndim;

@@ -103,11 +103,9 @@ static void copy_job(struct ofl_dev *d, struct ofl_devjob *j, int in)
     const struct mw_offload_config *c = d->cfg;
     uint64_t n = j->host.n, bytes = 0;
     uint64_t b[4] = {4 * n, ofl_region_bytes(c, OFL_R_M, n), ofl_region_bytes(c, OFL_R_MSCALE, n), 0};
-    size_t base = (size_t)((char *)ds.master - (char *)d->arena.ptr);
 #define XFER(devp, hostp, nb) do { if ((nb) != 0 && (hostp) != NULL) { size_t off_ = (size_t)((char *)(devp) - (char *)d->arena.ptr); \
         if (in) mw_tier_copy_in(&d->arena, off_, (hostp), (nb)); else mw_tier_copy_out((void *)(hostp), &d->arena, off_, (nb)); \
         bytes += (nb); } } while (0)
-    (void)base;
     XFER(ds.master, j->host.master, b[0]);
     if (in) XFER(ds.grad, j->host.grad, b[0]);
     XFER(ds.m, j->host.m, b[1]);
@@ -118,6 +116,15 @@ static void copy_job(struct ofl_dev *d, struct ofl_devjob *j, int in)
 #undef XFER
     if (in) j->h2d_bytes = bytes;
     else j->d2h_bytes = bytes;
+}
+
+/* A host<->device copy is I/O of that tier pair (docs/trace-conventions.md, cat "io"). */
+static void trace_copy(struct ofl_dev *d, int h2d, uint64_t bytes, uint64_t t0, uint64_t t1)
+{
+    if (!d->tr) return;
+    struct mw_trace_io io = {h2d ? MW_TRACE_WRITE : MW_TRACE_READ, h2d ? MW_TIER_HOST : MW_TIER_DEVICE,
+                             h2d ? MW_TIER_DEVICE : MW_TIER_HOST, bytes, 0, 1, t0, t1, "emulated accelerator", 0};
+    mw_trace_io(d->tr, &io);
 }
 
 static void *copy_main(void *arg)
@@ -132,8 +139,7 @@ static void *copy_main(void *arg)
             j->t_d2h0 = mw_now_ns();
             copy_job(d, j, 0);
             j->t_d2h1 = mw_now_ns();
-            struct mw_trace_arg a[2] = {{"sg", j->sg}, {"bytes", (int64_t)j->d2h_bytes}};
-            mw_trace_span(d->tr, "offload", "d2h", j->t_d2h0, j->t_d2h1, a, 2);
+            trace_copy(d, 0, j->d2h_bytes, j->t_d2h0, j->t_d2h1);
             pthread_mutex_lock(&d->mu);
             d->slot_busy[j->slot_] = 0;
             pthread_mutex_unlock(&d->mu);
@@ -150,8 +156,7 @@ static void *copy_main(void *arg)
             j->t_h2d0 = mw_now_ns();
             copy_job(d, j, 1);
             j->t_h2d1 = mw_now_ns();
-            struct mw_trace_arg a[2] = {{"sg", j->sg}, {"bytes", (int64_t)j->h2d_bytes}};
-            mw_trace_span(d->tr, "offload", "h2d", j->t_h2d0, j->t_h2d1, a, 2);
+            trace_copy(d, 1, j->h2d_bytes, j->t_h2d0, j->t_h2d1);
             pthread_mutex_lock(&d->mu);
             push(&d->cq_head, &d->cq_tail, j);
             pthread_cond_signal(&d->cv_work);
@@ -184,8 +189,8 @@ static void *work_main(void *arg)
         j->t_k0 = mw_now_ns();
         j->result = ofl_update(&d->fmt, &j->hp, &ds, j->runs, j->nruns, &ex);
         j->t_k1 = mw_now_ns();
-        struct mw_trace_arg a[2] = {{"sg", j->sg}, {"elems", (int64_t)j->host.n}};
-        mw_trace_span(d->tr, "offload", "dev_update", j->t_k0, j->t_k1, a, 2);
+        struct mw_trace_arg a[2] = {{"subgroup", j->sg}, {"elems", (int64_t)j->host.n}};
+        mw_trace_span(d->tr, "device", "kernel", j->t_k0, j->t_k1, a, 2);
         pthread_mutex_lock(&d->mu);
         push(&d->out_head, &d->out_tail, j);
         pthread_cond_signal(&d->cv_copy);

@@ -14,6 +14,7 @@
  * between subgroups is handled by the policy's busy-until clocks, see policy.c).
  */
 #include "offload/internal.h"
+#include "memwall/fsutil.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -101,13 +102,15 @@ out:
 
 int mw_offload_profile_save(const char *path, const struct mw_offload_profile *p)
 {
-    FILE *f = fopen(path, "w");
-    if (!f) return mw_error_set(-errno, "offload profile %s: cannot create", path);
+    struct mw_atomic_file af; /* a profile is read by later runs: never leave half of one */
+    int rc = mw_atomic_open(&af, path);
+    if (rc) return mw_error_prepend(rc, "offload profile: ");
+    FILE *f = af.f;
     fprintf(f, "{\n");
     for (size_t i = 0; i < NFIELDS; i++)
         fprintf(f, "  \"%s\": %.6g%s\n", fields[i].key, *(const double *)((const char *)p + fields[i].off),
                 i + 1 < NFIELDS ? "," : "");
     fprintf(f, "}\n");
-    if (fclose(f)) return mw_error_set(-EIO, "offload profile %s: write failed", path);
-    return 0;
+    rc = mw_atomic_commit(&af);
+    return rc ? mw_error_prepend(rc, "offload profile: ") : 0;
 }

@@ -177,8 +177,8 @@ static void io_done(struct mw_store_io *io, void *user)
         snprintf(msg, sizeof msg, "offload: %s of subgroup %u failed: %s", is_read ? "read" : "write", sg,
                  io->errmsg[0] ? io->errmsg : mw_strerror(rc));
     }
-    struct mw_trace_arg a[3] = {{"sg", sg}, {"bytes", (int64_t)io->len}, {"result", rc}};
-    mw_trace_span(e->tr, "offload", is_read ? "sg_read" : "sg_write", s->t_loaded, now, a, 3);
+    struct mw_trace_arg a[3] = {{"subgroup", sg}, {"bytes", (int64_t)io->len}, {"result", rc}};
+    mw_trace_span(e->tr, "offload", is_read ? "read" : "write", s->t_loaded, now, a, 3);
     pthread_mutex_lock(&e->mu);
     if (is_read) e->n_reading--;
     else e->n_writing--;
@@ -196,14 +196,28 @@ static void io_done(struct mw_store_io *io, void *user)
     pthread_mutex_unlock(&e->mu);
 }
 
+/* The update of one subgroup and where it ran (docs/trace-conventions.md: offload "update" and
+ * a "decision" span over the same interval, with the policy's predictions for both places). */
+static void trace_update(struct mw_offload *e, uint32_t sg, int on_dev, uint64_t t0, uint64_t t1)
+{
+    if (!e->tr) return;
+    const struct ofl_sg *s = &e->st[sg];
+    struct mw_trace_arg u[1] = {{"subgroup", sg}};
+    mw_trace_span(e->tr, "offload", "update", t0, t1, u, 1);
+    /* predictions in ns, clamped (no device: +inf seconds) so the cast is defined */
+    int64_t cpu_ns = !(s->pred_cpu_s > 0) ? 0 : s->pred_cpu_s >= 9e9 ? (int64_t)9e18 : (int64_t)(s->pred_cpu_s * 1e9);
+    int64_t dev_ns = !(s->pred_dev_s > 0) ? 0 : s->pred_dev_s >= 9e9 ? (int64_t)9e18 : (int64_t)(s->pred_dev_s * 1e9);
+    struct mw_trace_arg d[4] = {{"subgroup", sg}, {"predicted_ns", on_dev ? dev_ns : cpu_ns},
+                                {"cpu_predicted_ns", cpu_ns}, {"device_predicted_ns", dev_ns}};
+    mw_trace_span(e->tr, "decision", on_dev ? "device" : "cpu", t0, t1, d, 4);
+}
+
 static void dev_done(struct ofl_devjob *j, void *user)
 {
     struct mw_offload *e = user;
     struct ofl_sg *s = &e->st[j->sg];
     uint64_t meas = j->t_d2h1 - j->t_h2d0;
-    struct mw_trace_arg a[4] = {{"sg", j->sg}, {"device", 1}, {"predicted_us", (int64_t)(s->pred_dev_s * 1e6)},
-                                {"measured_us", (int64_t)(meas / 1000)}};
-    mw_trace_span(e->tr, "offload", "update", j->t_h2d0, j->t_d2h1, a, 4);
+    trace_update(e, j->sg, 1, j->t_h2d0, j->t_d2h1);
     pthread_mutex_lock(&e->mu);
     e->stats.h2d_bytes += j->h2d_bytes;
     e->stats.d2h_bytes += j->d2h_bytes;
@@ -289,10 +303,6 @@ static void dispatch_locked(struct mw_offload *e, uint32_t sg)
     struct ofl_sg *s = &e->st[sg];
     s->state = OFL_SG_LOADED;
     int on_dev = ofl_policy_decide(e, sg, secs(mw_now_ns() - e->step_t0));
-    struct mw_trace_arg a[4] = {{"sg", sg}, {"device", on_dev}, {"cpu_predicted_us", (int64_t)(s->pred_cpu_s * 1e6)},
-                                {"dev_predicted_us", (int64_t)(MW_MIN(s->pred_dev_s, 1e9) * 1e6)}};
-    uint64_t t = mw_now_ns();
-    mw_trace_span(e->tr, "offload", "decision", t, t, a, 4);
     s->on_dev = on_dev;
     if (!on_dev) {
         e->cpuq[e->cpu_tail++ % e->nsg] = sg;
@@ -336,7 +346,7 @@ static void stage_writeback(struct mw_offload *e, uint32_t sg)
         memcpy(ofl_weights_of(e, sg), v.master, 4 * g->n);
     if (!e->txn) {
         uint64_t t1 = mw_now_ns();
-        struct mw_trace_arg a[1] = {{"sg", sg}};
+        struct mw_trace_arg a[1] = {{"subgroup", sg}};
         mw_trace_span(e->tr, "offload", "refresh", t0, t1, a, 1);
         pthread_mutex_lock(&e->mu);
         finish_locked(e, sg, 1);
@@ -346,7 +356,7 @@ static void stage_writeback(struct mw_offload *e, uint32_t sg)
     int next = (int)((e->committed + 1) % 2);
     dram_copy(e, sg, s->buf, next, 1);
     uint64_t t1 = mw_now_ns();
-    struct mw_trace_arg a[1] = {{"sg", sg}};
+    struct mw_trace_arg a[1] = {{"subgroup", sg}};
     mw_trace_span(e->tr, "offload", "refresh", t0, t1, a, 1);
     uint64_t off, len;
     ofl_nvme_span(e, sg, &off, &len);
@@ -428,9 +438,7 @@ static void cpu_update_one_locked(struct mw_offload *e)
     uint64_t t0 = mw_now_ns();
     int rc = ofl_update(&e->fmt, &hp, &v, e->runs + e->sg_run[sg], e->sg_run[sg + 1] - e->sg_run[sg], &ex);
     uint64_t t1 = mw_now_ns();
-    struct mw_trace_arg a[4] = {{"sg", sg}, {"device", 0}, {"predicted_us", (int64_t)(s->pred_cpu_s * 1e6)},
-                                {"measured_us", (int64_t)((t1 - t0) / 1000)}};
-    mw_trace_span(e->tr, "offload", "update", t0, t1, a, 4);
+    trace_update(e, sg, 0, t0, t1);
     pthread_mutex_lock(&e->mu);
     e->stats.kernel_s += secs(t1 - t0);
     e->stats.cpu_updates++;

@@ -15,6 +15,8 @@
  */
 #include "offload/internal.h"
 
+#include <errno.h>
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,7 +26,7 @@ int ofl_runs_build(struct mw_offload *e, const struct mw_offload_registry *r)
     uint32_t cap = e->nsg + r->n + 1, n = 0;
     e->runs = malloc(cap * sizeof *e->runs);
     e->sg_run = malloc((e->nsg + 1) * sizeof *e->sg_run);
-    if (!e->runs || !e->sg_run) return mw_error_set(-12, "offload: out of memory for decay runs");
+    if (!e->runs || !e->sg_run) return mw_error_set(-ENOMEM, "offload: out of memory for decay runs");
     for (uint32_t i = 0; i < e->nsg; i++) {
         const struct mw_offload_subgroup *g = &e->sgs[i];
         e->sg_run[i] = n;

@@ -4,6 +4,7 @@
  * seconds since the first event. Series have the report's resolution (--bins points).
  */
 #include "report/report_internal.h"
+#include "memwall/fsutil.h"
 
 #include <errno.h>
 #include <math.h>
@@ -11,23 +12,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-static int mkdir_p(const char *dir)
-{
-    char p[1024];
-    if (snprintf(p, sizeof p, "%s", dir) >= (int)sizeof p) return -ENAMETOOLONG;
-    for (char *s = p + 1; *s; s++) {
-        if (*s != '/') continue;
-        *s = 0;
-        if (mkdir(p, 0777) && errno != EEXIST) return -errno;
-        *s = '/';
-    }
-    if (mkdir(p, 0777) && errno != EEXIST) return -errno;
-    return 0;
-}
-
 static FILE *open_csv(const char *dir, const char *name, char *path, size_t n)
 {
-    snprintf(path, n, "%s/%s", dir, name);
+    if ((size_t)snprintf(path, n, "%s/%s", dir, name) >= n) { errno = ENAMETOOLONG; return NULL; }
     return fopen(path, "w");
 }
 
@@ -58,8 +45,8 @@ static void num(FILE *f, double v)
 
 int mw_report_write_csv(const struct mw_report *r, const char *dir)
 {
-    int rc = mkdir_p(dir);
-    if (rc) return mw_error_set(rc, "%s: cannot create the CSV directory: %s", dir, strerror(-rc));
+    int rc = mw_mkdir_p(dir, 0777);
+    if (rc) return rc;
     char path[1100];
     FILE *f;
 #define OPEN(name) do { f = open_csv(dir, name, path, sizeof path); \

@@ -9,7 +9,9 @@
 #include "store/store_impl.h"
 #include "aio/aio_impl.h"
 #include "memwall/trace.h"
+#include "memwall/fsutil.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -31,20 +33,6 @@ void mw_store_config_default(struct mw_store_config *c)
     mw_aio_config_default(&c->aio_config);
 }
 
-static int mkdir_p(const char *dir)
-{
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s", dir) >= (int)sizeof tmp) return -ENAMETOOLONG;
-    for (char *s = tmp + 1; *s; s++) {
-        if (*s != '/') continue;
-        *s = 0;
-        if (mkdir(tmp, 0755) && errno != EEXIST) return -errno;
-        *s = '/';
-    }
-    if (mkdir(tmp, 0755) && errno != EEXIST) return -errno;
-    return 0;
-}
-
 static uint64_t free_bytes(const char *dir)
 {
     struct statvfs v;
@@ -52,31 +40,75 @@ static uint64_t free_bytes(const char *dir)
     return (uint64_t)v.f_bavail * v.f_frsize;
 }
 
+/* The backing files of this store's prefix already in dir (a run that did not finish), as
+ * "a, b, c" into buf (at most n bytes, "..." when more). */
+static void list_leftovers(const char *dir, const char *prefix, char *buf, size_t n)
+{
+    buf[0] = 0;
+    DIR *d = opendir(dir);
+    if (!d) return;
+    size_t pl = strlen(prefix), used = 0;
+    int more = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        size_t l = strlen(e->d_name);
+        if (strncmp(e->d_name, prefix, pl) || e->d_name[pl] != '.' || l < 4 || strcmp(e->d_name + l - 4, ".dat"))
+            continue;
+        if (used + l + 3 >= n) { more = 1; break; }
+        used += (size_t)snprintf(buf + used, n - used, "%s%s", used ? ", " : "", e->d_name);
+    }
+    closedir(d);
+    if (more && used + 5 < n) snprintf(buf + used, n - used, ", ...");
+}
+
 static int open_file(struct mw_store *st, int i)
 {
     struct mw_store_file *f = &st->files[i];
     const char *dir = st->dirs[i];
-    int rc = mkdir_p(dir);
-    if (rc) return mw_error_set(rc, "store: cannot create directory %s: %s", dir, strerror(-rc));
+    /* Private where created: the files hold the model's optimizer state. */
+    int rc = mw_mkdir_p(dir, 0700);
+    if (rc) return mw_error_prepend(rc, "store: ");
+    /* One run per directory, for the life of the store (the second is refused naming the first). */
+    if ((rc = mw_dir_lock(&f->lock, dir, MW_STORE_LOCK_NAME))) return mw_error_prepend(rc, "store: ");
     size_t n = strlen(dir) + strlen(st->cfg.file_prefix) + 32;
     f->path = malloc(n);
     if (!f->path) return mw_error_set(-ENOMEM, "store: out of memory");
     snprintf(f->path, n, "%s/%s.%d.dat", dir, st->cfg.file_prefix, i);
     f->fd = -1;
+    /* Created exclusively and never through a symlink: a file already there belongs to a run that
+     * did not finish (kept for its resume), and a planted link must not redirect our writes. */
+    const int flags = O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+    int e = EINVAL;
     if (st->cfg.direct) {
-        f->fd = open(f->path, O_RDWR | O_CREAT | O_TRUNC | O_DIRECT | O_CLOEXEC, 0600);
+        f->fd = open(f->path, flags | O_DIRECT, 0600);
+        e = f->fd < 0 ? errno : 0;
         if (f->fd >= 0) f->direct = 1;
-        else if (errno == EINVAL) {
+        else if (e == EINVAL) {
             static atomic_int warned;
             if (!atomic_exchange(&warned, 1))
                 mw_log(MW_LOG_WARN, "the file system of %s refuses O_DIRECT: using buffered I/O there "
                                     "(reads may come from the page cache)", dir);
-        } else return mw_error_set(-errno, "store: cannot open %s: %s", f->path, strerror(errno));
+        }
+    }
+    if (f->fd < 0 && e == EINVAL) {
+        f->fd = open(f->path, flags, 0600);
+        e = f->fd < 0 ? errno : 0;
     }
     if (f->fd < 0) {
-        f->fd = open(f->path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-        if (f->fd < 0) return mw_error_set(-errno, "store: cannot open %s: %s", f->path, strerror(errno));
+        struct stat ls;
+        if (e == EEXIST && lstat(f->path, &ls) == 0 && S_ISLNK(ls.st_mode))
+            return mw_error_set(-EEXIST, "store: %s is a symbolic link: refusing to write the store through it "
+                                "(remove it, or use a directory only this run writes to)", f->path);
+        if (e == EEXIST) {
+            char left[600];
+            list_leftovers(dir, st->cfg.file_prefix, left, sizeof left);
+            return mw_error_set(-EEXIST, "store: %s already exists: %s holds the files of a run that did not finish "
+                                "(killed or crashed; they are kept for its resume): %s. Remove them (rm %s/%s.*.dat) "
+                                "or give this run another directory", f->path, dir, left[0] ? left : f->path, dir,
+                                st->cfg.file_prefix);
+        }
+        return mw_error_set(-e, "store: cannot create %s: %s", f->path, strerror(e));
     }
+    f->created = 1;
     if (st->cfg.preallocate && fallocate(f->fd, 0, 0, (off_t)f->size)) {
         int e = errno;
         char a[32], b[32];
@@ -169,7 +201,8 @@ void mw_store_close(struct mw_store *st)
     for (int i = 0; st->files && i < st->ndirs; i++) {
         struct mw_store_file *f = &st->files[i];
         if (f->fd >= 0) close(f->fd);
-        if (f->path && !st->cfg.keep_files) unlink(f->path);
+        if (f->created && !st->cfg.keep_files) unlink(f->path); /* never a file this store did not make */
+        mw_dir_unlock(f->lock);                                   /* after the files are gone */
         free(f->path);
         free(f->free_ext);
     }
@@ -333,15 +366,19 @@ int mw_store_obj_delete(struct mw_store *st, struct mw_store_obj *obj)
         return mw_error_set(-ENOENT, "store: object not found");
     }
     *pp = obj->next;
+    int rc = 0;
     for (int f = 0; f < st->ndirs; f++) {
         if (!obj->ext_len[f]) continue;
-        ext_release(&st->files[f], obj->ext_off[f], obj->ext_len[f]);
-        st->used -= obj->ext_len[f];
+        if (ext_release(&st->files[f], obj->ext_off[f], obj->ext_len[f]) && !rc)
+            rc = mw_error_set(-ENOMEM, "store: out of memory returning the extent of '%s' in %s: its %llu bytes "
+                              "stay unusable until the store is closed", obj->name, st->files[f].path,
+                              (unsigned long long)obj->ext_len[f]);
+        else st->used -= obj->ext_len[f];
     }
     st->n_objects--;
     pthread_mutex_unlock(&st->mu);
     obj_free(obj);
-    return 0;
+    return rc;
 }
 
 const char *mw_store_obj_name(const struct mw_store_obj *obj) { return obj->iname; }

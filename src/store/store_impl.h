@@ -4,17 +4,21 @@
 
 #include "memwall/store.h"
 #include "memwall/tier.h"
+#include "memwall/fsutil.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
 
 #define MW_STORE_MAX_DIRS 64
+#define MW_STORE_LOCK_NAME "memwall.lock"
 
 struct mw_store_extent { uint64_t off, len; }; /* bytes in a backing file */
 
 struct mw_store_file {
     int fd;
     char *path;
+    int created;                      /* this store made the file (only then is it removed at close) */
+    struct mw_dir_lock *lock;         /* DIR/MW_STORE_LOCK_NAME, held while the store is open */
     int direct;                       /* opened with O_DIRECT */
     uint64_t size;                    /* bytes of this file given to the store */
     struct mw_store_extent *free_ext; /* sorted by offset, coalesced [nfree] */

@@ -2,18 +2,19 @@
  * checkpoint.c — training checkpoints: header, fp32 weights, optimizer state, trailer.
  * Why a trailer with a crc32c and the file length: a checkpoint is written over minutes for
  * a large model; a crash, a full disk or a copy cut short must never resume silently from a
- * half file. Writing goes to PATH.tmp, is fsynced and renamed, and loading checks the size,
+ * half file. Writing goes through mw_atomic_open/commit (memwall/fsutil.h: a temporary in the same
+ * directory, fsync, rename, fsync of the directory), and loading checks the size,
  * the trailer magic and the checksum before the run continues. Fields are serialized one by
  * one in little-endian at fixed offsets (no struct dumps), so the layout is the format.
  */
 #include "memwall/train.h"
 #include "memwall/common.h"
+#include "memwall/fsutil.h"
 #include "train/optimizer_step.h"
 #include "train/residency.h"
 #include "train/zero.h"
 
 #include <errno.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,41 +26,6 @@
 #define CKPT_VERSION 1u
 #define CKPT_HEADER_BYTES 1024u
 #define CKPT_TRAILER_BYTES 24u
-
-/* ---- crc32c (Castagnoli), slicing by 8 ---- */
-
-static uint32_t crc_tab[8][256];
-static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
-
-static void crc_init(void)
-{
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; k++) c = c & 1 ? (c >> 1) ^ 0x82f63b78u : c >> 1;
-        crc_tab[0][i] = c;
-    }
-    for (uint32_t i = 0; i < 256; i++)
-        for (int t = 1; t < 8; t++) crc_tab[t][i] = (crc_tab[t - 1][i] >> 8) ^ crc_tab[0][crc_tab[t - 1][i] & 0xff];
-}
-
-static uint32_t crc32c(uint32_t crc, const void *buf, size_t n)
-{
-    pthread_once(&crc_once, crc_init);
-    const uint8_t *p = buf;
-    crc = ~crc;
-    while (n >= 8) {
-        uint64_t w;
-        memcpy(&w, p, 8);
-        w ^= crc;
-        crc = crc_tab[7][w & 0xff] ^ crc_tab[6][(w >> 8) & 0xff] ^ crc_tab[5][(w >> 16) & 0xff] ^
-              crc_tab[4][(w >> 24) & 0xff] ^ crc_tab[3][(w >> 32) & 0xff] ^ crc_tab[2][(w >> 40) & 0xff] ^
-              crc_tab[1][(w >> 48) & 0xff] ^ crc_tab[0][w >> 56];
-        p += 8;
-        n -= 8;
-    }
-    while (n--) crc = (crc >> 8) ^ crc_tab[0][(crc ^ *p++) & 0xff];
-    return ~crc;
-}
 
 /* ---- little-endian fields ---- */
 
@@ -165,7 +131,7 @@ static int w_fn(void *user, void *buf, size_t n)
     struct wctx *w = user;
     if (n && fwrite(buf, 1, n, w->f) != n)
         return mw_error_set(errno ? -errno : -EIO, "writing checkpoint %s failed: %s", w->path, strerror(errno ? errno : EIO));
-    w->crc = crc32c(w->crc, buf, n);
+    w->crc = mw_crc32c(w->crc, buf, n);
     w->bytes += n;
     return 0;
 }
@@ -211,14 +177,13 @@ int mw_trainer_save(struct mw_trainer *tr, const char *data_path, const char *pa
         in.own_first = z->own.first;
         in.own_n = z->own.n;
     }
-    char tmp[1100];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
-        return mw_error_set(-ENAMETOOLONG, "checkpoint path too long: %s", path);
-    struct wctx w = {fopen(tmp, "wb"), 0, 0, tmp};
-    if (!w.f) return mw_error_set(-errno, "cannot create checkpoint %s: %s", tmp, strerror(errno));
+    struct mw_atomic_file af;
+    int err = mw_atomic_open(&af, path);
+    if (err) return err;
+    struct wctx w = {af.f, 0, 0, af.tmp};
     uint8_t hdr[CKPT_HEADER_BYTES], trl[CKPT_TRAILER_BYTES];
     encode_header(hdr, &in);
-    int err = w_fn(&w, hdr, sizeof hdr);
+    err = w_fn(&w, hdr, sizeof hdr);
     if (!err) err = write_weights(tr, &w);
     if (!err) err = mw_train_opt_save(tr->opt, w_fn, &w);
     if (!err) {
@@ -227,12 +192,8 @@ int mw_trainer_save(struct mw_trainer *tr, const char *data_path, const char *pa
         put64(trl, 16, w.bytes + CKPT_TRAILER_BYTES);
         err = w_fn(&w, trl, sizeof trl);
     }
-    if (!err && (fflush(w.f) != 0 || fsync(fileno(w.f)) != 0))
-        err = mw_error_set(-errno, "flushing checkpoint %s failed: %s", tmp, strerror(errno));
-    if (fclose(w.f) != 0 && !err) err = mw_error_set(-errno, "closing checkpoint %s failed: %s", tmp, strerror(errno));
-    if (!err && rename(tmp, path) != 0) err = mw_error_set(-errno, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
-    if (err) remove(tmp);
-    return err;
+    if (err) { mw_atomic_abort(&af); return err; }
+    return mw_atomic_commit(&af); /* fsync, rename over path, fsync of the directory */
 }
 
 /* ---- reading ---- */
@@ -286,7 +247,7 @@ static int r_fn(void *user, void *buf, size_t n)
     struct rctx *r = user;
     if (n && fread(buf, 1, n, r->f) != n)
         return mw_error_set(MW_EFORMAT, "checkpoint %s ended early", r->path);
-    r->crc = crc32c(r->crc, buf, n);
+    r->crc = mw_crc32c(r->crc, buf, n);
     return 0;
 }
 

@@ -11,6 +11,7 @@
  */
 #include "train/optimizer_step.h"
 #include "memwall/common.h"
+#include "memwall/fsutil.h"
 
 #include <errno.h>
 #include <math.h>
@@ -19,26 +20,16 @@
 #include <string.h>
 #include <sys/stat.h>
 
-/* mkdir -p for each ':'-separated NVMe directory. */
-static int mkdir_p(const char *dirs)
+/* mkdir -p for each ':'-separated NVMe directory (private: 0700 where created). */
+static int mkdir_nvme(const char *dirs)
 {
-    char p[4096];
-    if (snprintf(p, sizeof p, "%s", dirs) >= (int)sizeof p) return mw_error_set(-ENAMETOOLONG, "--nvme-dir too long");
+    char *p = strdup(dirs);
+    if (!p) return mw_error_set(-ENOMEM, "out of memory");
+    int err = 0;
     char *save = NULL;
-    for (char *d = strtok_r(p, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
-        size_t len = strlen(d);
-        for (size_t i = 1; i <= len; i++) {
-            if (d[i] != '/' && d[i] != 0) continue;
-            char c = d[i];
-            d[i] = 0;
-            if (mkdir(d, 0755) != 0 && errno != EEXIST) {
-                int e = errno;
-                return mw_error_set(-e, "cannot create the NVMe directory %s: %s", d, strerror(e));
-            }
-            d[i] = c;
-        }
-    }
-    return 0;
+    for (char *d = strtok_r(p, ":", &save); d && !err; d = strtok_r(NULL, ":", &save)) err = mw_mkdir_p(d, 0700);
+    free(p);
+    return err;
 }
 
 int mw_train_opt_init(struct mw_train_opt *o, struct mw_gpt2 *m, const struct mw_train_config *c,
@@ -119,7 +110,7 @@ int mw_train_opt_init(struct mw_train_opt *o, struct mw_gpt2 *m, const struct mw
     cfg->budget[MW_OFFLOAD_NVME] = c->nvme_budget;
     if (cfg->nvme_dir) {
         /* The plan checks the free space of the directory, so it must exist. */
-        if ((err = mkdir_p(cfg->nvme_dir))) goto err;
+        if ((err = mkdir_nvme(cfg->nvme_dir))) goto err;
     }
     if ((err = mw_offload_plan_make(&o->reg, cfg, &o->plan))) goto err;
     return 0;

@@ -1,6 +1,6 @@
 /*
- * crc32c.c — CRC-32C (Castagnoli, reflected polynomial 0x82F63B78), the checksum of every
- * written store block.
+ * crc32c.c — CRC-32C (Castagnoli, reflected polynomial 0x82F63B78), the project's one checksum:
+ * every written store block, checkpoints (memwall/common.h).
  *
  * Why crc32c: x86 has had a crc32 instruction for it since SSE4.2, so checking every byte read
  * back from SSD costs a fraction of a core at disk speed. The instruction path is chosen at
@@ -9,7 +9,7 @@
  * independent streams per 3 x 8 KiB stride (the instruction has 3-cycle latency and
  * 1-cycle throughput) and merges them with the standard zero-extension tables.
  */
-#include "memwall/store.h"
+#include "memwall/common.h"
 
 #include <stdatomic.h>
 #include <string.h>
