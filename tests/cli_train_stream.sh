@@ -2,7 +2,7 @@
 # memwall train --offload-params nvme (weights, gradients and optimizer state streamed from
 # NVMe a weight unit at a time) gives bitwise the run with everything resident: losses, norms,
 # validation losses and the final weights, for accumulation 1, 2 and 8, with and without
-# recompute, prefetch depth 0, 1 and 3, subgroups cut inside units (and one subgroup for the
+# recompute, prefetch depth 0, 1 and 3, layer-major and batch-major schedules, subgroups cut inside units (and one subgroup for the
 # whole model), the update overlapped with the next forward pass or not; a streamed checkpoint resumes bitwise; a --dram-budget below the plan is
 # refused before the first step with the numbers, one above it holds (VmHWM <= budget, on a
 # model whose resident run would not fit); bad combinations are usage errors.
@@ -47,6 +47,15 @@ for a in 1 2 8; do
     done
   done
 done
+# the schedules: auto above is layer-major for accumulation > 1; batch-major streamed and
+# layer-major resident give the same bits too
+run st-bm "${small[@]}" --steps 4 --grad-accum 2 --subgroup-size 4096 --offload-params nvme --nvme-dir "$dir/nvme" \
+  --schedule batch-major
+same ref-a2 st-bm
+grep -q 'schedule batch-major' "$dir/st-bm.out" && grep -q 'schedule layer-major' "$dir/st-a2-d1.out" && ok \
+  || bad "the schedule in use is not printed"
+run lm-res "${small[@]}" --steps 4 --grad-accum 2 --schedule layer-major
+same ref-a2 lm-res
 # the update overlapped with the next forward (default) == finished inside its step
 run st-sync "${small[@]}" --steps 4 --subgroup-size 4096 --offload-params nvme --nvme-dir "$dir/nvme" --sync-update
 same ref-a1 st-sync
@@ -92,6 +101,22 @@ params=$(grep -o '(\([0-9]*\) params' "$dir/big.out" | grep -o '[0-9]*')
 planned=$(grep -o 'planned DRAM peak [0-9.]* MiB' "$dir/big.out" | grep -o '[0-9][0-9.]*')
 [ -n "$planned" ] && awk -v h="$hwm" -v p="$planned" 'BEGIN { r = h / p; exit !(r > 0.95 && r < 1.05) }' && ok \
   || bad "measured $hwm MiB vs planned $planned MiB: not within the plan's tolerance"
+
+# memwall plan --stream describes the same run with the same figures (all but the runtime, which
+# each process measures for itself).
+cfgj="$dir/config.json"
+printf '%s\n' '{"model_type": "gpt2", "n_layer": 4, "n_head": 8, "n_embd": 1024, "n_positions": 32, "n_ctx": 32,' \
+  ' "vocab_size": 257, "activation_function": "gelu_new", "tie_word_embeddings": true}' >"$cfgj"
+"$cli" plan --model "$cfgj" --stream --micro-batch 1 --seq 32 --recompute full --threads 2 --subgroup-size 1M \
+  --buffer-count 4 --prefetch-depth 1 --dram-budget 320M >"$dir/plan.out" 2>&1 || { bad "memwall plan --stream failed"; cat "$dir/plan.out"; }
+parts() { grep -o 'activations [0-9.]* [KMG]iB + optimizer staging [0-9.]* [KMG]iB + streamed weights and gradients [0-9.]* [KMG]iB' "$1"; }
+[ -n "$(parts "$dir/plan.out")" ] && [ "$(parts "$dir/plan.out")" = "$(parts "$dir/big.out")" ] && ok \
+  || { bad "memwall plan --stream differs from the trainer's plan"; parts "$dir/plan.out"; parts "$dir/big.out"; }
+grep -q -- '--dram-budget 320.00 MiB: fits' "$dir/plan.out" && ok || bad "plan --stream does not check the budget"
+"$cli" plan --model "$cfgj" --stream --micro-batch 1 --seq 32 --dram-budget 1M >"$dir/plan2.out" 2>&1
+[ $? = 1 ] && grep -q 'does not fit' "$dir/plan2.out" && ok || bad "plan --stream: a short budget is not reported (exit 1)"
+"$cli" plan --model llama-2-7b --stream >"$dir/plan3.out" 2>&1
+[ $? = 2 ] && grep -q 'GPT-2' "$dir/plan3.out" && ok || bad "plan --stream accepted a non-GPT-2 model"
 
 # 4. Usage errors (exit 2) with a message.
 "$cli" train "${small[@]}" --steps 1 --offload-params nvme --optimizer-tier dram >"$dir/u1.out" 2>&1

@@ -187,6 +187,12 @@ int mw_trainer_zero_grads_peak(struct mw_trainer *tr, uint64_t *max_bytes);
  * time is brought into DRAM (streamed weights, ZeRO-3 gathered). Collective under ZeRO-3 (every
  * rank calls it); only a rank with write != 0 writes the file. */
 int mw_trainer_save_safetensors(struct mw_trainer *tr, const char *path, int write);
+/* The plan of a streamed run (--offload-params nvme) without running it: the DRAM peak the
+ * trainer would print and check against cfg->dram_budget (out, memwall/plan.h), and the NVMe
+ * bytes of its state. Nothing is allocated on any tier. */
+struct mw_plan_stream;
+int mw_train_plan_stream(const struct mw_gpt2_config *mcfg, const struct mw_train_config *cfg,
+                         struct mw_plan_stream *out, uint64_t *nvme_bytes);
 /* The streamed weights' figures (zero when weights are resident). */
 struct mw_train_stream_info {
     int active, prefetch_depth;

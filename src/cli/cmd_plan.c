@@ -14,6 +14,9 @@
 #include "cli/plan_print.h"
 #include "memwall/common.h"
 #include "memwall/plan.h"
+#include "memwall/train.h"
+
+#include <omp.h>
 
 #include <errno.h>
 #include <stdio.h>
@@ -30,6 +33,7 @@ static const char *const estimators[] = {"none", "deepspeed-zero2", "deepspeed-z
                                          "accelerate", NULL};
 static const char *const ds_versions[] = {"current", "legacy", NULL};
 static const char *const emits[] = {"none", "k8s", NULL};
+static const char *const stream_schedules[] = {"auto", "layer-major", "batch-major", NULL};
 static const char *const hws[] = {"a100-40gb", "a100-80gb", "h100", "h200", "gh200", "rtx4090", NULL};
 
 static enum mw_plan_tier tier_of(const char *s)
@@ -51,6 +55,66 @@ static int is_config_path(const char *s)
     return (n > 5 && !strcmp(s + n - 5, ".json")) || (strchr(s, '/') && stat(s, &st) == 0);
 }
 
+/* --stream: the plan of `memwall train --offload-params nvme` (mw_train_plan_stream: the very
+ * code the trainer runs before its first step). */
+static int plan_stream(const struct mw_model *m, int64_t micro, int64_t seq, int recompute, int64_t accum,
+                       int64_t depth, int64_t buffers, int64_t threads, uint64_t budget, uint64_t sg,
+                       const char *schedule, const char *dir, int json)
+{
+    if (m->arch != MW_ARCH_GPT || m->n_dec_layer || !m->max_pos || !m->tied_embeddings) {
+        fprintf(stderr, "memwall plan: --stream plans memwall's own GPT-2 trainer: give a GPT-2 --model (gpt2, gpt2-xl, "
+                        "or a GPT-2 config.json); %s is not one\n", m->name);
+        return 2;
+    }
+    if (seq > (int64_t)m->max_pos) {
+        fprintf(stderr, "memwall plan: --seq %lld is longer than %s's context %llu\n", (long long)seq, m->name,
+                (unsigned long long)m->max_pos);
+        return 2;
+    }
+    struct mw_gpt2_config mc = {(int)m->n_layer, (int)m->n_head, (int)m->hidden, (int)m->max_pos, (int)m->vocab, 0};
+    /* memwall train pads the output rows as it does (50257 -> 50304; a byte vocabulary to 8). */
+    mc.padded_vocab_size = (int)(mc.vocab_size > 1024 ? MW_ALIGN_UP(mc.vocab_size, 128) : MW_ALIGN_UP(mc.vocab_size, 8));
+    struct mw_train_config tc;
+    memset(&tc, 0, sizeof tc);
+    tc.batch = (int)micro; tc.seq = (int)seq; tc.grad_accum = (int)accum; tc.recompute = recompute;
+    tc.threads = threads ? (int)threads : omp_get_max_threads();
+    tc.tier = MW_OFFLOAD_NVME; tc.offload_params = MW_OFFLOAD_NVME; tc.nvme_dir = dir;
+    tc.subgroup_size = sg; tc.buffer_count = (int)buffers; tc.prefetch_depth = (int)depth;
+    tc.layer_major = !strcmp(schedule, "layer-major") || (!strcmp(schedule, "auto") && accum > 1);
+    struct mw_plan_stream p;
+    uint64_t nvme = 0;
+    int err = mw_train_plan_stream(&mc, &tc, &p, &nvme);
+    if (err) { mw_cli_fail("planning the streamed run", err); return err == -EINVAL ? 2 : 1; }
+    int fits = !budget || p.total <= budget;
+    if (json) {
+        printf("{\"model\":\"%s\",\"params\":%llu,\"schedule\":\"%s\",\"dram_peak_bytes\":%llu,\"runtime_bytes\":%llu,"
+               "\"activations_bytes\":%llu,\"staging_bytes\":%llu,\"streamed_bytes\":%llu,\"weights_peak_bytes\":%llu,"
+               "\"grads_peak_bytes\":%llu,\"nvme_bytes\":%llu,\"dram_budget_bytes\":%llu,\"fits\":%s}\n",
+               m->name, (unsigned long long)p.params, tc.layer_major ? "layer-major" : "batch-major",
+               (unsigned long long)p.total, (unsigned long long)p.runtime, (unsigned long long)p.acts,
+               (unsigned long long)p.staging, (unsigned long long)MW_MAX(p.passes, p.step_grads),
+               (unsigned long long)p.weights_peak, (unsigned long long)MW_MAX(p.grads_peak, p.step_grads),
+               (unsigned long long)nvme, (unsigned long long)budget, fits ? "true" : "false");
+        return fits ? 0 : 1;
+    }
+    char b[9][32];
+    printf("memwall train --offload-params nvme: %s, %llu parameters, micro-batch %lld x seq %lld x grad-accum %lld, "
+           "%s, prefetch depth %lld, subgroups of %llu parameters, %lld staging buffers, %d threads\n", m->name,
+           (unsigned long long)p.params, (long long)micro, (long long)seq, (long long)accum,
+           tc.layer_major ? "layer-major" : "batch-major", (long long)depth, (unsigned long long)p.subgroup_size,
+           (long long)buffers, tc.threads);
+    printf("  planned DRAM peak %s = runtime %s + activations %s + optimizer staging %s + streamed weights and gradients "
+           "%s (weights at most %s, gradients at most %s)\n", mw_fmt_bytes(b[0], 32, p.total),
+           mw_fmt_bytes(b[1], 32, p.runtime), mw_fmt_bytes(b[2], 32, p.acts), mw_fmt_bytes(b[3], 32, p.staging),
+           mw_fmt_bytes(b[4], 32, MW_MAX(p.passes, p.step_grads)), mw_fmt_bytes(b[5], 32, p.weights_peak),
+           mw_fmt_bytes(b[6], 32, MW_MAX(p.grads_peak, p.step_grads)));
+    printf("  NVMe: %s (fp32 master and moments in two slots, gradients in one)\n", mw_fmt_bytes(b[7], 32, nvme));
+    if (budget)
+        printf("  --dram-budget %s: %s\n", mw_fmt_bytes(b[8], 32, budget),
+               fits ? "fits" : "does not fit (memwall train would refuse it before the first step)");
+    return fits ? 0 : 1;
+}
+
 int mw_cmd_plan(int argc, char **argv)
 {
     const char *model = NULL, *host_profile = NULL;
@@ -61,6 +125,11 @@ int mw_cmd_plan(int argc, char **argv)
     const char *off_opt = "none", *off_par = "none", *wdt = "bf16", *gdt = "bf16", *mdt = "fp32";
     const char *modt = "fp32", *gadt = "none", *kvdt = "bf16", *rc = "selective", *actm = "detailed";
     const char *est = "none", *dsv = "current", *emit = "none", *hwname = "h100";
+    /* --stream: memwall train --offload-params nvme on this CPU */
+    int stream = 0;
+    int64_t s_accum = 1, s_depth = 2, s_buffers = 8, s_threads = 0;
+    uint64_t s_budget = 0, s_sg = 0;
+    const char *s_schedule = "auto", *s_dir = ".";
 
     const struct mw_opt opts[] = {
         {"model", MW_OPT_STRING, &model, "NAME|CONFIG.json", "built-in model name or a Hugging Face config.json", 0, 0, NULL},
@@ -101,6 +170,15 @@ int mw_cmd_plan(int argc, char **argv)
         {"search", MW_OPT_FLAG, &search, NULL, "list the layouts that fit --gpus, fastest first", 0, 0, NULL},
         {"top", MW_OPT_INT, &top, "N", "with --search: how many layouts to list", 1, 1000, NULL},
         {"emit", MW_OPT_CHOICE, &emit, NULL, "print a Kubernetes pod resources block", 0, 0, emits},
+        {"stream", MW_OPT_FLAG, &stream, NULL, "describe 'memwall train --offload-params nvme' of a GPT-2 --model on this CPU (one rank): its planned DRAM peak, the same figures the trainer prints and checks; uses --micro-batch, --seq, --recompute full and the options below", 0, 0, NULL},
+        {"grad-accum", MW_OPT_INT, &s_accum, "N", "--stream: micro-batches per step", 1, 1 << 20, NULL},
+        {"dram-budget", MW_OPT_SIZE, &s_budget, "BYTES", "--stream: DRAM budget to check the plan against; 0 = none", 0, 0, NULL},
+        {"prefetch-depth", MW_OPT_INT, &s_depth, "N", "--stream: weight units read ahead of use", 0, 8, NULL},
+        {"subgroup-size", MW_OPT_SIZE, &s_sg, "N", "--stream: parameters per optimizer subgroup; 0 = the trainer's default", 0, 1e15, NULL},
+        {"buffer-count", MW_OPT_INT, &s_buffers, "N", "--stream: optimizer staging buffers", 1, 64, NULL},
+        {"schedule", MW_OPT_CHOICE, &s_schedule, NULL, "--stream: auto (layer-major when --grad-accum > 1), layer-major or batch-major", 0, 0, stream_schedules},
+        {"threads", MW_OPT_INT, &s_threads, "N", "--stream: CPU threads (sizes the attention scratch); 0 = all", 0, 4096, NULL},
+        {"nvme-dir", MW_OPT_STRING, &s_dir, "DIR", "--stream: where the state would go (its free space is checked when it exists)", 0, 0, NULL},
         {"json", MW_OPT_FLAG, &json, NULL, "one JSON object, sizes in bytes (integers)", 0, 0, NULL},
         {"list-models", MW_OPT_FLAG, &list, NULL, "list the built-in models and exit", 0, 0, NULL},
     };
@@ -159,6 +237,9 @@ int mw_cmd_plan(int argc, char **argv)
                         "run 'memwall plan --help' for the options\n");
         return 2;
     }
+
+    if (stream) return plan_stream(&m, micro, seq, !strcmp(rc, "full"), s_accum, s_depth, s_buffers, s_threads, s_budget,
+                                   s_sg, s_schedule, s_dir, json);
 
     struct mw_hw hw = *mw_hw_lookup(hwname);
     if (host_profile) {

@@ -10,6 +10,7 @@
  * the first subgroup is updated (docs/offload.md, two-phase clipping).
  */
 #include "train/optimizer_step.h"
+#include "train/stream.h"
 #include "memwall/common.h"
 #include "memwall/fsutil.h"
 
@@ -32,8 +33,22 @@ static int mkdir_nvme(const char *dirs)
     return err;
 }
 
+static int opt_init(struct mw_train_opt *o, struct mw_gpt2 *m, const struct mw_train_config *c,
+                    uint64_t model_dram_bytes, uint64_t own_first, uint64_t own_n, int plan_only);
+
 int mw_train_opt_init(struct mw_train_opt *o, struct mw_gpt2 *m, const struct mw_train_config *c,
                       uint64_t model_dram_bytes, uint64_t own_first, uint64_t own_n)
+{
+    return opt_init(o, m, c, model_dram_bytes, own_first, own_n, 0);
+}
+
+int mw_train_opt_plan_only(struct mw_train_opt *o, struct mw_gpt2 *m, const struct mw_train_config *c)
+{
+    return opt_init(o, m, c, 0, 0, 0, 1);
+}
+
+static int opt_init(struct mw_train_opt *o, struct mw_gpt2 *m, const struct mw_train_config *c,
+                    uint64_t model_dram_bytes, uint64_t own_first, uint64_t own_n, int plan_only)
 {
     memset(o, 0, sizeof *o);
     mw_offload_registry_init(&o->reg);
@@ -95,6 +110,9 @@ int mw_train_opt_init(struct mw_train_opt *o, struct mw_gpt2 *m, const struct mw
     cfg->ext_weights = m->params + own_first;
     cfg->ext_grads = m->grads + own_first;
     cfg->ext_grads_accumulate = 1;
+    /* Streamed weights (src/train/stream.c): the hook is planned for now (gradient objects on
+     * NVMe), its user is set by the trainer once the stream exists. */
+    if (c->offload_params == MW_OFFLOAD_NVME) cfg->stream = mw_train_stream_engine_hook;
     cfg->cpu_threads = c->threads;
     cfg->trace = c->trace;
     if (c->dram_budget) {
@@ -108,7 +126,7 @@ int mw_train_opt_init(struct mw_train_opt *o, struct mw_gpt2 *m, const struct mw
         cfg->budget[MW_OFFLOAD_DRAM] = c->dram_budget - model_dram_bytes;
     }
     cfg->budget[MW_OFFLOAD_NVME] = c->nvme_budget;
-    if (cfg->nvme_dir) {
+    if (cfg->nvme_dir && !plan_only) {
         /* The plan checks the free space of the directory, so it must exist. */
         if ((err = mkdir_nvme(cfg->nvme_dir))) goto err;
     }

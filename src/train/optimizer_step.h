@@ -42,6 +42,9 @@ struct mw_train_opt {
 int mw_train_opt_init(struct mw_train_opt *o, struct mw_gpt2 *m, const struct mw_train_config *c,
                       uint64_t model_dram_bytes, uint64_t own_first, uint64_t own_n);
 void mw_train_opt_free(struct mw_train_opt *o);
+/* The plan alone (memwall plan --stream): nothing is created; a missing NVMe directory is not
+ * made (its free space is then not checked). */
+int mw_train_opt_plan_only(struct mw_train_opt *o, struct mw_gpt2 *m, const struct mw_train_config *c);
 
 /* The backward pass of each micro-batch is bracketed (mw_offload_backward_begin / grad_ready /
  * backward_end). last: the optimizer step follows this micro-batch. mw_train_opt_grad_ready

@@ -45,6 +45,47 @@ static int check_config(const struct mw_gpt2_config *mc, const struct mw_train_c
     return mw_data_check(d, c->seq);
 }
 
+/* The streamed run's DRAM plan from the model and the optimizer's plan: the trainer and
+ * mw_train_plan_stream (memwall plan --stream) both come here. */
+static int stream_plan(const struct mw_gpt2 *m, const struct mw_train_opt *o, const struct mw_train_config *cfg,
+                       struct mw_plan_stream *out)
+{
+    const struct mw_gpt2_config *mc = &m->cfg;
+    struct mw_plan_stream_in pi = {
+        .n_layer = mc->n_layer, .n_embd = mc->n_embd,
+        .padded_vocab = mc->padded_vocab_size ? mc->padded_vocab_size : mc->vocab_size,
+        .max_seq = mc->max_seq_len, .grad_accum = cfg->grad_accum, .prefetch_depth = cfg->prefetch_depth,
+        .subgroup_size = o->plan.subgroup_size, .buffer_count = o->cfg.buffer_count,
+        .layer_major = cfg->layer_major,
+        .acts_bytes = m->sizes.acts_bytes + (cfg->layer_major ? mw_gpt2_lm_bytes(m, cfg->grad_accum) : 0),
+        .staging_bytes = o->plan.tier_bytes[MW_OFFLOAD_DRAM],
+        .runtime_bytes = mw_proc_mem("VmRSS") + MW_STREAM_RUNTIME_EXTRA,
+    };
+    return mw_plan_stream_dram(&pi, out);
+}
+
+int mw_train_plan_stream(const struct mw_gpt2_config *mcfg, const struct mw_train_config *cfg,
+                         struct mw_plan_stream *out, uint64_t *nvme_bytes)
+{
+    int err = mw_gpt2_config_check(mcfg);
+    if (err) return err;
+    struct mw_gpt2 m;
+    struct mw_train_opt o;
+    /* The model's arrays are fresh mappings never touched here: they cost address space only. */
+    struct mw_gpt2_options mo = {cfg->batch, cfg->seq, cfg->recompute || cfg->layer_major, cfg->threads};
+    if ((err = mw_gpt2_init(&m, mcfg, &mo))) return err;
+    struct mw_train_config c = *cfg;
+    c.tier = MW_OFFLOAD_NVME;
+    c.dram_budget = 0;
+    if (!(err = mw_train_opt_plan_only(&o, &m, &c))) {
+        err = stream_plan(&m, &o, &c, out);
+        if (nvme_bytes) *nvme_bytes = o.plan.tier_bytes[MW_OFFLOAD_NVME];
+        mw_train_opt_free(&o);
+    }
+    mw_gpt2_free(&m);
+    return err;
+}
+
 int mw_trainer_init(struct mw_trainer *tr, const struct mw_gpt2_config *mcfg,
                     const struct mw_train_config *cfg, const struct mw_data *data)
 {
@@ -129,17 +170,7 @@ int mw_trainer_init(struct mw_trainer *tr, const struct mw_gpt2_config *mcfg,
             goto err;
         mw_residency_stream(tr->res, tr->stream);
         tr->stream->layer_major = cfg->layer_major;
-        struct mw_plan_stream_in pi = {
-            .n_layer = mcfg->n_layer, .n_embd = mcfg->n_embd,
-            .padded_vocab = mcfg->padded_vocab_size ? mcfg->padded_vocab_size : mcfg->vocab_size,
-            .max_seq = mcfg->max_seq_len, .grad_accum = cfg->grad_accum, .prefetch_depth = cfg->prefetch_depth,
-            .subgroup_size = tr->opt->plan.subgroup_size, .buffer_count = tr->opt->cfg.buffer_count,
-            .layer_major = cfg->layer_major,
-            .acts_bytes = z->acts_bytes + (cfg->layer_major ? mw_gpt2_lm_bytes(&tr->model, cfg->grad_accum) : 0),
-            .staging_bytes = tr->opt->plan.tier_bytes[MW_OFFLOAD_DRAM],
-            .runtime_bytes = mw_proc_mem("VmRSS") + MW_STREAM_RUNTIME_EXTRA,
-        };
-        if ((err = mw_plan_stream_dram(&pi, &tr->stream->plan))) goto err;
+        if ((err = stream_plan(&tr->model, tr->opt, cfg, &tr->stream->plan))) goto err;
         if (cfg->dram_budget && tr->stream->plan.total > cfg->dram_budget) {
             const struct mw_plan_stream *p = &tr->stream->plan;
             char b[6][32];
@@ -152,8 +183,7 @@ int mw_trainer_init(struct mw_trainer *tr, const struct mw_gpt2_config *mcfg,
                                mw_fmt_bytes(b[5], 32, MW_MAX(p->passes, p->step_grads)));
             goto err;
         }
-        tr->opt->cfg.stream = mw_train_stream_engine_hook;
-        tr->opt->cfg.stream_user = tr->stream;
+        tr->opt->cfg.stream_user = tr->stream; /* the hook itself was planned by mw_train_opt_init */
         /* The engine (and with it the initial weights, unit by unit) exists before the first
          * forward pass: the weights are fetched from its master. */
         if ((err = mw_train_opt_ensure(tr->opt))) goto err;
