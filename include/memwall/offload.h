@@ -141,13 +141,15 @@ struct mw_store_io; /* memwall/store.h */
  * read a range of them and when it is done with one. Events, each with the subgroup's element
  * range [first, first+n) of the engine's flat space:
  *   WEIGHTS_IN  before mw_offload_init reads ext_weights for the initial master (fp32 only);
- *   GRADS_IN    before the update of a subgroup reads ext_grads (pipeline thread);
  *   SG_DONE     after the subgroup's update was written back, or after init wrote it: its
  *               gradients (and weights) may leave DRAM now.
  * A non-zero return fails the init or the step with that code (set the message). With a stream
  * function the engine never writes the working copy (ext_weights is read at init only): the
- * caller reads the committed master with mw_offload_master_fetch when it needs weights. */
-enum mw_offload_stream_event { MW_OFFLOAD_WEIGHTS_IN = 0, MW_OFFLOAD_GRADS_IN = 1, MW_OFFLOAD_SG_DONE = 2 };
+ * caller reads the committed master with mw_offload_master_fetch when it needs weights. The
+ * engine keeps each subgroup's gradients in an NVMe object of its own (mw_offload_grads_put by the
+ * caller once they are final) and reads them back into ext_grads, beside the state, before the
+ * update (the pages of ext_grads at that subgroup must be the caller's to overwrite then). */
+enum mw_offload_stream_event { MW_OFFLOAD_WEIGHTS_IN = 0, MW_OFFLOAD_SG_DONE = 2 };
 typedef int (*mw_offload_stream_fn)(void *user, int event, uint64_t first, uint64_t n);
 
 struct mw_offload_config {

@@ -93,6 +93,10 @@ struct ofl_sg {
     int on_dev;                /* update runs on the device */
     int io_err;                /* the request is an injected (torn) write failure */
     struct mw_store_io io;     /* read or write of its slot object (one at a time) */
+    struct mw_store_io gio;    /* streaming: read of its gradient object, beside io */
+    int reads_left;            /* reads of this admission still in flight (1, or 2 with gio) */
+    int read_rc;               /* first failure among them */
+    char read_msg[400];
     struct ofl_devjob job;
     double pred_cpu_s, pred_dev_s; /* decision inputs */
     uint64_t t_ready, t_loaded;    /* ns: became READY; current I/O started */

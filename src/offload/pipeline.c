@@ -180,13 +180,26 @@ static void io_done(struct mw_store_io *io, void *user)
     struct mw_trace_arg a[3] = {{"subgroup", sg}, {"bytes", (int64_t)io->len}, {"result", rc}};
     mw_trace_span(e->tr, "offload", is_read ? "read" : "write", s->t_loaded, now, a, 3);
     pthread_mutex_lock(&e->mu);
+    if (is_read) {
+        /* An admission may read two objects (state, gradients): it moves on when both are in. */
+        e->stats.nvme_read_bytes += rc ? 0 : io->len;
+        if (rc && !s->read_rc) {
+            s->read_rc = rc;
+            snprintf(s->read_msg, sizeof s->read_msg, "%s", msg);
+        }
+        if (--s->reads_left > 0) {
+            pthread_mutex_unlock(&e->mu);
+            return;
+        }
+        rc = s->read_rc;
+        if (rc) snprintf(msg, sizeof msg, "%s", s->read_msg);
+    }
     if (is_read) e->n_reading--;
     else e->n_writing--;
     if (rc) {
         fail_locked(e, rc, msg);
         finish_locked(e, sg, 0);
     } else if (is_read) {
-        e->stats.nvme_read_bytes += io->len;
         if (e->failed) finish_locked(e, sg, 0);
         else dispatch_locked(e, sg);
     } else {
@@ -264,15 +277,22 @@ static void stage_read(struct mw_offload *e, uint32_t sg)
     struct ofl_sg *s = &e->st[sg];
     int cur = (int)(e->committed % 2);
     s->t_loaded = mw_now_ns();
-    if (e->cfg.stream) { /* the caller brings the subgroup's gradients in (streaming) */
-        int rc = e->cfg.stream(e->cfg.stream_user, MW_OFFLOAD_GRADS_IN, e->sgs[sg].first, e->sgs[sg].n);
+    s->read_rc = 0;
+    s->read_msg[0] = 0;
+    s->reads_left = e->gobj ? 2 : 1;
+    if (e->gobj) { /* streaming: the gradients come back from their object into the caller's array */
+        memset(&s->gio, 0, sizeof s->gio);
+        s->gio.obj = e->gobj[sg];
+        s->gio.op = MW_AIO_READ;
+        s->gio.len = MW_ALIGN_UP(4 * e->sgs[sg].n, OFL_PAD);
+        s->gio.buf = (void *)(e->cfg.ext_grads + e->sgs[sg].first);
+        s->gio.cb = io_done;
+        s->gio.user = s;
+        int rc = mw_store_submit(e->store, &s->gio);
         if (rc) {
-            memset(&s->io, 0, sizeof s->io);
-            s->io.op = MW_AIO_READ;
-            s->io.result = rc;
-            snprintf(s->io.errmsg, sizeof s->io.errmsg, "gradients: %s", mw_error_msg());
-            io_done(&s->io, s);
-            return;
+            s->gio.result = rc;
+            snprintf(s->gio.errmsg, sizeof s->gio.errmsg, "%s", mw_error_msg());
+            io_done(&s->gio, s);
         }
     }
     dram_copy(e, sg, s->buf, cur, 0);

@@ -390,7 +390,6 @@ int mw_train_stream_engine_hook(void *user, int event, uint64_t first, uint64_t 
     struct mw_train_stream *s = user;
     (void)n;
     uint32_t sg = (uint32_t)(first / s->sg_size);
-    if (event == MW_OFFLOAD_GRADS_IN) return mw_offload_grads_get(eng(s), sg, s->model->grads + first);
     if (event == MW_OFFLOAD_WEIGHTS_IN) { /* engine init: the initial weights of the units here */
         for (int u = 0; u < s->n_units; u++) {
             if (s->u_init[u] || sg < s->u_lo[u] || sg > s->u_hi[u]) continue;

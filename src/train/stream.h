@@ -13,7 +13,7 @@
  * are final: their squares are summed per fixed 2^20-element chunk (the engine's norm order, so
  * the norm is bitwise the resident one), they are written to the subgroup's gradient object and
  * the pages are dropped (a subgroup waits for the chunk it starts in; reading back as the zeros the next step accumulates into). The update
- * reads them back (engine hook GRADS_IN) and drops them again (SG_DONE).
+ * reads them back beside the state (the engine does) and drops them again (SG_DONE).
  */
 #ifndef MEMWALL_TRAIN_STREAM_H
 #define MEMWALL_TRAIN_STREAM_H
