@@ -316,6 +316,11 @@ int mw_offload_master_wait(struct mw_offload *e, struct mw_store_io *io);
  * object (synchronous; src/dst 4096-aligned with room for MW_ALIGN_UP(4 n, 4096) bytes). */
 int mw_offload_grads_put(struct mw_offload *e, uint32_t sg, const void *src);
 int mw_offload_grads_get(struct mw_offload *e, uint32_t sg, void *dst);
+/* The write asynchronously: started into the caller's io (src must stay untouched until it is
+ * done), finished with mw_offload_io_wait (which counts the bytes and names the object on a
+ * failure; mw_store_test(io) polls). */
+int mw_offload_grads_put_start(struct mw_offload *e, uint32_t sg, const void *src, struct mw_store_io *io);
+int mw_offload_io_wait(struct mw_offload *e, struct mw_store_io *io);
 
 /* Testing: the k-th NVMe write from now (k >= 1) fails with -EIO after writing half its bytes
  * (a torn write); 0 disarms. */

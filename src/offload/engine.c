@@ -464,6 +464,30 @@ static int grads_io(struct mw_offload *e, uint32_t sg, void *buf, int write)
 }
 
 int mw_offload_grads_put(struct mw_offload *e, uint32_t sg, const void *src) { return grads_io(e, sg, (void *)src, 1); }
+
+int mw_offload_grads_put_start(struct mw_offload *e, uint32_t sg, const void *src, struct mw_store_io *io)
+{
+    memset(io, 0, sizeof *io);
+    if (!e->gobj) return mw_error_set(-EINVAL, "offload: gradients are kept on NVMe only when streaming");
+    if (sg >= e->nsg) return mw_error_set(-EINVAL, "offload: no subgroup %u (%u)", sg, e->nsg);
+    io->obj = e->gobj[sg];
+    io->op = MW_AIO_WRITE;
+    io->len = MW_ALIGN_UP(4 * e->sgs[sg].n, OFL_PAD);
+    io->buf = (void *)src;
+    return mw_store_submit(e->store, io);
+}
+
+int mw_offload_io_wait(struct mw_offload *e, struct mw_store_io *io)
+{
+    int rc = mw_store_wait(e->store, io);
+    if (rc) return mw_error_set(rc, "offload: %s of %llu bytes of %s failed: %s", io->op == MW_AIO_WRITE ? "a write" : "a read",
+                                (unsigned long long)io->len, mw_store_obj_name(io->obj), mw_error_msg());
+    pthread_mutex_lock(&e->mu);
+    if (io->op == MW_AIO_WRITE) e->stats.nvme_write_bytes += io->len;
+    else e->stats.nvme_read_bytes += io->len;
+    pthread_mutex_unlock(&e->mu);
+    return 0;
+}
 int mw_offload_grads_get(struct mw_offload *e, uint32_t sg, void *dst) { return grads_io(e, sg, dst, 0); }
 
 void mw_offload_inject_write_failure(struct mw_offload *e, uint64_t k)

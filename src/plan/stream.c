@@ -78,8 +78,9 @@ int mw_plan_stream_dram(const struct mw_plan_stream_in *in, struct mw_plan_strea
      * or being fetched; a released unit's subgroups stay only when the next one needs them),
      * plus the gradients resident then. Gradients: with accumulation the whole array lives
      * through the step's micro-batches; at the last one, unit u's backward touches its range
-     * from first[u] up, and the subgroups that start in a norm chunk below the previous mark
-     * wait for the rest of their chunk. The LM head (backward position 0) and the blocks write
+     * from first[u] up, the subgroups that start in a norm chunk below the previous mark wait
+     * for the rest of their chunk, and those finished at the previous mark are being written.
+     * The LM head (backward position 0) and the blocks write
      * nothing below them; the embeddings' gradients come last, after every weight is gone. */
     int lm = in->layer_major, nf = L + 3, npos = nf + (lm ? L + 1 : L + 2);
     uint64_t full = MW_ALIGN_UP(N * 4, page);
@@ -100,9 +101,11 @@ int mw_plan_stream_dram(const struct mw_plan_stream_in *in, struct mw_plan_strea
         if (in->grad_accum > 1 && !lm) {
             gbytes = full;
         } else if (backward && (lm || p != nf)) { /* batch-major's LM head (position nf) writes none */
-            uint64_t prev = u == L + 1 ? N : (u == 0 ? first[1] : first[u + 1]);
+            /* The writes of the previous unit's subgroups are still in flight during this unit's
+             * backward (their pages go at its end): the window reaches two marks back. */
+            uint64_t prev2 = u + 2 <= L + 1 ? first[u + 2] : N;
             for (uint64_t g = first[u] / S; g < nsg; g++)
-                if ((g * S) / CHUNK * CHUNK < prev) gbytes += sg_bytes(g, S, N, page);
+                if ((g * S) / CHUNK * CHUNK < prev2) gbytes += sg_bytes(g, S, N, page);
         }
         if (wbytes > out->weights_peak) { out->weights_peak = wbytes; out->weights_peak_unit = u; }
         out->grads_peak = MW_MAX(out->grads_peak, gbytes);

@@ -88,10 +88,15 @@ int mw_train_stream_init(struct mw_train_stream *s, struct mw_gpt2 *m, struct mw
     s->sg_io = calloc(ns, sizeof *s->sg_io);
     s->sg_t0 = calloc(ns, sizeof *s->sg_t0);
     s->sg_gdone = calloc(ns, 1);
+    s->gw_pending = calloc(ns, 1);
+    s->gw_io = calloc(ns, sizeof *s->gw_io);
+    s->gw_t0 = calloc(ns, sizeof *s->gw_t0);
+    s->gw_unit = calloc(ns, sizeof *s->gw_unit);
     s->chunk_sumsq = calloc(s->nchunks, sizeof *s->chunk_sumsq);
     s->chunk_done = calloc(s->nchunks, 1);
     if (!s->chunk_done || !s->u_first || !s->u_n || !s->u_lo || !s->u_hi || !s->u_init || !s->u_t0 || !s->sg_ref || !s->sg_state ||
-        !s->sg_unit || !s->sg_io || !s->sg_t0 || !s->sg_gdone || !s->chunk_sumsq) {
+        !s->sg_unit || !s->sg_io || !s->sg_t0 || !s->sg_gdone || !s->chunk_sumsq || !s->gw_pending || !s->gw_io ||
+        !s->gw_t0 || !s->gw_unit) {
         mw_train_stream_free(s);
         return mw_error_set(-ENOMEM, "no memory for the streaming tables");
     }
@@ -120,8 +125,10 @@ int mw_train_stream_init(struct mw_train_stream *s, struct mw_gpt2 *m, struct mw
 void mw_train_stream_free(struct mw_train_stream *s)
 {
     if (s->sg_state && s->opt && s->opt->eng)
-        for (uint32_t i = 0; i < s->nsg; i++)
+        for (uint32_t i = 0; i < s->nsg; i++) {
             if (s->sg_state[i] == MW_UNIT_FETCHING) (void)mw_offload_master_wait(eng(s), &s->sg_io[i]);
+            if (s->gw_pending && s->gw_pending[i]) (void)mw_offload_io_wait(eng(s), &s->gw_io[i]);
+        }
     free(s->u_first);
     free(s->u_n);
     free(s->u_lo);
@@ -134,6 +141,10 @@ void mw_train_stream_free(struct mw_train_stream *s)
     free(s->sg_io);
     free(s->sg_t0);
     free(s->sg_gdone);
+    free(s->gw_pending);
+    free(s->gw_io);
+    free(s->gw_t0);
+    free(s->gw_unit);
     free(s->chunk_sumsq);
     free(s->chunk_done);
     memset(s, 0, sizeof *s);
@@ -318,20 +329,39 @@ static int chunk_finish(struct mw_train_stream *s, uint64_t c)
     return 0;
 }
 
-/* Subgroup sg's gradients are final and summed: to NVMe, pages dropped. */
+/* Subgroup sg's gradients are final and summed: their write to NVMe starts; the pages go when
+ * it is done (grads_reap), so the write overlaps the next unit's backward. */
 static int grads_finish(struct mw_train_stream *s, uint32_t sg, int unit)
 {
     uint64_t a, n;
     sg_range(s, sg, &a, &n);
-    uint64_t t0 = mw_now_ns();
-    int err = mw_offload_grads_put(eng(s), sg, s->model->grads + a);
+    s->gw_t0[sg] = mw_now_ns();
+    s->gw_unit[sg] = unit;
+    int err = mw_offload_grads_put_start(eng(s), sg, s->model->grads + a, &s->gw_io[sg]);
     if (err) return err;
-    uint64_t bytes = MW_ALIGN_UP(n * 4, 4096);
-    struct mw_trace_arg ta[3] = {{"unit", unit}, {"bytes", (int64_t)bytes}, {"step", s->step}};
-    mw_trace_span(s->trace, "residency", "grad_write", t0, mw_now_ns(), ta, 3);
-    s->grad_write_bytes += bytes;
     s->sg_gdone[sg] = 1;
-    return drop(s, s->model->grads, sg, "gradient");
+    s->gw_pending[sg] = 1;
+    return 0;
+}
+
+/* Writes of gradients that are done (all of them with wait): their pages go back to the OS. */
+static int grads_reap(struct mw_train_stream *s, int wait)
+{
+    int err = 0;
+    for (uint32_t g = 0; g < s->nsg; g++) {
+        if (!s->gw_pending[g] || (!wait && !mw_store_test(&s->gw_io[g]))) continue;
+        int e = mw_offload_io_wait(eng(s), &s->gw_io[g]);
+        s->gw_pending[g] = 0;
+        uint64_t a, n;
+        sg_range(s, g, &a, &n);
+        uint64_t bytes = MW_ALIGN_UP(n * 4, 4096);
+        struct mw_trace_arg ta[3] = {{"unit", s->gw_unit[g]}, {"bytes", (int64_t)bytes}, {"step", s->step}};
+        mw_trace_span(s->trace, "residency", "grad_write", s->gw_t0[g], mw_now_ns(), ta, 3);
+        s->grad_write_bytes += bytes;
+        if (!e) e = drop(s, s->model->grads, g, "gradient");
+        if (e && !err) err = e;
+    }
+    return err;
 }
 
 /* Everything from element `mark` up is final: sum the chunks that lie there, then write out
@@ -364,15 +394,19 @@ static void st_grad_ready(size_t first, size_t n, void *self)
     struct mw_train_stream *s = self;
     mw_train_opt_grad_ready(first, n, s->opt);
     if (s->err || !s->last) return;
-    /* Backward reports units in reverse flat order: everything from `first` up is final. */
-    s->err = grads_advance(s, first, unit_of_first(s, first));
+    /* Backward reports units in reverse flat order: everything from `first` up is final. The
+     * writes of the unit before are done by now, most likely: their pages go. */
+    s->err = grads_reap(s, 0);
+    if (!s->err) s->err = grads_advance(s, first, unit_of_first(s, first));
 }
 
 static int st_backward_end(void *self)
 {
     struct mw_train_stream *s = self;
     if (s->err || !s->last) return s->err;
-    return s->err = grads_advance(s, 0, -1);
+    s->err = grads_advance(s, 0, -1);
+    int err = grads_reap(s, 1); /* the update reads them back: every write done */
+    return s->err ? s->err : (s->err = err);
 }
 
 /* The engine's norm: fixed chunks of the flat space, summed in order. */
