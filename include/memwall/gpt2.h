@@ -151,6 +151,11 @@ void mw_gpt2_init_weights(struct mw_gpt2 *m, uint64_t seed);
  * there): callers that stream weights initialise a unit at a time. -EINVAL for a bad unit. */
 int mw_gpt2_init_weights_unit(struct mw_gpt2 *m, uint64_t seed, int unit);
 
+/* Runs one large matrix product on scratch memory (freed again), so that what the process keeps
+ * for the rest of its life (the matrix library's per-thread buffers) is resident before a
+ * caller measures its baseline (the streamed run's DRAM plan). */
+void mw_gpt2_warm_runtime(const struct mw_gpt2 *m);
+
 /* Finds a tensor by HF name; NULL if absent. */
 const struct mw_gpt2_tensor *mw_gpt2_find_tensor(const struct mw_gpt2 *m, const char *name);
 

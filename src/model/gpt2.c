@@ -10,6 +10,8 @@
 #include "gpt2_internal.h"
 #include "memwall/common.h"
 
+#include <cblas.h>
+
 #include <errno.h>
 #include <math.h>
 #include <omp.h>
@@ -357,3 +359,38 @@ void mw_gpt2_init_weights(struct mw_gpt2 *m, uint64_t seed)
 
 const float *mw_gpt2_logits(const struct mw_gpt2 *m) { return m->impl->logits; }
 const float *mw_gpt2_losses(const struct mw_gpt2 *m) { return m->impl->losses; }
+
+void mw_gpt2_warm_runtime(const struct mw_gpt2 *m)
+{
+    /* The matrix library keeps per-thread packing buffers for the life of the process, touched as
+     * far as each product shape's panels reach. Run every product shape of a training step once
+     * (forward, both backward products of each linear layer, the LM head's three), on inputs that
+     * are a fresh zero mapping (read, never written: it costs no memory) into the logits buffer,
+     * whose pages are returned afterwards (the first forward pass writes them anyway), so the
+     * buffers are resident before the caller measures its baseline. */
+    const struct mw_gpt2_impl *im = m->impl;
+    int C = m->cfg.n_embd, Vp = m->cfg.padded_vocab_size ? m->cfg.padded_vocab_size : m->cfg.vocab_size;
+    int N = m->opts.max_batch * m->opts.max_seq, nt = m->opts.n_threads;
+    size_t out_n = (size_t)N * (size_t)Vp; /* the logits buffer */
+    size_t in_bytes = map_bytes(MW_MAX((size_t)N, (size_t)4 * (size_t)C) * (size_t)MW_MAX(Vp, 4 * C) +
+                                (size_t)Vp * (size_t)C);
+    float *in = mmap(NULL, in_bytes, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (in == MAP_FAILED) return;
+    float *out = im->logits;
+    openblas_set_num_threads(1);
+    const int lin[4][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}}; /* (in, out) of each linear */
+    for (int i = 0; i < 4; i++) {
+        int IC = lin[i][0], OC = lin[i][1];
+        mw_k_sgemm(0, 0, N, OC, IC, 1.0f, in, IC, in, OC, 0.0f, out, OC, nt); /* forward */
+        mw_k_sgemm(0, 1, N, IC, OC, 1.0f, in, OC, in, OC, 0.0f, out, IC, nt); /* dinp */
+        if ((size_t)IC * (size_t)OC <= out_n)
+            mw_k_sgemm(1, 0, IC, OC, N, 1.0f, in, IC, in, OC, 0.0f, out, OC, nt); /* dw */
+    }
+    int rows = (int)MW_MIN((size_t)Vp, out_n / (size_t)C);
+    mw_k_sgemm(0, 1, N, Vp, C, 1.0f, in, C, in, C, 0.0f, out, Vp, nt);        /* logits */
+    mw_k_sgemm(0, 0, N, C, Vp, 1.0f, in, Vp, in, C, 0.0f, out, C, nt);        /* dlogits @ wte */
+    mw_k_sgemm(1, 0, rows, C, N, 1.0f, in, Vp, in, C, 0.0f, out, C, nt);      /* wte's share (rows of it) */
+    munmap(in, in_bytes);
+    size_t page = 4096, lo = MW_ALIGN_UP((uintptr_t)out, page), hi = ((uintptr_t)(out + out_n)) / page * page;
+    if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED); /* contents are rewritten before use */
+}

@@ -7,7 +7,7 @@
  * gradient is final once its last micro-batch is done, so the gradients never all sit in DRAM.
  *
  * How, without a second copy of the model's code: every micro-batch keeps what crosses a unit
- * boundary (its block inputs res[0..L], ln_f's output and statistics, the residual-stream
+ * boundary (micro-batch 0 in the model's own buffers, the others in one extra mapping) (its block inputs res[0..L], ln_f's output and statistics, the residual-stream
  * gradient dres, its tokens); the model's own pointers are pointed at micro-batch k's copies
  * before the very same kernels run on it. Blocks recompute their insides in backward (block
  * inputs are what is kept). The LM head's logits are not kept (Vp columns per position): the
@@ -46,13 +46,25 @@ static size_t per_mb_floats(const struct mw_gpt2 *m)
     return (L + 3) * BT * C + 2 * BT + 2 * BT; /* res, lnf, dres; mean, rstd; inputs, targets (int32) */
 }
 
+/* Micro-batch 0 uses the model's own buffers; the others get a copy each. */
 size_t mw_gpt2_lm_bytes(const struct mw_gpt2 *m, int nmb)
 {
-    return nmb > 0 ? MW_ALIGN_UP(per_mb_floats(m) * sizeof(float) * (size_t)nmb, 4096) : 0;
+    return nmb > 1 ? MW_ALIGN_UP(per_mb_floats(m) * sizeof(float) * (size_t)(nmb - 1), 4096) : 0;
 }
 
-static void view(const struct mw_gpt2 *m, float *base, int k, float **res, struct lm_saved *s)
+struct saved_ptrs { float **res; float *lnf, *lnf_mean, *lnf_rstd, *dres; int32_t *inputs, *targets; };
+
+static void view(const struct mw_gpt2 *m, float *base, int k, float **res, struct lm_saved *s,
+                 const struct saved_ptrs *own)
 {
+    if (k == 0) { /* the model's own buffers */
+        for (int l = 0; l <= m->cfg.n_layer; l++) res[l] = own->res[l];
+        s->res = res;
+        s->lnf = own->lnf; s->lnf_mean = own->lnf_mean; s->lnf_rstd = own->lnf_rstd; s->dres = own->dres;
+        s->inputs = own->inputs; s->targets = own->targets;
+        return;
+    }
+    k--;
     size_t BT = (size_t)m->opts.max_batch * (size_t)m->opts.max_seq, C = (size_t)m->cfg.n_embd;
     size_t L = (size_t)m->cfg.n_layer;
     float *p = base + per_mb_floats(m) * (size_t)k;
@@ -67,11 +79,11 @@ static void view(const struct mw_gpt2 *m, float *base, int k, float **res, struc
 }
 
 /* Points the model's activation pointers at micro-batch k's saved copies. */
-static void use_mb(struct mw_gpt2 *m, float *base, int k, float **res)
+static void use_mb(struct mw_gpt2 *m, float *base, int k, float **res, const struct saved_ptrs *own)
 {
     struct mw_gpt2_impl *im = m->impl;
     struct lm_saved s;
-    view(m, base, k, res, &s);
+    view(m, base, k, res, &s, own);
     for (int l = 0; l <= m->cfg.n_layer; l++) im->res[l] = res[l];
     im->lnf = s.lnf;
     im->lnf_mean = s.lnf_mean;
@@ -80,8 +92,6 @@ static void use_mb(struct mw_gpt2 *m, float *base, int k, float **res)
     im->inputs = s.inputs;
     im->targets = s.targets;
 }
-
-struct saved_ptrs { float **res; float *lnf, *lnf_mean, *lnf_rstd, *dres; int32_t *inputs, *targets; };
 
 static int hook(struct mw_gpt2 *m, int event, int unit, int backward)
 {
@@ -102,10 +112,10 @@ int mw_gpt2_step_layer_major(struct mw_gpt2 *m, int nmb, const int32_t *inputs, 
         if (inputs[i] < 0 || inputs[i] >= V || targets[i] < 0 || targets[i] >= V)
             return mw_error_set(-EINVAL, "gpt2 layer-major step: token %d or target %d at %zu is outside the vocabulary "
                                 "0..%d", (int)inputs[i], (int)targets[i], i, V - 1);
-    float *base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    float *base = bytes ? mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) : NULL;
     float **res = malloc(((size_t)L + 1) * sizeof *res);
     if (base == MAP_FAILED || !res) {
-        if (base != MAP_FAILED) munmap(base, bytes);
+        if (base && base != MAP_FAILED) munmap(base, bytes);
         free(res);
         return mw_error_set(-ENOMEM, "gpt2 layer-major step: no memory for %d micro-batches' saved activations (%zu bytes)",
                             nmb, bytes);
@@ -113,7 +123,7 @@ int mw_gpt2_step_layer_major(struct mw_gpt2 *m, int nmb, const int32_t *inputs, 
     struct saved_ptrs keep = {NULL, im->lnf, im->lnf_mean, im->lnf_rstd, im->dres, im->inputs, im->targets};
     float **res0 = malloc(((size_t)L + 1) * sizeof *res0);
     if (!res0) {
-        munmap(base, bytes);
+        if (base) munmap(base, bytes);
         free(res);
         return mw_error_set(-ENOMEM, "gpt2 layer-major step: no memory");
     }
@@ -130,21 +140,21 @@ int mw_gpt2_step_layer_major(struct mw_gpt2 *m, int nmb, const int32_t *inputs, 
     uint64_t t0 = mw_now_ns();
 
     for (int k = 0; k < nmb; k++) {
-        use_mb(m, base, k, res);
+        use_mb(m, base, k, res, &keep);
         memcpy(im->inputs, inputs + (size_t)k * N, N * sizeof(int32_t));
         memcpy(im->targets, targets + (size_t)k * N, N * sizeof(int32_t));
     }
     /* Forward: the embeddings, then each block, over every micro-batch. */
     if ((rc = hook(m, MW_GPT2_UNIT_ACQUIRE, 0, 0))) goto out;
     for (int k = 0; k < nmb; k++) {
-        use_mb(m, base, k, res);
+        use_mb(m, base, k, res, &keep);
         mw_k_encoder_fwd(im->res[0], im->inputs, p + im->off_wte, p + im->off_wpe, B, T, C, nt);
     }
     if ((rc = hook(m, MW_GPT2_UNIT_RELEASE, 0, 0))) goto out;
     for (int l = 0; l < L; l++) {
         if ((rc = hook(m, MW_GPT2_UNIT_ACQUIRE, l + 1, 0))) goto out;
         for (int k = 0; k < nmb; k++) {
-            use_mb(m, base, k, res);
+            use_mb(m, base, k, res, &keep);
             mw_gpt2_block_fwd(m, l, B, T, 1);
         }
         if ((rc = hook(m, MW_GPT2_UNIT_RELEASE, l + 1, 0))) goto out;
@@ -156,7 +166,7 @@ int mw_gpt2_step_layer_major(struct mw_gpt2 *m, int nmb, const int32_t *inputs, 
     if ((rc = hook(m, MW_GPT2_UNIT_ACQUIRE, L + 1, 0))) goto out;
     if ((rc = hook(m, MW_GPT2_UNIT_ACQUIRE, 0, 0))) goto out;
     for (int k = 0; k < nmb; k++) {
-        use_mb(m, base, k, res);
+        use_mb(m, base, k, res, &keep);
         mw_k_layernorm_fwd(im->lnf, im->lnf_mean, im->lnf_rstd, im->res[L], p + im->off_lnfw, p + im->off_lnfb, (int)N,
                            C, nt);
         mw_k_sgemm(0, 1, (int)N, Vp, C, 1.0f, im->lnf, C, p + im->off_wte, C, 0.0f, im->logits, Vp, nt);
@@ -179,7 +189,7 @@ int mw_gpt2_step_layer_major(struct mw_gpt2 *m, int nmb, const int32_t *inputs, 
     for (int l = L - 1; l >= 0; l--) {
         if ((rc = hook(m, MW_GPT2_UNIT_ACQUIRE, l + 1, 1))) goto out;
         for (int k = 0; k < nmb; k++) {
-            use_mb(m, base, k, res);
+            use_mb(m, base, k, res, &keep);
             mw_gpt2_block_fwd(m, l, B, T, 0);
             mw_gpt2_block_bwd_(m, l, B, T);
         }
@@ -189,7 +199,7 @@ int mw_gpt2_step_layer_major(struct mw_gpt2 *m, int nmb, const int32_t *inputs, 
     /* wte's head share (logits again from ln_f's output), then the lookup's share. */
     if ((rc = hook(m, MW_GPT2_UNIT_ACQUIRE, 0, 1))) goto out;
     for (int k = 0; k < nmb; k++) {
-        use_mb(m, base, k, res);
+        use_mb(m, base, k, res, &keep);
         mw_k_sgemm(0, 1, (int)N, Vp, C, 1.0f, im->lnf, C, p + im->off_wte, C, 0.0f, im->logits, Vp, nt);
         mw_k_crossentropy_fwd(im->losses, im->lse, im->logits, im->targets, (int)N, V, Vp, nt);
         mw_k_crossentropy_bwd(im->logits, im->lse, im->targets, grad_scale / (float)N, (int)N, V, Vp, nt);
@@ -208,7 +218,7 @@ out:
     im->inputs = keep.inputs;
     im->targets = keep.targets;
     m->loss = -1.0f;
-    munmap(base, bytes);
+    if (base) munmap(base, bytes);
     free(res);
     free(res0);
     return rc;
