@@ -21,6 +21,8 @@ Why this layout:
   counted. Later steps that break what was learned raise a RuntimeError that says what to do.
 """
 import os
+import shutil
+import tempfile
 
 import torch
 
@@ -80,12 +82,28 @@ class _Group:
         self.index = {id(p): k for k, p in enumerate(self.params)}
         L = _lib.lib()
         self._numel_arr = (_lib.ctypes.c_uint64 * len(self.numel))(*self.numel)
+        # Each engine names its NVMe objects the same way: one private directory per engine
+        # under each NVMe directory (removed by free()).
+        self.dirs = []
+        nvme = None
+        if opt._nvme_dirs:
+            try:
+                for d in opt._nvme_dirs:
+                    self.dirs.append(tempfile.mkdtemp(prefix=f"memwall-g{gi}-", dir=d))
+            except OSError as e:
+                self.remove_dirs()
+                raise OSError(e.errno, f"memwall.torch.AdamW: cannot create the state directory of param group "
+                                       f"{gi} in {e.filename}: {e.strerror}") from e
+            self.nvme_b = ":".join(self.dirs).encode()  # must outlive the engine
+            nvme = self.nvme_b
         self.handle = _lib.ctypes.c_void_p()
         rc = L.mw_pyapi_create(_lib.ctypes.byref(self.handle), len(self.numel), self._numel_arr, None,
                                _STATES[opt._state].encode(), _MOMENTS[opt._moments][0].encode(),
-                               opt._nvme_dir_b, opt._subgroup_size, opt._buffer_count, opt._threads,
+                               nvme, opt._subgroup_size, opt._buffer_count, opt._threads,
                                opt._dram_budget, opt._nvme_budget, self.w.data_ptr(), self.g.data_ptr(),
                                opt._trace_handle)
+        if rc < 0:
+            self.remove_dirs()
         _lib.check(rc, f"creating the offload engine of param group {gi} ({self.total} parameters)")
         self.begun = False       # backward_begin called for the coming step
         self.armed_hp = None     # hyper-parameters the step was armed with
@@ -176,10 +194,16 @@ class _Group:
             raise _lib.MemwallError(rc, text)
         self.pversions = [p._version for p in self.params]
 
+    def remove_dirs(self):
+        for d in self.dirs:
+            shutil.rmtree(d, ignore_errors=True)
+        self.dirs = []
+
     def free(self):
         if self.handle:
             _lib.lib().mw_offload_free(self.handle)
             self.handle = _lib.ctypes.c_void_p()
+        self.remove_dirs()
 
 
 class AdamW(torch.optim.Optimizer):
@@ -226,7 +250,7 @@ class AdamW(torch.optim.Optimizer):
             if v is not None and (not isinstance(v, int) or v < 1):
                 raise ValueError(f"memwall.torch.AdamW: {name}={v!r}; expected a positive integer or None")
         self._state, self._moments = state, moment_dtype
-        self._nvme_dir_b = str(nvme_dir).encode() if nvme_dir else None  # outlives the engines
+        self._nvme_dirs = str(nvme_dir).split(":") if state == "nvme" else []
         self._subgroup_size, self._buffer_count = subgroup_size or 0, buffer_count or 0
         self._threads = threads or 0
         self._dram_budget, self._nvme_budget = dram_budget or 0, nvme_budget or 0
