@@ -491,6 +491,11 @@ class AdamW(torch.optim.Optimizer):
         out["overlap"] = self._mode == "on"
         return out
 
+    def _inject_write_failure(self, group, k):
+        """Testing: the k-th NVMe write of param group `group`'s engine from now fails (-EIO)
+        after writing half its bytes (memwall/offload.h)."""
+        _lib.lib().mw_offload_inject_write_failure(self._groups[group].handle, k)
+
     def write_trace(self):
         """Writes the trace (trace=...) collected so far."""
         if self._trace_handle is None:
