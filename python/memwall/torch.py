@@ -68,12 +68,12 @@ class _Group:
         self.g = torch.zeros(self.total, dtype=torch.float32)
         self.gviews = []
         with torch.no_grad():
-            for p, a, n in zip(self.params, self.first, self.numel):
+            for k, (p, a, n) in enumerate(zip(self.params, self.first, self.numel)):
                 self.w[a:a + n].copy_(p.detach().reshape(-1))
                 p.data = self.w[a:a + n].view(p.shape)
                 gv = self.g[a:a + n].view(p.shape)
                 if p.grad is not None:
-                    self._check_grad(p, p.grad, self.params.index(p))
+                    self._check_grad(p, p.grad, k)
                     gv.copy_(p.grad)
                 p.grad = gv
                 self.gviews.append(gv)

@@ -198,3 +198,15 @@ def test_load_state_dict_mismatch():
     sd["param_groups"][0]["params"] = sd["param_groups"][0]["params"][:-1]
     with pytest.raises(ValueError, match="param group 0 has 5 parameters in the state dict, 6 in the optimizer"):
         opt_other.load_state_dict(sd)
+
+
+def test_gradients_present_at_construction_are_kept():
+    """A gradient already in p.grad when the optimizer is built moves into memwall's buffer."""
+    ps = [torch.nn.Parameter(torch.ones(5, 3)), torch.nn.Parameter(torch.ones(4))]
+    for p in ps:
+        p.grad = torch.full_like(p, 0.5)
+    opt = memwall.torch.AdamW(ps, lr=0.1, weight_decay=0.0, overlap=False)
+    assert all(torch.equal(p.grad, torch.full_like(p, 0.5)) for p in ps)
+    opt.step()
+    # first AdamW step: p -= lr * g / (|g| + eps)
+    assert all(torch.allclose(p, torch.full_like(p, 0.9)) for p in ps)
