@@ -1,0 +1,31 @@
+"""trace=...: the engine's events (NVMe reads and writes per subgroup, updates, tier bytes) go to a
+Chrome/Perfetto JSON file that `memwall report` reads."""
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+import memwall.torch
+from conftest import ROOT, THREADS, batches, make_mlp, mlp_groups, train
+
+
+def test_trace_is_written_and_reported(nvme_dir, tmp_path):
+    path = tmp_path / "run" / "trace.json"  # the directory is created
+    m = make_mlp()
+    opt = memwall.torch.AdamW(mlp_groups(m, 1e-3), state="nvme", nvme_dir=nvme_dir, subgroup_size=2048,
+                              trace=str(path), threads=THREADS)
+    train("mlp", m, opt, batches("mlp", 3))
+    opt.close()
+    assert not os.listdir(nvme_dir)  # close() removed the engines' state directories
+    with open(path) as f:
+        tr = json.load(f)
+    names = {(e.get("cat"), e.get("name")) for e in tr["traceEvents"]}
+    assert ("offload", "sg_read") in names and ("offload", "sg_write") in names and ("offload", "step") in names
+    cli = os.environ.get("MW_CLI") or shutil.which("memwall") or os.path.join(ROOT, "build", "memwall")
+    if not os.path.exists(cli):
+        pytest.skip("no memwall CLI to read the trace (make build)")
+    r = subprocess.run([cli, "report", "--text", str(path)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "nvme" in r.stdout.lower()
