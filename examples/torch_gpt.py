@@ -21,9 +21,12 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
+# Idle OpenMP threads sleep instead of spinning (read once, when torch loads libgomp): torch's
+# team and the team of memwall's update thread share two cores here (docs/python.md, "Threads").
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

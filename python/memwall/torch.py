@@ -79,7 +79,6 @@ class _Group:
                 self.gviews.append(gv)
         self.ptrs = [p.data_ptr() for p in self.params]
         self.pversions = [p._version for p in self.params]
-        self.index = {id(p): k for k, p in enumerate(self.params)}
         L = _lib.lib()
         self._numel_arr = (_lib.ctypes.c_uint64 * len(self.numel))(*self.numel)
         # Each engine names its NVMe objects the same way: one private directory per engine
