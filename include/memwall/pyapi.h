@@ -29,11 +29,13 @@ extern "C" {
 int mw_pyapi_version(void);
 
 /* Creates an engine over n tensors of numel[i] elements each (flags[i]: MW_OFFLOAD_NO_DECAY or
- * 0; flags may be NULL), laid end to end in the caller's flat fp32 arrays weights[total] (the
- * working copy, refreshed in place; the master starts from it) and grads[total] (the caller
- * accumulates into it and zeroes it; the engine reads it at update time).
+ * 0; flags may be NULL), laid end to end in the caller's flat arrays weights[total] (the
+ * working copy in weight_format, refreshed in place; an fp32 master starts from it, a
+ * bf16/fp16 one from zeros: then call mw_offload_set_master) and grads[total] (fp32; the
+ * caller accumulates into it and zeroes it; the engine reads it at update time).
  *   placement:     as mw_offload_placement_parse ("all=dram", "optim=nvme", ...)
  *   moments:       "fp32", "bf16", "bf16-sr" or "8bit"
+ *   weight_format: "fp32", "bf16" or "fp16" (the working copy; the master is always fp32)
  *   nvme_dir:      directory (or "d1:d2") for NVMe state; may be NULL for an all-DRAM placement;
  *                  the string must outlive the engine
  *   subgroup_size: elements per subgroup, 0 = the engine's default
@@ -42,10 +44,10 @@ int mw_pyapi_version(void);
  *   budgets:       bytes, 0 = none (the real capacity is still checked)
  *   trace:         optional recorder (memwall/trace.h), may be NULL */
 int mw_pyapi_create(struct mw_offload **out, uint32_t n, const uint64_t *numel, const unsigned *flags,
-                    const char *placement, const char *moments, const char *nvme_dir,
+                    const char *placement, const char *moments, const char *weight_format, const char *nvme_dir,
                     uint64_t subgroup_size, int buffer_count, int cpu_threads,
                     uint64_t dram_budget, uint64_t nvme_budget,
-                    float *weights, const float *grads, struct mw_trace *trace);
+                    void *weights, const float *grads, struct mw_trace *trace);
 
 /* mw_offload_backward_begin with last = 1; arm != 0 arms the update with these AdamW
  * hyper-parameters (updates start as ranges are reported). */

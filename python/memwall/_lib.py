@@ -56,7 +56,7 @@ def lib():
         "mw_pyapi_version": (i32, []),
         "mw_error_msg": (ctypes.c_char_p, []),
         "mw_pyapi_create": (i32, [ctypes.POINTER(P), ctypes.c_uint32, P, P, ctypes.c_char_p, ctypes.c_char_p,
-                                  ctypes.c_char_p, u64, i32, i32, u64, u64, P, P, P]),
+                                  ctypes.c_char_p, ctypes.c_char_p, u64, i32, i32, u64, u64, P, P, P]),
         "mw_pyapi_backward_begin": (i32, [P, i32, f64, f64, f64, f64, f64, f32]),
         "mw_pyapi_step": (i32, [P, i32, f64, f64, f64, f64, f64, f32]),
         "mw_pyapi_stats": (i32, [P, P, i32]),

@@ -38,8 +38,17 @@ def _nbytes_region(moments, n):
     return {"fp32": 4 * n, "bf16": 2 * n, "8bit": n}[moments]
 
 
+_WFMT = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+
+
 class _Group:
-    """The engine of one param group: flat weight/gradient buffers and the handle."""
+    """The engine of one param group: flat weight/gradient buffers and the handle.
+
+    fp32 parameters: p.data and p.grad are views of the flat buffers (no copies; with
+    state="dram" the engine's master weights are the parameters). bf16/fp16 parameters: p.data
+    is a view of a flat bf16/fp16 buffer (the engine's working copy, written in the update's
+    pass), the fp32 master weights are the engine's (DRAM or NVMe), and the gradients stay
+    torch's own tensors, converted into the engine's fp32 gradient buffer when final."""
 
     def __init__(self, opt, gi, group):
         self.opt, self.gi = opt, gi
@@ -51,11 +60,16 @@ class _Group:
             if p.device.type != "cpu":
                 raise ValueError(f"memwall.torch.AdamW: {where} is on {p.device}; only CPU parameters are "
                                  f"supported so far (CUDA: see docs/python.md)")
-            if p.dtype != torch.float32:
-                raise TypeError(f"memwall.torch.AdamW: {where} is {p.dtype}; only torch.float32 parameters are "
-                                f"supported so far (bf16/fp16 with an fp32 master: see docs/python.md)")
+            if p.dtype not in _WFMT:
+                raise TypeError(f"memwall.torch.AdamW: {where} is {p.dtype}; parameters must be torch.float32, "
+                                f"torch.bfloat16 or torch.float16")
+            if p.dtype != self.params[0].dtype:
+                raise TypeError(f"memwall.torch.AdamW: {where} is {p.dtype} but parameter 0 of the group is "
+                                f"{self.params[0].dtype}; put parameters of different dtypes in different param groups")
             if p.is_sparse:
                 raise ValueError(f"memwall.torch.AdamW: {where} is a sparse tensor; only dense parameters are supported")
+        self.dtype = self.params[0].dtype
+        self.lowp = self.dtype != torch.float32
         self.numel = [p.numel() for p in self.params]
         self.first = []
         off = 0
@@ -63,8 +77,8 @@ class _Group:
             self.first.append(off)
             off += n
         self.total = off
-        # The flat buffers; parameters and gradients become views of them.
-        self.w = torch.empty(self.total, dtype=torch.float32)
+        # The flat buffers; parameters (and fp32 gradients) become views of them.
+        self.w = torch.empty(self.total, dtype=self.dtype)
         self.g = torch.zeros(self.total, dtype=torch.float32)
         self.gviews = []
         with torch.no_grad():
@@ -75,7 +89,8 @@ class _Group:
                 if p.grad is not None:
                     self._check_grad(p, p.grad, k)
                     gv.copy_(p.grad)
-                p.grad = gv
+                if not self.lowp:
+                    p.grad = gv
                 self.gviews.append(gv)
         self.ptrs = [p.data_ptr() for p in self.params]
         self.pversions = [p._version for p in self.params]
@@ -98,16 +113,20 @@ class _Group:
         self.handle = _lib.ctypes.c_void_p()
         rc = L.mw_pyapi_create(_lib.ctypes.byref(self.handle), len(self.numel), self._numel_arr, None,
                                _STATES[opt._state].encode(), _MOMENTS[opt._moments][0].encode(),
-                               nvme, opt._subgroup_size, opt._buffer_count, opt._threads,
-                               opt._dram_budget, opt._nvme_budget, self.w.data_ptr(), self.g.data_ptr(),
-                               opt._trace_handle)
+                               _WFMT[self.dtype].encode(), nvme, opt._subgroup_size, opt._buffer_count,
+                               opt._threads, opt._dram_budget, opt._nvme_budget, self.w.data_ptr(),
+                               self.g.data_ptr(), opt._trace_handle)
         if rc < 0:
             self.remove_dirs()
         _lib.check(rc, f"creating the offload engine of param group {gi} ({self.total} parameters)")
+        if self.lowp:  # the fp32 master starts from the parameters' values
+            self.push_all()
         self.begun = False       # backward_begin called for the coming step
         self.armed_hp = None     # hyper-parameters the step was armed with
-        self.hooks = [0] * len(self.params)   # hook calls since the last step, per parameter
-        self.gversion = None     # self.g._version after the last hook
+        self.hooks = [0] * len(self.params)      # hook calls since the last step, per parameter
+        self.reported = [False] * len(self.params)
+        self.gversion = None     # fp32: self.g._version after the last hook
+        self.gver = [None] * len(self.params)   # low precision: (grad object id, version) at its hook
 
     # ------------------------------------------------------------------ helpers
     def hp(self, group):
@@ -119,26 +138,57 @@ class _Group:
         if grad.is_sparse:
             raise RuntimeError(f"memwall.torch.AdamW does not support sparse gradients ({where}); "
                                f"use dense gradients (e.g. nn.Embedding(..., sparse=False))")
-        if grad.device.type != "cpu" or grad.dtype != torch.float32:
+        if grad.device.type != "cpu" or grad.dtype != self.dtype:
             raise RuntimeError(f"memwall.torch.AdamW: the gradient of {where} is {grad.dtype} on {grad.device}; "
-                               f"expected torch.float32 on the CPU")
+                               f"expected {self.dtype} on the CPU")
         if not grad.is_contiguous():
             raise RuntimeError(f"memwall.torch.AdamW does not support non-contiguous gradients ({where}, strides "
                                f"{grad.stride()}); assign p.grad = p.grad.contiguous() before step()")
 
     def adopt_grad(self, k):
-        """Makes p.grad the view of the flat buffer (copying a gradient autograd or the user put
-        elsewhere, e.g. after zero_grad(set_to_none=True) elsewhere); None becomes zeros."""
+        """Puts parameter k's gradient into the engine's buffer. fp32: makes p.grad the view of
+        the flat buffer again (copying a gradient autograd or the user put elsewhere, e.g. after
+        module.zero_grad(set_to_none=True)); low precision: converts it to fp32. None: zeros."""
         p, gv = self.params[k], self.gviews[k]
         grad = p.grad
         if grad is gv:
             return
         if grad is None:
             gv.zero_()
+            return
+        self._check_grad(p, grad, k)
+        gv.copy_(grad)
+        if not self.lowp:
+            p.grad = gv
+
+    def note_hook(self, k):
+        """Records the gradients' version right after parameter k's hook."""
+        if self.lowp:
+            gr = self.params[k].grad
+            self.gver[k] = (id(gr), gr._version)
         else:
-            self._check_grad(p, grad, k)
-            gv.copy_(grad)
-        p.grad = gv
+            self.gversion = self.g._version
+
+    def hooked(self):
+        return any(self.hooks)
+
+    def grads_modified(self):
+        """Whether a gradient changed after its hook (clipping, unscaling, a manual edit)."""
+        if not self.lowp:
+            return self.gversion is not None and self.gversion != self.g._version
+        for p, v in zip(self.params, self.gver):
+            if v is not None and (p.grad is None or (id(p.grad), p.grad._version) != v):
+                return True
+        return False
+
+    def _master_matches(self, k):
+        """Low precision: whether parameter k holds exactly the rounding of the engine's master
+        (then a change of version, e.g. model.load_state_dict of the same values, is no change)."""
+        a, n = self.first[k], self.numel[k]
+        m = torch.empty(n, dtype=torch.float32)
+        _lib.check(_lib.lib().mw_offload_read_raw(self.handle, _lib.R_MASTER, a, n, m.data_ptr()),
+                   f"reading the master weights of param group {self.gi}")
+        return torch.equal(m.to(self.dtype), self.w[a:a + n])
 
     def sync_params(self):
         """Parameters changed outside the optimizer (model.load_state_dict, p.copy_) since the
@@ -152,13 +202,15 @@ class _Group:
                                    f"create the optimizer after moving the model")
             if p._version != self.pversions[k]:
                 a, n = self.first[k], self.numel[k]
-                _lib.check(L.mw_offload_set_master(self.handle, a, n, self.w.data_ptr() + 4 * a),
-                           f"pushing parameter {k} of param group {self.gi} into the engine")
+                if not (self.lowp and self._master_matches(k)):
+                    src = self.w[a:a + n].float() if self.lowp else self.w[a:a + n]
+                    _lib.check(L.mw_offload_set_master(self.handle, a, n, src.data_ptr()),
+                               f"pushing parameter {k} of param group {self.gi} into the engine")
                 self.pversions[k] = p._version
 
     def push_all(self):
-        L = _lib.lib()
-        _lib.check(L.mw_offload_set_master(self.handle, 0, self.total, self.w.data_ptr()),
+        src = self.w.float() if self.lowp else self.w
+        _lib.check(_lib.lib().mw_offload_set_master(self.handle, 0, self.total, src.data_ptr()),
                    f"pushing the parameters of param group {self.gi} into the engine")
         self.pversions = [p._version for p in self.params]
 
@@ -169,19 +221,31 @@ class _Group:
         self.begun = True
         self.armed_hp = hp if arm else None
 
+    def report(self, k):
+        _lib.check(_lib.lib().mw_offload_grad_ready(self.handle, self.first[k], self.numel[k]),
+                   f"reporting the gradient of parameter {k} of param group {self.gi}")
+        self.reported[k] = True
+
+    def reset_step(self):
+        self.begun, self.armed_hp = False, None
+        self.hooks = [0] * len(self.params)
+        self.reported = [False] * len(self.params)
+        self.gversion = None
+        self.gver = [None] * len(self.params)
+
     def step(self, hp):
         """Runs (or finishes) the update of this group; on failure recovers and raises."""
         L = _lib.lib()
         if not self.begun:
             self.begin(False, hp)
         for k in range(len(self.params)):
-            self.adopt_grad(k)
+            if not self.reported[k]:  # a reported range may be being updated right now
+                self.adopt_grad(k)
         rc = L.mw_offload_backward_end(self.handle)
         if rc >= 0:
             armed = self.armed_hp is not None
             rc = L.mw_pyapi_step(self.handle, 1 if armed else 0, *hp, 1.0)
-        self.begun, self.armed_hp = False, None
-        self.hooks = [0] * len(self.params)
+        self.reset_step()
         if rc < 0:
             msg = L.mw_error_msg()
             msg = msg.decode(errors="replace") if msg else os.strerror(-rc)
@@ -192,6 +256,20 @@ class _Group:
                 raise OSError(-rc, text)
             raise _lib.MemwallError(rc, text)
         self.pversions = [p._version for p in self.params]
+
+    def zero_grad(self, set_to_none):
+        if self.lowp:
+            for p in self.params:
+                if set_to_none:
+                    p.grad = None
+                elif p.grad is not None:
+                    p.grad.zero_()
+        else:
+            self.g.zero_()
+            for k, p in enumerate(self.params):
+                if p.grad is not self.gviews[k]:
+                    p.grad = self.gviews[k]
+        self.hooks = [0] * len(self.params)
 
     def remove_dirs(self):
         for d in self.dirs:
@@ -296,7 +374,7 @@ class AdamW(torch.optim.Optimizer):
             return
         g.adopt_grad(k)
         g.hooks[k] += 1
-        g.gversion = g.g._version
+        g.note_hook(k)
         if self._mode == "probe":
             return
         if g.hooks[k] > self._accum:
@@ -309,8 +387,7 @@ class AdamW(torch.optim.Optimizer):
         if g.hooks[k] == self._accum:
             if not g.begun:
                 g.begin(True, g.hp(self.param_groups[g.gi]))
-            _lib.check(_lib.lib().mw_offload_grad_ready(g.handle, g.first[k], g.numel[k]),
-                       f"reporting the gradient of parameter {k} of param group {g.gi}")
+            g.report(k)
 
     # ------------------------------------------------------------------ the step
     @torch.no_grad()
@@ -322,17 +399,17 @@ class AdamW(torch.optim.Optimizer):
         hps = [g.hp(self.param_groups[g.gi]) for g in self._groups]
         late = None
         if self._mode == "probe":
-            hooked = [g for g in self._groups if any(g.hooks)]
-            modified = any(g.gversion != g.g._version for g in hooked)
+            hooked = [g for g in self._groups if g.hooked()]
+            modified = any(g.grads_modified() for g in hooked)
             self._accum = max((max(g.hooks) for g in hooked), default=0)
             self._mode = "on" if hooked and not modified else "off"
             self.overlap_off_reason = ("gradients were modified after backward (clipping, unscaling)" if modified
                                        else None if hooked else "no gradient hooks fired")
         elif self._mode == "on":
             for g, hp in zip(self._groups, hps):
-                if g.begun and (g.gversion != g.g._version or g.armed_hp != hp):
+                if g.begun and (g.grads_modified() or g.armed_hp != hp):
                     late = ("the gradients were modified after backward (e.g. clip_grad_norm_)"
-                            if g.gversion != g.g._version else
+                            if g.grads_modified() else
                             "lr/betas/eps/weight_decay changed between backward() and step()")
                 elif not g.begun:
                     g.begin(True, hp)
@@ -346,18 +423,15 @@ class AdamW(torch.optim.Optimizer):
         return loss
 
     def zero_grad(self, set_to_none=True):
-        """Zeroes the flat gradient buffers (p.grad stays a view of them whatever set_to_none
-        says: autograd then accumulates in place, and the engine reads them without a copy)."""
+        """fp32 parameters: zeroes the flat gradient buffers, and p.grad stays a view of them
+        whatever set_to_none says (autograd accumulates in place; the engine reads them without
+        a copy). bf16/fp16 parameters: torch's behaviour."""
         if any(g.begun for g in self._groups):
             raise RuntimeError("memwall.torch.AdamW: zero_grad() between backward() and step() with overlap=True: "
                                "the update has already started with these gradients; call step() first or use "
                                "overlap=False")
         for g in self._groups:
-            g.g.zero_()
-            for k, p in enumerate(g.params):
-                if p.grad is not g.gviews[k]:
-                    p.grad = g.gviews[k]
-            g.hooks = [0] * len(g.params)
+            g.zero_grad(set_to_none)
 
     # ------------------------------------------------------------------ state
     def _read(self, g, region, first, n, nbytes, dtype):
@@ -398,10 +472,13 @@ class AdamW(torch.optim.Optimizer):
                       "exp_avg_sq": self._read(g, _lib.R_EXP_AVG_SQ, 0, g.total, g.total, None),
                       "exp_avg_sq_scale": self._read(g, _lib.R_EXP_AVG_SQ_SCALE, 0, g.total, 4 * nsc, torch.float32)}
             extra.append(q8)
-            if steps > 0:
+            if steps > 0 or g.lowp:
                 for k, p in enumerate(g.params):
                     s = {"step": torch.tensor(float(steps))}
-                    if mom != "8bit":
+                    if g.lowp:  # the fp32 master is not the parameter: it is part of the state
+                        s["master"] = self._read(g, _lib.R_MASTER, g.first[k], g.numel[k], 4 * g.numel[k],
+                                                 torch.float32).view(p.shape)
+                    if mom != "8bit" and steps > 0:
                         a, n = g.first[k], g.numel[k]
                         dt = _MOMENTS[mom][1]
                         s["exp_avg"] = self._read(g, _lib.R_EXP_AVG, a, n, _nbytes_region(mom, n), dt).view(p.shape)
@@ -439,7 +516,15 @@ class AdamW(torch.optim.Optimizer):
                 raise ValueError(f"memwall.torch.AdamW.load_state_dict: the parameters of param group {gi} have "
                                  f"different step counts {sorted(steps)}; memwall steps a group as one")
             step = steps.pop()
-            g.push_all()
+            saved_states = [state_dict["state"].get(saved["params"][ids[id(p)]]) for p in g.params]
+            if g.lowp and all(s is not None and "master" in s for s in saved_states):
+                for k, s in enumerate(saved_states):
+                    a, n = g.first[k], g.numel[k]
+                    self._write(g, _lib.R_MASTER, a, n, s["master"].float(), 4 * n,
+                                f"master of parameter {k} of param group {gi}")
+                g.pversions = [p._version for p in g.params]  # the parameters now round the master
+            else:
+                g.push_all()
             if step > 0:
                 if self._moments == "8bit":
                     q8 = mw["groups"][gi]

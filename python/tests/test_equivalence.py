@@ -48,13 +48,14 @@ def test_nvme_bitwise_equals_dram(moments, nvme_dir):
     assert any(t.float().abs().sum() > 0 for t in state_tensors(o_d))
 
 
-@pytest.mark.parametrize("state", ["dram", "nvme"])
-def test_overlap_bitwise_equals_no_overlap(state, nvme_dir):
+@pytest.mark.parametrize("state,dtype", [("dram", torch.float32), ("nvme", torch.float32),
+                                         ("nvme", torch.bfloat16)])
+def test_overlap_bitwise_equals_no_overlap(state, dtype, nvme_dir):
     """Free-running GPT with 2 micro-batches per step, no clipping: overlap engages from step 2."""
     steps = 12
     res = []
     for overlap in (True, False):
-        m = make_gpt()
+        m = make_gpt().to(dtype)
         opt = memwall.torch.AdamW(gpt_groups(m, LR), lr=LR, state=state, nvme_dir=nvme_dir, overlap=overlap,
                                   subgroup_size=2048, threads=THREADS)
         train("gpt", m, opt, batches("gpt", steps), accum=2, sched=warmup_cosine(opt, steps))

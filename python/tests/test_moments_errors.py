@@ -88,6 +88,57 @@ def test_moments_match_the_c_kernel(moments, code, state, nvme_dir):
     opt.close()
 
 
+@pytest.mark.parametrize("dtype,wcode", [(torch.bfloat16, BF16), (torch.float16, 3)])
+@pytest.mark.parametrize("state", ["dram", "nvme"])
+def test_low_precision_params_match_the_c_kernel(dtype, wcode, state, nvme_dir):
+    """bf16/fp16 parameters: the fp32 master is memwall's, the parameter is its rounding written
+    in the same pass (the kernel's weights_out), gradients converted to fp32."""
+    shapes = [(37, 29), (333,)]
+    g = torch.Generator().manual_seed(4)
+    params = [torch.nn.Parameter((torch.randn(s, generator=g) * 0.1).to(dtype)) for s in shapes]
+    n = sum(p.numel() for p in params)
+    master = torch.cat([p.detach().float().reshape(-1) for p in params])
+    m, v = torch.zeros(4 * n, dtype=torch.uint8), torch.zeros(4 * n, dtype=torch.uint8)
+    wout = torch.empty(n, dtype=dtype)
+    opt = memwall.torch.AdamW(params, lr=1e-2, weight_decay=0.1, state=state, nvme_dir=nvme_dir,
+                              subgroup_size=512, threads=THREADS)
+    for t in range(1, 6):
+        grads = [torch.randn(s, generator=g).to(dtype) for s in shapes]
+        for p, gr in zip(params, grads):
+            p.grad = gr.clone()
+        opt.step()
+        opt.zero_grad()
+        assert all(p.grad is None for p in params)
+        flat_g = torch.cat([gr.float().reshape(-1) for gr in grads])
+        sl = Slice(n, 0, master.data_ptr(), flat_g.data_ptr(), m.data_ptr(), v.data_ptr(), None, None,
+                   wout.data_ptr())
+        kernel_step(Fmt(F32, F32, wcode), HP(1e-2, 0.9, 0.999, 1e-8, 0.1, t, 1.0), sl)
+    got = torch.cat([p.detach().reshape(-1) for p in params])
+    assert got.dtype == dtype and torch.equal(got.view(torch.int16), wout.view(torch.int16))
+    sd = opt.state_dict()
+    got_master = torch.cat([sd["state"][i]["master"].reshape(-1) for i in range(2)])
+    assert torch.equal(got_master.view(torch.int32), master.view(torch.int32))
+    assert not torch.equal(got_master, got.float())  # the master keeps what the parameter rounds away
+    # resume: a fresh optimizer over parameters of other values gets the master and moments back
+    params2 = [torch.nn.Parameter(torch.zeros(s, dtype=dtype)) for s in shapes]
+    opt2 = memwall.torch.AdamW(params2, lr=1e-2, weight_decay=0.1, threads=THREADS)
+    opt2.load_state_dict(sd)
+    assert all(torch.equal(a, b) for a, b in zip(params2, params))  # the parameters round the master
+    with torch.no_grad():  # a model state dict of the same values loaded afterwards changes nothing
+        for a, b in zip(params2, params):
+            a.copy_(b)
+    for o, ps in ((opt, params), (opt2, params2)):
+        for p in ps:
+            p.grad = torch.ones_like(p)
+        o.step()
+    assert all(torch.equal(a, b) for a, b in zip(params2, params))
+    s1, s2 = opt.state_dict(), opt2.state_dict()
+    for i in range(2):
+        for k in ("master", "exp_avg", "exp_avg_sq"):
+            assert torch.equal(s1["state"][i][k], s2["state"][i][k])
+    opt.close()
+
+
 # ------------------------------------------------------------------------- errors
 
 def mlp_opt(**kw):
@@ -142,8 +193,10 @@ def test_budget_too_small(nvme_dir):
 
 
 def test_bad_arguments():
-    with pytest.raises(TypeError, match="torch.bfloat16; only torch.float32 parameters"):
-        memwall.torch.AdamW([torch.nn.Parameter(torch.zeros(3, dtype=torch.bfloat16))])
+    with pytest.raises(TypeError, match="torch.float64; parameters must be torch.float32, torch.bfloat16 or "):
+        memwall.torch.AdamW([torch.nn.Parameter(torch.zeros(3, dtype=torch.float64))])
+    with pytest.raises(TypeError, match="torch.bfloat16 but parameter 0 of the group is torch.float32; put"):
+        memwall.torch.AdamW([torch.nn.Parameter(torch.zeros(3)), torch.nn.Parameter(torch.zeros(3, dtype=torch.bfloat16))])
     with pytest.raises(ValueError, match="moment_dtype='fp8'"):
         mlp_opt(moment_dtype="fp8")
     with pytest.raises(ValueError, match="state='ssd'"):

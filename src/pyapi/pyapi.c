@@ -24,11 +24,21 @@ static int moments_parse(const char *s, enum mw_offload_mfmt *out)
     return mw_error_set(-EINVAL, "moment format '%s' is not one of fp32, bf16, bf16-sr, 8bit", s ? s : "(null)");
 }
 
+static int weights_parse(const char *s, enum mw_offload_wfmt *out)
+{
+    static const struct { const char *name; enum mw_offload_wfmt f; } tab[] = {
+        {"fp32", MW_OFFLOAD_W_FP32}, {"bf16", MW_OFFLOAD_W_BF16}, {"fp16", MW_OFFLOAD_W_FP16},
+    };
+    for (size_t i = 0; s && i < sizeof tab / sizeof tab[0]; i++)
+        if (!strcmp(s, tab[i].name)) { *out = tab[i].f; return 0; }
+    return mw_error_set(-EINVAL, "weight format '%s' is not one of fp32, bf16, fp16", s ? s : "(null)");
+}
+
 int mw_pyapi_create(struct mw_offload **out, uint32_t n, const uint64_t *numel, const unsigned *flags,
-                    const char *placement, const char *moments, const char *nvme_dir,
+                    const char *placement, const char *moments, const char *weight_format, const char *nvme_dir,
                     uint64_t subgroup_size, int buffer_count, int cpu_threads,
                     uint64_t dram_budget, uint64_t nvme_budget,
-                    float *weights, const float *grads, struct mw_trace *trace)
+                    void *weights, const float *grads, struct mw_trace *trace)
 {
     if (!out || !numel || n == 0 || !weights || !grads)
         return mw_error_set(-EINVAL, "pyapi create: no tensors, or no weight/gradient array");
@@ -42,7 +52,7 @@ int mw_pyapi_create(struct mw_offload **out, uint32_t n, const uint64_t *numel, 
     int rc = mw_offload_placement_parse(placement ? placement : "all=dram", &c.place);
     if (rc) return rc;
     if ((rc = moments_parse(moments, &c.moments))) return rc;
-    c.weights = MW_OFFLOAD_W_FP32;
+    if ((rc = weights_parse(weight_format, &c.weights))) return rc;
     if (subgroup_size) c.subgroup_size = subgroup_size;
     if (buffer_count) c.buffer_count = buffer_count;
     c.cpu_threads = cpu_threads;
