@@ -562,6 +562,115 @@ class AdamW(torch.optim.Optimizer):
                     group[key] = tuple(v) if key == "betas" else v
         self._mode = "probe" if self._overlap else "off"
 
+    # ------------------------------------------------------------------ streamed state files
+    _MAGIC = b"MWTORCH1"
+
+    def _regions(self, g):
+        """(region, bytes per element or None for 8-bit scales, name) of one group's state."""
+        mom = self._moments
+        per = {"fp32": 4, "bf16": 2, "8bit": 1}[mom]
+        out = [(_lib.R_MASTER, 4, "master")] if g.lowp else []
+        out.append((_lib.R_EXP_AVG, per, "exp_avg"))
+        if mom == "8bit":
+            out.append((_lib.R_EXP_AVG_SCALE, None, "exp_avg_scale"))
+        out.append((_lib.R_EXP_AVG_SQ, per, "exp_avg_sq"))
+        if mom == "8bit":
+            out.append((_lib.R_EXP_AVG_SQ_SCALE, None, "exp_avg_sq_scale"))
+        return out
+
+    @staticmethod
+    def _region_bytes(per, first, n):
+        return per * n if per is not None else 4 * (-(-n // _lib.Q8_BLOCK))
+
+    def save_state(self, path, chunk_elems=1 << 24):
+        """Writes the optimizer state to `path` one chunk at a time (at most chunk_elems
+        elements of one region in memory), unlike state_dict(), which materialises all of it.
+        Layout: b"MWTORCH1", a little-endian u64 header length, a JSON header (groups'
+        hyper-parameters, sizes, steps, formats), then each group's regions in order (master for
+        bf16/fp16 parameters, exp_avg, its 8-bit scales, exp_avg_sq, its scales) as stored.
+        Written to path + ".tmp" and renamed, so a crash leaves the previous file intact."""
+        import json
+        import struct
+        if any(g.begun for g in self._groups):
+            raise RuntimeError("memwall.torch.AdamW.save_state() between backward() and step() with overlap=True")
+        chunk = max(_lib.Q8_BLOCK, chunk_elems // _lib.Q8_BLOCK * _lib.Q8_BLOCK)
+        L = _lib.lib()
+        groups = []
+        for g, group in zip(self._groups, self.param_groups):
+            hp = {k: v for k, v in group.items() if k != "params" and isinstance(v, (int, float, str, bool, tuple,
+                                                                                     list, type(None)))}
+            groups.append({"hparams": hp, "numel": g.numel, "dtype": _WFMT[g.dtype],
+                           "step": int(L.mw_offload_committed_steps(g.handle))})
+        header = json.dumps({"format": 1, "moment_dtype": self._moments, "groups": groups}).encode()
+        tmp = str(path) + ".tmp"
+        with open(tmp, "wb") as f:
+            f.write(self._MAGIC + struct.pack("<Q", len(header)) + header)
+            for g in self._groups:
+                for region, per, name in self._regions(g):
+                    for a in range(0, g.total, chunk):
+                        n = min(chunk, g.total - a)
+                        nb = self._region_bytes(per, a, n)
+                        t = self._read(g, region, a, n, nb, None)  # held: string_at reads its memory
+                        f.write(_lib.ctypes.string_at(t.data_ptr(), nb))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+
+    def load_state(self, path, chunk_elems=1 << 24):
+        """Restores a save_state() file one chunk at a time; the parameters themselves come from
+        the model's own checkpoint (fp32) or from the file's master weights (bf16/fp16)."""
+        import json
+        import struct
+        if any(g.begun for g in self._groups):
+            raise RuntimeError("memwall.torch.AdamW.load_state() between backward() and step() with overlap=True")
+        chunk = max(_lib.Q8_BLOCK, chunk_elems // _lib.Q8_BLOCK * _lib.Q8_BLOCK)
+        L = _lib.lib()
+        with open(path, "rb") as f:
+            head = f.read(16)
+            if len(head) != 16 or head[:8] != self._MAGIC:
+                raise ValueError(f"memwall.torch.AdamW.load_state: {path} is not a memwall.torch state file")
+            (hlen,) = struct.unpack("<Q", head[8:])
+            if hlen > 1 << 30:
+                raise ValueError(f"memwall.torch.AdamW.load_state: {path}: header length {hlen} is not plausible")
+            try:
+                meta = json.loads(f.read(hlen))
+            except ValueError as e:
+                raise ValueError(f"memwall.torch.AdamW.load_state: {path}: bad header ({e})") from None
+            if meta.get("moment_dtype") != self._moments:
+                raise ValueError(f"memwall.torch.AdamW.load_state: {path} has {meta.get('moment_dtype')} moments, "
+                                 f"this optimizer stores {self._moments} (moment_dtype must match)")
+            gs = meta.get("groups", [])
+            if len(gs) != len(self._groups):
+                raise ValueError(f"memwall.torch.AdamW.load_state: {path} has {len(gs)} param groups, the optimizer "
+                                 f"{len(self._groups)}")
+            for gi, (g, m) in enumerate(zip(self._groups, gs)):
+                if m["numel"] != g.numel or m["dtype"] != _WFMT[g.dtype]:
+                    raise ValueError(f"memwall.torch.AdamW.load_state: param group {gi} of {path} has other "
+                                     f"parameters (sizes or dtype) than the optimizer's")
+            for gi, (g, m, group) in enumerate(zip(self._groups, gs, self.param_groups)):
+                if not g.lowp:
+                    g.push_all()
+                for region, per, name in self._regions(g):
+                    for a in range(0, g.total, chunk):
+                        n = min(chunk, g.total - a)
+                        nb = self._region_bytes(per, a, n)
+                        data = f.read(nb)
+                        if len(data) != nb:
+                            raise ValueError(f"memwall.torch.AdamW.load_state: {path} ends inside {name} of param "
+                                             f"group {gi} (truncated file)")
+                        buf = bytearray(data)  # held while the tensor over it is in use
+                        self._write(g, region, a, n, torch.frombuffer(buf, dtype=torch.uint8), nb,
+                                    f"{name} of param group {gi}")
+                if g.lowp:
+                    g.pversions = [p._version for p in g.params]
+                _lib.check(L.mw_offload_set_committed_steps(g.handle, int(m["step"])),
+                           f"restoring the step of param group {gi}")
+                for k, v in m["hparams"].items():
+                    group[k] = tuple(v) if k == "betas" else v
+            if f.read(1):
+                raise ValueError(f"memwall.torch.AdamW.load_state: {path} has bytes past the state (another file?)")
+        self._mode = "probe" if self._overlap else "off"
+
     # ------------------------------------------------------------------ reporting and teardown
     def stats(self):
         """The engines' counters and plan, summed over param groups (docs/python.md)."""

@@ -141,3 +141,40 @@ def test_failed_nvme_write_can_be_retried(nvme_dir, tmp_path):
     opt.zero_grad()
     train("mlp", m, opt, data[4:], clip=0.05, accum=2, sched=sched)
     assert_bitwise(params_bits(m), params_bits(m_ref))
+
+
+@pytest.mark.parametrize("state,moments,dtype", [("dram", "fp32", torch.float32), ("nvme", "8bit", torch.float32),
+                                                 ("nvme", "fp32", torch.bfloat16)])
+def test_save_state_streams_and_resumes_bitwise(state, moments, dtype, tmp_path):
+    """save_state/load_state move the state a chunk at a time (here 512 elements) and resume
+    bitwise; a truncated or foreign file is refused with a message."""
+    d = tmp_path / "nv"
+    d.mkdir()
+    data = batches("gpt", 10)
+
+    def make(seed=0):
+        m = make_gpt(seed).to(dtype)
+        return m, memwall.torch.AdamW(gpt_groups(m, LR), lr=LR, state=state, nvme_dir=str(d), moment_dtype=moments,
+                                      subgroup_size=1024, threads=THREADS)
+    m, opt = make()
+    train("gpt", m, opt, data)
+    full = params_bits(m)
+    opt.close()
+    m, opt = make()
+    train("gpt", m, opt, data[:5])
+    path = tmp_path / "opt.mwstate"
+    opt.save_state(path, chunk_elems=512)
+    model_sd = {k: v.clone() for k, v in m.state_dict().items()}
+    opt.close()
+    m2, opt2 = make(seed=9)
+    m2.load_state_dict(model_sd)
+    opt2.load_state(path, chunk_elems=300)  # any chunk size (rounded to the 8-bit block)
+    train("gpt", m2, opt2, data[5:])
+    assert_bitwise(params_bits(m2), full)
+    raw = path.read_bytes()
+    (tmp_path / "cut").write_bytes(raw[:-10])
+    with pytest.raises(ValueError, match="ends inside exp_avg_sq.* of param group 2 \\(truncated file\\)"):
+        opt2.load_state(tmp_path / "cut")
+    (tmp_path / "junk").write_bytes(b"not a state file at all")
+    with pytest.raises(ValueError, match="is not a memwall.torch state file"):
+        opt2.load_state(tmp_path / "junk")
