@@ -23,6 +23,7 @@ Why this layout:
 import os
 import shutil
 import tempfile
+import weakref
 
 import torch
 
@@ -51,7 +52,7 @@ class _Group:
     torch's own tensors, converted into the engine's fp32 gradient buffer when final."""
 
     def __init__(self, opt, gi, group):
-        self.opt, self.gi = opt, gi
+        self.gi = gi  # no reference to opt: the gradient hooks hold groups, and must not hold the optimizer
         self.params = [p for p in group["params"] if p.requires_grad]
         if not self.params:
             raise ValueError(f"memwall.torch.AdamW: param group {gi} has no parameter that requires grad")
@@ -127,6 +128,7 @@ class _Group:
         self.reported = [False] * len(self.params)
         self.gversion = None     # fp32: self.g._version after the last hook
         self.gver = [None] * len(self.params)   # low precision: (grad object id, version) at its hook
+        self.probe_hp = None     # hyper-parameters at the first hook of the probing step
 
     # ------------------------------------------------------------------ helpers
     def hp(self, group):
@@ -232,6 +234,7 @@ class _Group:
         self.reported = [False] * len(self.params)
         self.gversion = None
         self.gver = [None] * len(self.params)
+        self.probe_hp = None
 
     def step(self, hp):
         """Runs (or finishes) the update of this group; on failure recovers and raises."""
@@ -334,6 +337,7 @@ class AdamW(torch.optim.Optimizer):
         self._overlap = bool(overlap)
         self._mode = "probe" if overlap else "off"   # probe -> on | off (see the module docstring)
         self._accum = 0                             # backward() calls per step, learned when probing
+        self.overlap_off_reason = None if overlap else "overlap=False"
         self._groups = []
         self._hook_handles = []
         self._trace_path = trace
@@ -364,9 +368,16 @@ class AdamW(torch.optim.Optimizer):
         g = _Group(self, gi, group)
         self._groups.append(g)
         if self._overlap:
+            me = weakref.ref(self)  # a hook must not keep the optimizer (its engines, NVMe files) alive
+
+            def make_hook(k):
+                def hook(p):
+                    opt = me()
+                    if opt is not None:
+                        opt._on_grad(g, k)
+                return hook
             for k, p in enumerate(g.params):
-                self._hook_handles.append(p.register_post_accumulate_grad_hook(
-                    lambda p, g=g, k=k: self._on_grad(g, k)))
+                self._hook_handles.append(p.register_post_accumulate_grad_hook(make_hook(k)))
 
     # ------------------------------------------------------------------ overlap
     def _on_grad(self, g, k):
@@ -376,6 +387,8 @@ class AdamW(torch.optim.Optimizer):
         g.hooks[k] += 1
         g.note_hook(k)
         if self._mode == "probe":
+            if g.probe_hp is None:
+                g.probe_hp = g.hp(self.param_groups[g.gi])
             return
         if g.hooks[k] > self._accum:
             self._mode = "off"
@@ -401,10 +414,13 @@ class AdamW(torch.optim.Optimizer):
         if self._mode == "probe":
             hooked = [g for g in self._groups if g.hooked()]
             modified = any(g.grads_modified() for g in hooked)
+            changed = any(g.probe_hp is not None and g.probe_hp != hp for g, hp in zip(self._groups, hps))
             self._accum = max((max(g.hooks) for g in hooked), default=0)
-            self._mode = "on" if hooked and not modified else "off"
-            self.overlap_off_reason = ("gradients were modified after backward (clipping, unscaling)" if modified
-                                       else None if hooked else "no gradient hooks fired")
+            self._mode = "on" if hooked and not modified and not changed else "off"
+            self.overlap_off_reason = (
+                "gradients were modified after backward (clipping, unscaling)" if modified else
+                "lr/betas/eps/weight_decay changed between backward() and step()" if changed else
+                None if hooked else "no gradient hooks fired")
         elif self._mode == "on":
             for g, hp in zip(self._groups, hps):
                 if g.begun and (g.grads_modified() or g.armed_hp != hp):

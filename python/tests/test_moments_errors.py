@@ -263,3 +263,18 @@ def test_gradients_present_at_construction_are_kept():
     opt.step()
     # first AdamW step: p -= lr * g / (|g| + eps)
     assert all(torch.allclose(p, torch.full_like(p, 0.9)) for p in ps)
+
+
+def test_optimizer_is_freed_without_close(nvme_dir):
+    """The gradient hooks do not keep the optimizer alive: dropping it frees its engines and
+    removes its NVMe state directories."""
+    import gc
+    m = make_mlp()
+    opt = memwall.torch.AdamW(m.parameters(), state="nvme", nvme_dir=nvme_dir, threads=THREADS)
+    m(torch.randn(4, 24)).sum().backward()
+    opt.step()
+    assert os.listdir(nvme_dir)
+    del opt
+    gc.collect()
+    assert os.listdir(nvme_dir) == []
+    m(torch.randn(4, 24)).sum().backward()  # the hooks of the dead optimizer are harmless
