@@ -49,18 +49,29 @@ class _Group:
     state="dram" the engine's master weights are the parameters). bf16/fp16 parameters: p.data
     is a view of a flat bf16/fp16 buffer (the engine's working copy, written in the update's
     pass), the fp32 master weights are the engine's (DRAM or NVMe), and the gradients stay
-    torch's own tensors, converted into the engine's fp32 gradient buffer when final."""
+    torch's own tensors, converted into the engine's fp32 gradient buffer when final.
+
+    Copy path (CUDA parameters; CPU parameters with _copy_path=True, which is how it is tested
+    here): the parameters stay where they are; the flat buffers are host copies (pinned for
+    CUDA). Gradients are copied into the host buffer (on a side stream, then synchronised),
+    and after the step the updated working copy is copied back to the parameters with
+    non-blocking copies on the side stream, which the compute stream then waits for (the
+    ZeRO-Offload data path); the host buffer is not touched again before that copy is done."""
 
     def __init__(self, opt, gi, group):
         self.gi = gi  # no reference to opt: the gradient hooks hold groups, and must not hold the optimizer
         self.params = [p for p in group["params"] if p.requires_grad]
         if not self.params:
             raise ValueError(f"memwall.torch.AdamW: param group {gi} has no parameter that requires grad")
+        dev = self.params[0].device
         for k, p in enumerate(self.params):
             where = f"parameter {k} of param group {gi} (shape {tuple(p.shape)})"
-            if p.device.type != "cpu":
-                raise ValueError(f"memwall.torch.AdamW: {where} is on {p.device}; only CPU parameters are "
-                                 f"supported so far (CUDA: see docs/python.md)")
+            if p.device.type not in ("cpu", "cuda"):
+                raise ValueError(f"memwall.torch.AdamW: {where} is on {p.device}; parameters must be on the CPU or "
+                                 f"a CUDA device")
+            if p.device != dev:
+                raise ValueError(f"memwall.torch.AdamW: {where} is on {p.device} but parameter 0 of the group is on "
+                                 f"{dev}; one device per param group")
             if p.dtype not in _WFMT:
                 raise TypeError(f"memwall.torch.AdamW: {where} is {p.dtype}; parameters must be torch.float32, "
                                 f"torch.bfloat16 or torch.float16")
@@ -71,6 +82,12 @@ class _Group:
                 raise ValueError(f"memwall.torch.AdamW: {where} is a sparse tensor; only dense parameters are supported")
         self.dtype = self.params[0].dtype
         self.lowp = self.dtype != torch.float32
+        self.device = dev
+        self.cuda = dev.type == "cuda"
+        self.copy = self.cuda or bool(opt._copy_path)
+        self.own_grads = self.lowp or self.copy   # p.grad is torch's tensor, not a view of self.g
+        self.stream = torch.cuda.Stream(device=dev) if self.cuda else None
+        self.wb_event = None     # CUDA: the write-back copies of the last step
         self.numel = [p.numel() for p in self.params]
         self.first = []
         off = 0
@@ -78,19 +95,21 @@ class _Group:
             self.first.append(off)
             off += n
         self.total = off
-        # The flat buffers; parameters (and fp32 gradients) become views of them.
-        self.w = torch.empty(self.total, dtype=self.dtype)
-        self.g = torch.zeros(self.total, dtype=torch.float32)
+        # The flat buffers; parameters (and fp32 gradients) become views of them (not on the
+        # copy path).
+        self.w = torch.empty(self.total, dtype=self.dtype, pin_memory=self.cuda)
+        self.g = torch.zeros(self.total, dtype=torch.float32, pin_memory=self.cuda)
         self.gviews = []
         with torch.no_grad():
             for k, (p, a, n) in enumerate(zip(self.params, self.first, self.numel)):
                 self.w[a:a + n].copy_(p.detach().reshape(-1))
-                p.data = self.w[a:a + n].view(p.shape)
+                if not self.copy:
+                    p.data = self.w[a:a + n].view(p.shape)
                 gv = self.g[a:a + n].view(p.shape)
                 if p.grad is not None:
                     self._check_grad(p, p.grad, k)
                     gv.copy_(p.grad)
-                if not self.lowp:
+                if not self.own_grads:
                     p.grad = gv
                 self.gviews.append(gv)
         self.ptrs = [p.data_ptr() for p in self.params]
@@ -140,9 +159,9 @@ class _Group:
         if grad.is_sparse:
             raise RuntimeError(f"memwall.torch.AdamW does not support sparse gradients ({where}); "
                                f"use dense gradients (e.g. nn.Embedding(..., sparse=False))")
-        if grad.device.type != "cpu" or grad.dtype != self.dtype:
+        if grad.device != p.device or grad.dtype != self.dtype:
             raise RuntimeError(f"memwall.torch.AdamW: the gradient of {where} is {grad.dtype} on {grad.device}; "
-                               f"expected {self.dtype} on the CPU")
+                               f"expected {self.dtype} on {p.device}")
         if not grad.is_contiguous():
             raise RuntimeError(f"memwall.torch.AdamW does not support non-contiguous gradients ({where}, strides "
                                f"{grad.stride()}); assign p.grad = p.grad.contiguous() before step()")
@@ -159,13 +178,64 @@ class _Group:
             gv.zero_()
             return
         self._check_grad(p, grad, k)
-        gv.copy_(grad)
-        if not self.lowp:
+        gv.copy_(grad)  # CUDA: a synchronous copy into pinned memory (the hook reports it next)
+        if not self.own_grads:
             p.grad = gv
+
+    def fetch_grads(self, ks):
+        """adopt_grad for several parameters; CUDA: the copies run on the side stream after the
+        work queued so far, and are waited for once."""
+        if not self.cuda:
+            for k in ks:
+                self.adopt_grad(k)
+            return
+        for k in ks:
+            if self.params[k].grad is not None:
+                self._check_grad(self.params[k], self.params[k].grad, k)
+        self.stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(self.stream):
+            for k in ks:
+                grad = self.params[k].grad
+                if grad is None:
+                    self.gviews[k].zero_()
+                else:
+                    self.gviews[k].copy_(grad, non_blocking=True)
+        self.stream.synchronize()
+
+    def wait_write_back(self):
+        """The host working copy may be written again (CUDA: the last write-back is done)."""
+        if self.wb_event is not None:
+            self.wb_event.synchronize()
+            self.wb_event = None
+
+    def pull(self, ks):
+        """Copy path: the parameters' current values into the host working copy."""
+        if self.copy:
+            self.wait_write_back()
+            with torch.no_grad():
+                for k in ks:
+                    a, n = self.first[k], self.numel[k]
+                    self.w[a:a + n].copy_(self.params[k].detach().reshape(-1))
+
+    def write_back(self):
+        """Copy path: the host working copy (the updated weights) into the parameters."""
+        if self.copy:
+            with torch.no_grad():
+                if self.cuda:
+                    self.stream.wait_stream(torch.cuda.current_stream(self.device))
+                    with torch.cuda.stream(self.stream):
+                        for p, a, n in zip(self.params, self.first, self.numel):
+                            p.detach().copy_(self.w[a:a + n].view(p.shape), non_blocking=True)
+                    torch.cuda.current_stream(self.device).wait_stream(self.stream)
+                    self.wb_event = self.stream.record_event()
+                else:
+                    for p, a, n in zip(self.params, self.first, self.numel):
+                        p.detach().copy_(self.w[a:a + n].view(p.shape))
+        self.pversions = [p._version for p in self.params]
 
     def note_hook(self, k):
         """Records the gradients' version right after parameter k's hook."""
-        if self.lowp:
+        if self.own_grads:
             gr = self.params[k].grad
             self.gver[k] = (id(gr), gr._version)
         else:
@@ -176,7 +246,7 @@ class _Group:
 
     def grads_modified(self):
         """Whether a gradient changed after its hook (clipping, unscaling, a manual edit)."""
-        if not self.lowp:
+        if not self.own_grads:
             return self.gversion is not None and self.gversion != self.g._version
         for p, v in zip(self.params, self.gver):
             if v is not None and (p.grad is None or (id(p.grad), p.grad._version) != v):
@@ -204,6 +274,7 @@ class _Group:
                                    f"create the optimizer after moving the model")
             if p._version != self.pversions[k]:
                 a, n = self.first[k], self.numel[k]
+                self.pull([k])
                 if not (self.lowp and self._master_matches(k)):
                     src = self.w[a:a + n].float() if self.lowp else self.w[a:a + n]
                     _lib.check(L.mw_offload_set_master(self.handle, a, n, src.data_ptr()),
@@ -211,12 +282,14 @@ class _Group:
                 self.pversions[k] = p._version
 
     def push_all(self):
+        self.pull(range(len(self.params)))
         src = self.w.float() if self.lowp else self.w
         _lib.check(_lib.lib().mw_offload_set_master(self.handle, 0, self.total, src.data_ptr()),
                    f"pushing the parameters of param group {self.gi} into the engine")
         self.pversions = [p._version for p in self.params]
 
     def begin(self, arm, hp):
+        self.wait_write_back()
         self.sync_params()
         _lib.check(_lib.lib().mw_pyapi_backward_begin(self.handle, 1 if arm else 0, *hp, 1.0),
                    f"starting the step of param group {self.gi}")
@@ -241,9 +314,8 @@ class _Group:
         L = _lib.lib()
         if not self.begun:
             self.begin(False, hp)
-        for k in range(len(self.params)):
-            if not self.reported[k]:  # a reported range may be being updated right now
-                self.adopt_grad(k)
+        # a reported range may be being updated right now: only the others
+        self.fetch_grads([k for k in range(len(self.params)) if not self.reported[k]])
         rc = L.mw_offload_backward_end(self.handle)
         if rc >= 0:
             armed = self.armed_hp is not None
@@ -258,10 +330,10 @@ class _Group:
             if -rc in (5, 28, 122):  # EIO, ENOSPC, EDQUOT
                 raise OSError(-rc, text)
             raise _lib.MemwallError(rc, text)
-        self.pversions = [p._version for p in self.params]
+        self.write_back()
 
     def zero_grad(self, set_to_none):
-        if self.lowp:
+        if self.own_grads:
             for p in self.params:
                 if set_to_none:
                     p.grad = None
@@ -280,6 +352,7 @@ class _Group:
         self.dirs = []
 
     def free(self):
+        self.wait_write_back()
         if self.handle:
             _lib.lib().mw_offload_free(self.handle)
             self.handle = _lib.ctypes.c_void_p()
@@ -305,7 +378,7 @@ class AdamW(torch.optim.Optimizer):
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, *,
                  state="dram", nvme_dir=None, subgroup_size=None, buffer_count=None,
                  moment_dtype="fp32", overlap=True, trace=None, threads=None,
-                 dram_budget=None, nvme_budget=None):
+                 dram_budget=None, nvme_budget=None, _copy_path=False):
         if not 0.0 <= float(lr):
             raise ValueError(f"Invalid learning rate: {lr}")
         if not 0.0 <= eps:
@@ -335,6 +408,7 @@ class AdamW(torch.optim.Optimizer):
         self._threads = threads or 0
         self._dram_budget, self._nvme_budget = dram_budget or 0, nvme_budget or 0
         self._overlap = bool(overlap)
+        self._copy_path = _copy_path  # testing: CPU parameters through the CUDA data path
         self._mode = "probe" if overlap else "off"   # probe -> on | off (see the module docstring)
         self._accum = 0                             # backward() calls per step, learned when probing
         self.overlap_off_reason = None if overlap else "overlap=False"
@@ -457,6 +531,7 @@ class AdamW(torch.optim.Optimizer):
         return out.view(dtype) if dtype is not None else out
 
     def _write(self, g, region, first, n, t, nbytes, what):
+        g.wait_write_back()  # a master write refreshes the host working copy
         t = t.detach().contiguous().cpu()
         if t.numel() * t.element_size() != nbytes:
             raise ValueError(f"memwall.torch.AdamW.load_state_dict: {what} has {t.numel() * t.element_size()} "
@@ -538,7 +613,7 @@ class AdamW(torch.optim.Optimizer):
                     a, n = g.first[k], g.numel[k]
                     self._write(g, _lib.R_MASTER, a, n, s["master"].float(), 4 * n,
                                 f"master of parameter {k} of param group {gi}")
-                g.pversions = [p._version for p in g.params]  # the parameters now round the master
+                g.write_back()  # the parameters now round the master (copy path: copied to them)
             else:
                 g.push_all()
             if step > 0:
@@ -678,7 +753,7 @@ class AdamW(torch.optim.Optimizer):
                         self._write(g, region, a, n, torch.frombuffer(buf, dtype=torch.uint8), nb,
                                     f"{name} of param group {gi}")
                 if g.lowp:
-                    g.pversions = [p._version for p in g.params]
+                    g.write_back()  # the parameters now round the master (copy path: copied to them)
                 _lib.check(L.mw_offload_set_committed_steps(g.handle, int(m["step"])),
                            f"restoring the step of param group {gi}")
                 for k, v in m["hparams"].items():
