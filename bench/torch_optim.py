@@ -31,7 +31,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, ".."))
 
-IMPLS = ["torch-fused", "memwall", "memwall-bf16", "memwall-8bit", "deepspeed", "torchao-offload"]
+IMPLS = ["torch-fused", "memwall", "memwall-bf16", "memwall-8bit", "deepspeed", "torchao-offload", "memwall-cuda"]
 
 
 def shapes(quick):
@@ -57,6 +57,15 @@ def child(impl, quick, reps, nvme_dir):
     try:
         if impl == "torch-fused":
             opt = torch.optim.AdamW(ps, fused=True, **kw)
+        elif impl == "memwall-cuda":  # torchao's setting: CUDA parameters, state on the host
+            import memwall.torch
+            if not torch.cuda.is_available():
+                raise RuntimeError("no CUDA device")
+            ps = [torch.nn.Parameter(p.detach().cuda()) for p in ps]
+            for p, s in zip(ps, shapes(quick)):
+                p.grad = torch.randn(s, device="cuda") * 0.01
+            opt = memwall.torch.AdamW(ps, threads=torch.get_num_threads(), **kw)
+            out["note"] = "CUDA params, includes the host<->device copies"
         elif impl.startswith("memwall"):
             import memwall.torch
             mom = {"memwall": "fp32", "memwall-bf16": "bf16", "memwall-8bit": "8bit"}[impl]
@@ -158,9 +167,12 @@ def main():
         for mw in ("memwall", "memwall-bf16", "memwall-8bit"):
             if (mw, t) not in by:
                 continue
-            for other in ("torch-fused", "deepspeed", "torchao-offload"):
+            for other in ("torch-fused", "deepspeed"):
                 if (other, t) in by:
                     print(f"  {t} thread(s): {mw:13s} / {other:16s} {by[(mw, t)]['params_per_s'] / by[(other, t)]['params_per_s']:.2f}x")
+        if ("memwall-cuda", t) in by and ("torchao-offload", t) in by:
+            print(f"  {t} thread(s): memwall-cuda  / torchao-offload  "
+                  f"{by[('memwall-cuda', t)]['params_per_s'] / by[('torchao-offload', t)]['params_per_s']:.2f}x")
     gpt = []
     if a.gpt2_steps:
         tmp = None

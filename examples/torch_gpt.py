@@ -132,6 +132,8 @@ def main():
     ap.add_argument("--lr", type=float, default=6e-4)
     ap.add_argument("--clip", type=float, default=1.0, help="global-norm clipping (0: off, lets updates overlap backward)")
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (memwall: the state stays on the host; "
+                                                      "CUDA parameters go through pinned copies, docs/python.md)")
     ap.add_argument("--trace", default=None, help="memwall trace file (read by `memwall report`)")
     ap.add_argument("--data", default=os.path.join(HERE, "..", "data", "kjv_excerpt.txt"))
     a = ap.parse_args()
@@ -145,7 +147,7 @@ def main():
         data = torch.frombuffer(bytearray(f.read()), dtype=torch.uint8).long()
     if c.vocab_size < 256:
         sys.exit("torch_gpt: byte tokens need a vocabulary of at least 256")
-    model = GPT(c)
+    model = GPT(c).to(a.device)
     nparams = sum(p.numel() for p in model.parameters())
     groups = model.param_groups(weight_decay=0.1)
     tmp = None
@@ -169,8 +171,8 @@ def main():
         for pg in opt.param_groups:
             pg["lr"] = lr_at(step, a.lr, max(1, a.steps // 10), a.steps)
         ix = torch.randint(len(data) - a.seq - 1, (a.batch,), generator=g)
-        x = torch.stack([data[i:i + a.seq] for i in ix])
-        y = torch.stack([data[i + 1:i + 1 + a.seq] for i in ix])
+        x = torch.stack([data[i:i + a.seq] for i in ix]).to(a.device)
+        y = torch.stack([data[i + 1:i + 1 + a.seq] for i in ix]).to(a.device)
         _, loss = model(x, y)
         loss.backward()
         if a.clip > 0:
