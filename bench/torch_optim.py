@@ -121,13 +121,13 @@ def run_child(impl, threads, quick, reps, nvme_dir):
     return {"impl": impl, "threads": threads, "skip": f"child failed (rc {r.returncode}): {tail[:200]}"}
 
 
-def gpt2_step(opt, threads, steps, nvme_dir, quick):
+def gpt2_step(opt, threads, steps, nvme_dir, quick, mw_args=()):
     """examples/torch_gpt.py, GPT-2 124M, batch 4 x 256: median step time and peak RSS."""
     cmd = [sys.executable, os.path.join(ROOT, "examples", "torch_gpt.py"), "--model", "tiny" if quick else "gpt2",
            "--batch", "4", "--seq", "64" if quick else "256", "--steps", str(steps), "--threads", str(threads),
            "--clip", "0", "--optimizer", opt]
     if opt == "memwall":
-        cmd += ["--state", "nvme"] + (["--nvme-dir", nvme_dir] if nvme_dir else [])
+        cmd += ["--state", "nvme"] + (["--nvme-dir", nvme_dir] if nvme_dir else []) + list(mw_args)
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     r = subprocess.run(cmd, env=env, capture_output=True, text=True)
     m = re.search(r"median step (\d+) ms, peak RSS ([\d.]+) GiB", r.stdout)
@@ -144,6 +144,8 @@ def main():
     ap.add_argument("--quick", action="store_true", help="6M parameters, to check that the script works")
     ap.add_argument("--gpt2-steps", type=int, default=0, help="also time GPT-2 training steps (0: skip)")
     ap.add_argument("--nvme-dir", default=None, help="directory for the NVMe state of --gpt2-steps")
+    ap.add_argument("--gpt2-memwall-args", default="--subgroup-size 2097152 --buffer-count 4",
+                    help="memwall options of examples/torch_gpt.py for --gpt2-steps (staging: 4 x 24 MiB)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -181,7 +183,7 @@ def main():
             tmp = tempfile.TemporaryDirectory(prefix="memwall-bench-")
             nvme = tmp.name
         for opt in ("torch", "memwall"):
-            gpt.append(gpt2_step(opt, 2, a.gpt2_steps, nvme, a.quick))
+            gpt.append(gpt2_step(opt, 2, a.gpt2_steps, nvme, a.quick, a.gpt2_memwall_args.split()))
             print(f"GPT-2 step, {opt}: {gpt[-1]}", flush=True)
         if all("skip" not in g for g in gpt):
             print(f"  step time memwall(nvme) / torch(dram): {gpt[1]['step_s'] / gpt[0]['step_s']:.2f}; peak RSS "

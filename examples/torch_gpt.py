@@ -132,6 +132,8 @@ def main():
     ap.add_argument("--lr", type=float, default=6e-4)
     ap.add_argument("--clip", type=float, default=1.0, help="global-norm clipping (0: off, lets updates overlap backward)")
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--subgroup-size", type=int, default=None, help="memwall: elements per subgroup")
+    ap.add_argument("--buffer-count", type=int, default=None, help="memwall: NVMe staging buffers")
     ap.add_argument("--device", default="cpu", help="cpu or cuda (memwall: the state stays on the host; "
                                                       "CUDA parameters go through pinned copies, docs/python.md)")
     ap.add_argument("--trace", default=None, help="memwall trace file (read by `memwall report`)")
@@ -159,7 +161,8 @@ def main():
             nvme_dir = tmp.name
         # ONE-LINE SWITCH: torch.optim.AdamW(groups, lr=a.lr, betas=(0.9, 0.95), fused=True) becomes
         opt = memwall.torch.AdamW(groups, lr=a.lr, betas=(0.9, 0.95), state=a.state, nvme_dir=nvme_dir,
-                                  trace=a.trace, threads=a.threads or None)
+                                  trace=a.trace, threads=a.threads or None, subgroup_size=a.subgroup_size,
+                                  buffer_count=a.buffer_count)
     else:
         opt = torch.optim.AdamW(groups, lr=a.lr, betas=(0.9, 0.95), fused=True)
     print(f"model {a.model}: {nparams / 1e6:.2f}M parameters, optimizer {a.optimizer}"
