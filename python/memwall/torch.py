@@ -20,6 +20,7 @@ Why this layout:
   step, overlap stays off; the number of backward() calls per step (gradient accumulation) is
   counted. Later steps that break what was learned raise a RuntimeError that says what to do.
 """
+import atexit
 import os
 import shutil
 import tempfile
@@ -30,6 +31,16 @@ import torch
 from . import _lib
 
 __all__ = ["AdamW"]
+
+
+def _close_at_exit(ref):
+    """Interpreter exit: close an optimizer still alive (trace written, NVMe state removed)."""
+    opt = ref()
+    if opt is not None:
+        try:
+            opt.close()
+        except Exception:  # noqa: BLE001 - at exit there is no caller to tell
+            pass
 
 _STATES = {"dram": "all=dram", "nvme": "optim=nvme"}
 _MOMENTS = {"fp32": ("fp32", torch.float32), "bf16": ("bf16", torch.bfloat16), "8bit": ("8bit", None)}
@@ -423,6 +434,7 @@ class AdamW(torch.optim.Optimizer):
             self._trace_handle = h
             _lib.lib().mw_trace_meta(h, b"source", b"memwall.torch.AdamW")
         self._ready = False
+        atexit.register(_close_at_exit, weakref.ref(self))
         try:
             super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
             self._ready = True

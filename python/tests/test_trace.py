@@ -31,3 +31,20 @@ def test_trace_is_written_and_reported(nvme_dir, tmp_path):
     r = subprocess.run([cli, "report", "--text", str(path)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "nvme" in r.stdout.lower()
+
+
+def test_trace_and_state_cleaned_up_at_exit_without_close(tmp_path):
+    """A script that never calls close(): the trace is still written and the NVMe state removed."""
+    import sys
+    nvme = tmp_path / "nvme"
+    nvme.mkdir()
+    path = tmp_path / "t.json"
+    code = (f"import torch, memwall.torch\n"
+            f"m = torch.nn.Linear(8, 8)\n"
+            f"opt = memwall.torch.AdamW(m.parameters(), state='nvme', nvme_dir={str(nvme)!r}, trace={str(path)!r})\n"
+            f"m(torch.randn(2, 8)).sum().backward()\n"
+            f"opt.step()\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ.copy())
+    assert r.returncode == 0, r.stderr
+    assert path.exists() and json.loads(path.read_text())["traceEvents"]
+    assert os.listdir(nvme) == []
