@@ -109,3 +109,30 @@ def test_matches_torch_adamw_free_running_mlp(clip, capsys):
     # Clipping modifies gradients after backward, so overlap stayed off; without it, it engaged.
     assert opt_mw.stats()["overlap"] is (clip is None)
     opt_mw.close()
+
+
+def test_step_closure_and_add_param_group():
+    """step(closure) returns the closure's loss and steps as torch's; a param group added after
+    construction gets its own engine and its own lr."""
+    ref, mw = make_mlp(), make_mlp()
+    mw.load_state_dict(ref.state_dict())
+    params_r, params_m = list(ref.parameters()), list(mw.parameters())
+    opt_ref = torch.optim.AdamW(params_r[:4], lr=LR, foreach=False)
+    opt_mw = memwall.torch.AdamW(params_m[:4], lr=LR, threads=THREADS)
+    opt_ref.add_param_group({"params": params_r[4:], "lr": LR * 3, "weight_decay": 0.0})
+    opt_mw.add_param_group({"params": params_m[4:], "lr": LR * 3, "weight_decay": 0.0})
+    assert len(opt_mw._groups) == 2
+    x, y = batches("mlp", 1)[0]
+    for _ in range(5):
+        losses = []
+        for model, opt in ((ref, opt_ref), (mw, opt_mw)):
+            def closure(model=model, opt=opt):
+                opt.zero_grad()
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                loss.backward()
+                return loss
+            losses.append(opt.step(closure))
+        assert losses[1] is not None and abs(losses[0].item() - losses[1].item()) <= 1e-6 * abs(losses[0].item())
+    assert worst(mw, ref) <= 1.0
+    assert moved(mw, make_mlp()) > 1e-3
+    opt_mw.close()
