@@ -1,15 +1,26 @@
 #!/usr/bin/env bash
 # Installs the Debian packages memwall needs, and only those that are missing.
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config clang libomp-dev liburing-dev libopenblas-dev libcjson-dev fio python3 chromium libopenmpi-dev openmpi-bin)
+pkgs=(build-essential cmake pkg-config clang libomp-dev liburing-dev libopenblas-dev libcjson-dev fio python3 python3-pip chromium libopenmpi-dev openmpi-bin)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
-echo "memwall: installing missing packages: ${missing[*]}"
-SUDO=""
-[ "$(id -u)" -eq 0 ] || SUDO="sudo"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "memwall: installing missing packages: ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# The Python package's tests (python/tests, run by `make test`) need torch, pytest and numpy in
+# the python3 that CMake finds first on PATH. PyPI's torch wheel is the CUDA build (about 3 GB
+# with its nvidia-* dependencies; it runs on the CPU without a GPU). Without network the
+# install fails with a message and those tests skip; the C suite is unaffected.
+if ! python3 -c "import importlib.util as u, sys; sys.exit(not all(u.find_spec(m) for m in ('torch', 'pytest', 'numpy')))" >/dev/null 2>&1; then
+  echo "memwall: installing torch, pytest and numpy from PyPI for the Python package's tests"
+  PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install -q torch pytest numpy ||
+    echo "memwall: pip could not install torch/pytest/numpy: the Python tests (python_torch) will skip"
+fi

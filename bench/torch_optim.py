@@ -1,0 +1,198 @@
+#!/usr/bin/env python3
+"""Optimizer-step throughput of memwall.torch.AdamW beside torch.optim.AdamW(fused=True),
+DeepSpeedCPUAdam and torchao's CPUOffloadOptimizer, on GPT-2 124M's parameter shapes
+(148 tensors, 124.4M fp32 parameters), at 1 and 2 threads; optionally a whole GPT-2 training
+step with the state on NVMe against torch.optim.AdamW in DRAM (--gpt2-steps).
+
+Each (optimizer, threads) runs in its own child process with OMP_NUM_THREADS set before torch
+is imported, so every OpenMP runtime in the process (torch's, memwall's, DeepSpeed's) sees the
+same count, and no run inherits another's memory. Parameters and gradients are random; one
+warm-up step allocates the state; then the median of --reps steps (gradients unchanged, no
+zero_grad: the step alone is timed). memwall's Python overhead is the step's wall time minus
+the engine's own time (stats()['step_s']), over the wall time.
+
+Missing implementations are listed with the reason (deepspeed and torchao are not installed by
+scripts/install-deps.sh; `pip install deepspeed torchao` to add them).
+
+    python3 bench/torch_optim.py                      # the full table (needs ~4 GiB free)
+    python3 bench/torch_optim.py --quick              # a 6M-parameter smoke run of the script
+    python3 bench/torch_optim.py --gpt2-steps 5 --nvme-dir /mnt/nvme/bench
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, ".."))
+
+IMPLS = ["torch-fused", "memwall", "memwall-bf16", "memwall-8bit", "deepspeed", "torchao-offload", "memwall-cuda"]
+
+
+def shapes(quick):
+    """GPT-2 124M's parameter tensors in HF order (or a 6M-parameter miniature)."""
+    d, v, L, ctx = (192, 12000, 4, 256) if quick else (768, 50257, 12, 1024)
+    out = [(v, d), (ctx, d)]
+    for _ in range(L):
+        out += [(d,), (d,), (d, 3 * d), (3 * d,), (d, d), (d,), (d,), (d,), (d, 4 * d), (4 * d,), (4 * d, d), (d,)]
+    return out + [(d,), (d,)]
+
+
+def child(impl, quick, reps, nvme_dir):
+    import torch
+    torch.manual_seed(0)
+    ps = []
+    for s in shapes(quick):
+        p = torch.nn.Parameter(torch.randn(s) * 0.02)
+        p.grad = torch.randn(s) * 0.01
+        ps.append(p)
+    n = sum(p.numel() for p in ps)
+    kw = dict(lr=1e-4, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
+    out = {"impl": impl, "threads": torch.get_num_threads(), "params": n}
+    try:
+        if impl == "torch-fused":
+            opt = torch.optim.AdamW(ps, fused=True, **kw)
+        elif impl == "memwall-cuda":  # torchao's setting: CUDA parameters, state on the host
+            import memwall.torch
+            if not torch.cuda.is_available():
+                raise RuntimeError("no CUDA device")
+            ps = [torch.nn.Parameter(p.detach().cuda()) for p in ps]
+            for p, s in zip(ps, shapes(quick)):
+                p.grad = torch.randn(s, device="cuda") * 0.01
+            opt = memwall.torch.AdamW(ps, threads=torch.get_num_threads(), **kw)
+            out["note"] = "CUDA params, includes the host<->device copies"
+        elif impl.startswith("memwall"):
+            import memwall.torch
+            mom = {"memwall": "fp32", "memwall-bf16": "bf16", "memwall-8bit": "8bit"}[impl]
+            opt = memwall.torch.AdamW(ps, moment_dtype=mom, threads=torch.get_num_threads(), **kw)
+        elif impl == "deepspeed":
+            import contextlib
+            import io
+            with contextlib.redirect_stdout(io.StringIO()):
+                from deepspeed.ops.adam import DeepSpeedCPUAdam
+            opt = DeepSpeedCPUAdam(ps, adamw_mode=True, **kw)
+        elif impl == "torchao-offload":
+            # torchao's CPU offload keeps CUDA parameters and their state on the host; on a
+            # machine without CUDA it refuses (reported as skipped).
+            from torchao.optim import CPUOffloadOptimizer
+            if torch.cuda.is_available():
+                ps = [torch.nn.Parameter(p.detach().cuda()) for p in ps]
+                for p, s in zip(ps, shapes(quick)):
+                    p.grad = torch.randn(s, device="cuda") * 0.01
+            opt = CPUOffloadOptimizer(ps, torch.optim.AdamW, fused=True, **kw)
+            out["note"] = "CUDA params, includes the host<->device copies"
+        else:
+            raise ValueError(impl)
+        opt.step()
+        ts, eng = [], []
+        for _ in range(reps):
+            s0 = opt.stats()["step_s"] if impl.startswith("memwall") else 0.0
+            t0 = time.perf_counter()
+            opt.step()
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            ts.append(time.perf_counter() - t0)
+            if impl.startswith("memwall"):
+                eng.append(opt.stats()["step_s"] - s0)
+        out["step_s"] = statistics.median(ts)
+        out["params_per_s"] = n / out["step_s"]
+        if eng:
+            over = [(t - e) / t for t, e in zip(ts, eng)]
+            out["python_overhead"] = statistics.median(over)
+    except Exception as e:  # noqa: BLE001 - a missing or failing implementation is reported, not fatal
+        out["skip"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]
+    print("RESULT " + json.dumps(out))
+
+
+def run_child(impl, threads, quick, reps, nvme_dir):
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    r = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", impl, "--reps", str(reps),
+                        "--nvme-dir", nvme_dir or ""] + (["--quick"] if quick else []),
+                       env=env, capture_output=True, text=True)
+    for line in r.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[7:])
+    tail = (r.stderr.strip().splitlines() or ["no output"])[-1]
+    return {"impl": impl, "threads": threads, "skip": f"child failed (rc {r.returncode}): {tail[:200]}"}
+
+
+def gpt2_step(opt, threads, steps, nvme_dir, quick, mw_args=()):
+    """examples/torch_gpt.py, GPT-2 124M, batch 4 x 256: median step time and peak RSS."""
+    cmd = [sys.executable, os.path.join(ROOT, "examples", "torch_gpt.py"), "--model", "tiny" if quick else "gpt2",
+           "--batch", "4", "--seq", "64" if quick else "256", "--steps", str(steps), "--threads", str(threads),
+           "--clip", "0", "--optimizer", opt]
+    if opt == "memwall":
+        cmd += ["--state", "nvme"] + (["--nvme-dir", nvme_dir] if nvme_dir else []) + list(mw_args)
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    m = re.search(r"median step (\d+) ms, peak RSS ([\d.]+) GiB", r.stdout)
+    if not m:
+        return {"opt": opt, "skip": (r.stderr.strip().splitlines() or ["no output"])[-1][:200]}
+    return {"opt": opt, "step_s": int(m.group(1)) / 1e3, "peak_rss_gib": float(m.group(2))}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--impls", default=",".join(IMPLS))
+    ap.add_argument("--quick", action="store_true", help="6M parameters, to check that the script works")
+    ap.add_argument("--gpt2-steps", type=int, default=0, help="also time GPT-2 training steps (0: skip)")
+    ap.add_argument("--nvme-dir", default=None, help="directory for the NVMe state of --gpt2-steps")
+    ap.add_argument("--gpt2-memwall-args", default="--subgroup-size 2097152 --buffer-count 4",
+                    help="memwall options of examples/torch_gpt.py for --gpt2-steps (staging: 4 x 24 MiB)")
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child:
+        child(a.child, a.quick, a.reps, a.nvme_dir)
+        return
+    rows = []
+    for t in [int(x) for x in a.threads.split(",")]:
+        for impl in a.impls.split(","):
+            rows.append(run_child(impl, t, a.quick, a.reps, a.nvme_dir))
+            r = rows[-1]
+            if "skip" in r:
+                print(f"{impl:16s} {t} thread(s): skipped: {r['skip']}", flush=True)
+            else:
+                extra = f", Python overhead {100 * r['python_overhead']:.2f}%" if "python_overhead" in r else ""
+                print(f"{impl:16s} {t} thread(s): {r['params'] / 1e6:.1f}M params, step {r['step_s'] * 1e3:8.1f} ms,"
+                      f" {r['params_per_s'] / 1e9:.3f} Gparams/s{extra}", flush=True)
+    print("\nspeed-up of memwall over each (same threads; >1 = memwall faster):")
+    by = {(r["impl"], r["threads"]): r for r in rows if "skip" not in r}
+    for t in sorted({r["threads"] for r in rows}):
+        for mw in ("memwall", "memwall-bf16", "memwall-8bit"):
+            if (mw, t) not in by:
+                continue
+            for other in ("torch-fused", "deepspeed"):
+                if (other, t) in by:
+                    print(f"  {t} thread(s): {mw:13s} / {other:16s} {by[(mw, t)]['params_per_s'] / by[(other, t)]['params_per_s']:.2f}x")
+        if ("memwall-cuda", t) in by and ("torchao-offload", t) in by:
+            print(f"  {t} thread(s): memwall-cuda  / torchao-offload  "
+                  f"{by[('memwall-cuda', t)]['params_per_s'] / by[('torchao-offload', t)]['params_per_s']:.2f}x")
+    gpt = []
+    if a.gpt2_steps:
+        tmp = None
+        nvme = a.nvme_dir
+        if not nvme:
+            tmp = tempfile.TemporaryDirectory(prefix="memwall-bench-")
+            nvme = tmp.name
+        for opt in ("torch", "memwall"):
+            gpt.append(gpt2_step(opt, 2, a.gpt2_steps, nvme, a.quick, a.gpt2_memwall_args.split()))
+            print(f"GPT-2 step, {opt}: {gpt[-1]}", flush=True)
+        if all("skip" not in g for g in gpt):
+            print(f"  step time memwall(nvme) / torch(dram): {gpt[1]['step_s'] / gpt[0]['step_s']:.2f}; peak RSS "
+                  f"{gpt[1]['peak_rss_gib']:.2f} vs {gpt[0]['peak_rss_gib']:.2f} GiB")
+        if tmp:
+            tmp.cleanup()
+    if a.json:
+        print(json.dumps({"rows": rows, "gpt2": gpt}))
+
+
+if __name__ == "__main__":
+    main()

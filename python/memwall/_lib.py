@@ -1,0 +1,98 @@
+"""ctypes bindings of libmemwall.so: the offload engine (memwall/offload.h), its flat wrappers
+(memwall/pyapi.h), the error message and the trace recorder.
+
+Why ctypes and not a compiled extension module: the library already is a C ABI with scalar and
+pointer arguments, so a binding needs no compiler at import time, no per-Python-version build
+and no CPython API; ctypes releases the GIL around every call, so the engine's threads and the
+caller's threads run in parallel. The cost is about a microsecond per call, and this package
+makes a handful of calls per parameter tensor per step (docs/python.md).
+
+The library is looked up in $MEMWALL_LIB (a path; the build tree's libmemwall.so for the
+tests), else next to this file (where `pip install ./python` puts it).
+"""
+import ctypes
+import os
+
+PYAPI_VERSION = 1
+
+# enum mw_offload_region
+R_MASTER, R_EXP_AVG, R_EXP_AVG_SCALE, R_EXP_AVG_SQ, R_EXP_AVG_SQ_SCALE = 0, 1, 2, 3, 4
+NO_DECAY = 0x1
+Q8_BLOCK = 256
+STATS_FIELDS = ("steps", "nvme_read_bytes", "nvme_write_bytes", "step_s", "kernel_s", "io_wait_s",
+                "cpu_updates", "n_subgroups", "subgroup_size", "dram_bytes", "nvme_bytes", "staging_bytes")
+
+_lib = None
+
+
+class MemwallError(RuntimeError):
+    """A failure reported by libmemwall: `code` is the negative errno / MW_E* code."""
+
+    def __init__(self, code, message):
+        super().__init__(message)
+        self.code = code
+
+
+def _path():
+    p = os.environ.get("MEMWALL_LIB")
+    if p:
+        return p
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "libmemwall.so")
+
+
+def lib():
+    """Loads and declares the library once."""
+    global _lib
+    if _lib is not None:
+        return _lib
+    path = _path()
+    if not os.path.exists(path):
+        raise ImportError(f"memwall: the C library {path} does not exist; install the package with "
+                          f"`pip install ./python` from the repository root, or set MEMWALL_LIB to a "
+                          f"libmemwall.so built with `make build`")
+    L = ctypes.CDLL(path)
+    P, u64, i32, f64, f32 = ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int, ctypes.c_double, ctypes.c_float
+    sig = {
+        "mw_pyapi_version": (i32, []),
+        "mw_error_msg": (ctypes.c_char_p, []),
+        "mw_pyapi_create": (i32, [ctypes.POINTER(P), ctypes.c_uint32, P, P, ctypes.c_char_p, ctypes.c_char_p,
+                                  ctypes.c_char_p, ctypes.c_char_p, u64, i32, i32, u64, u64, P, P, P]),
+        "mw_pyapi_backward_begin": (i32, [P, i32, f64, f64, f64, f64, f64, f32]),
+        "mw_pyapi_step": (i32, [P, i32, f64, f64, f64, f64, f64, f32]),
+        "mw_pyapi_stats": (i32, [P, P, i32]),
+        "mw_offload_free": (None, [P]),
+        "mw_offload_grad_ready": (i32, [P, u64, u64]),
+        "mw_offload_backward_end": (i32, [P]),
+        "mw_offload_recover": (i32, [P]),
+        "mw_offload_committed_steps": (u64, [P]),
+        "mw_offload_set_committed_steps": (i32, [P, u64]),
+        "mw_offload_read_raw": (i32, [P, i32, u64, u64, P]),
+        "mw_offload_write_raw": (i32, [P, i32, u64, u64, P]),
+        "mw_offload_set_master": (i32, [P, u64, u64, P]),
+        "mw_offload_inject_write_failure": (None, [P, u64]),
+        "mw_trace_init": (i32, [ctypes.POINTER(P), ctypes.c_size_t]),
+        "mw_trace_write": (i32, [P, ctypes.c_char_p]),
+        "mw_trace_free": (None, [P]),
+        "mw_trace_meta": (None, [P, ctypes.c_char_p, ctypes.c_char_p]),
+    }
+    for name, (res, args) in sig.items():
+        f = getattr(L, name)
+        f.restype, f.argtypes = res, args
+    v = L.mw_pyapi_version()
+    if v != PYAPI_VERSION:
+        raise ImportError(f"memwall: {path} speaks pyapi version {v}, this package needs {PYAPI_VERSION}; "
+                          f"reinstall with `pip install ./python`")
+    _lib = L
+    return L
+
+
+def check(rc, what):
+    """Raises MemwallError (OSError for I/O-like errno codes) with the library's message."""
+    if rc >= 0:
+        return rc
+    msg = lib().mw_error_msg()
+    msg = msg.decode(errors="replace") if msg else ""
+    text = f"memwall: {what} failed: {msg or os.strerror(-rc)}"
+    if -rc in (5, 28, 2, 13, 30, 122):  # EIO, ENOSPC, ENOENT, EACCES, EROFS, EDQUOT
+        raise OSError(-rc, text)
+    raise MemwallError(rc, text)
