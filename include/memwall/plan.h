@@ -305,6 +305,7 @@ struct mw_plan_stream_in {
     int n_layer, n_embd, padded_vocab, max_seq; /* GPT-2 shape (memwall's layout) */
     int grad_accum;               /* micro-batches per step (> 1, batch-major: the gradients stay resident) */
     int layer_major;              /* the step's micro-batches go through the model unit by unit */
+    int overlap;                  /* the optimizer step runs behind the next forward pass */
     int prefetch_depth;           /* units fetched ahead of use */
     uint64_t subgroup_size;       /* elements per optimizer subgroup (the engine's, after rounding) */
     int buffer_count;             /* optimizer staging buffers */

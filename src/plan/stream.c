@@ -107,12 +107,15 @@ int mw_plan_stream_dram(const struct mw_plan_stream_in *in, struct mw_plan_strea
             for (uint64_t g = first[u] / S; g < nsg; g++)
                 if ((g * S) / CHUNK * CHUNK < prev2) gbytes += sg_bytes(g, S, N, page);
         }
+        /* The update of the step before runs behind the forward pass: its subgroups' gradients
+         * (one per staging buffer) are in DRAM beside the forward's weights. */
+        if (in->overlap && !backward) gbytes += (uint64_t)in->buffer_count * sg_bytes(0, S, N, page);
         if (wbytes > out->weights_peak) { out->weights_peak = wbytes; out->weights_peak_unit = u; }
         out->grads_peak = MW_MAX(out->grads_peak, gbytes);
         out->passes = MW_MAX(out->passes, wbytes + gbytes);
     }
     /* The optimizer step: each staging buffer in use has its subgroup's gradients in. */
-    out->step_grads = (uint64_t)in->buffer_count * sg_bytes(0, S, N, page);
+    out->step_grads = (uint64_t)in->buffer_count * sg_bytes(0, S, N, page); /* a step of its own */
     out->acts = in->acts_bytes;
     out->staging = in->staging_bytes;
     out->runtime = in->runtime_bytes;

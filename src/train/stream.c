@@ -395,8 +395,9 @@ static void st_grad_ready(size_t first, size_t n, void *self)
     mw_train_opt_grad_ready(first, n, s->opt);
     if (s->err || !s->last) return;
     /* Backward reports units in reverse flat order: everything from `first` up is final. The
-     * writes of the unit before are done by now, most likely: their pages go. */
-    s->err = grads_reap(s, 0);
+     * writes of the unit before had this unit's backward to finish (waited for if not): their
+     * pages go, which bounds the gradients in DRAM as planned. */
+    s->err = grads_reap(s, 1);
     if (!s->err) s->err = grads_advance(s, first, unit_of_first(s, first));
 }
 

@@ -57,7 +57,7 @@ static int stream_plan(const struct mw_gpt2 *m, const struct mw_train_opt *o, co
         .padded_vocab = mc->padded_vocab_size ? mc->padded_vocab_size : mc->vocab_size,
         .max_seq = mc->max_seq_len, .grad_accum = cfg->grad_accum, .prefetch_depth = cfg->prefetch_depth,
         .subgroup_size = o->plan.subgroup_size, .buffer_count = o->cfg.buffer_count,
-        .layer_major = cfg->layer_major,
+        .layer_major = cfg->layer_major, .overlap = !cfg->sync_update,
         .acts_bytes = m->sizes.acts_bytes + (cfg->layer_major ? mw_gpt2_lm_bytes(m, cfg->grad_accum) : 0),
         .staging_bytes = o->plan.tier_bytes[MW_OFFLOAD_DRAM],
         .runtime_bytes = mw_proc_mem("VmRSS") + MW_STREAM_RUNTIME_EXTRA,
