@@ -107,7 +107,7 @@ static int parse_entry(struct mw_st_file *f, struct mw_st_entry *e, const cJSON 
                             "file holds only %llu data bytes", f->path, nm, (unsigned long long)e->begin,
                             (unsigned long long)e->end, (unsigned long long)data_size);
     e->name = strdup(nm);
-    return e->name ? 0 : -ENOMEM;
+    return e->name ? 0 : mw_error_set(-ENOMEM, "%s: no memory for a tensor name", f->path);
 }
 
 static int cmp_begin(const void *a, const void *b)
@@ -191,7 +191,7 @@ int mw_st_open(struct mw_st_file *f, const char *path)
     }
     int cnt = cJSON_GetArraySize(root);
     f->e = calloc((size_t)cnt + 1, sizeof *f->e);
-    if (!f->e) { rc = -ENOMEM; goto err; }
+    if (!f->e) { rc = mw_error_set(-ENOMEM, "%s: no memory for %d header entries", path, cnt); goto err; }
     const cJSON *item;
     cJSON_ArrayForEach(item, root) {
         if (!item->string) continue;
@@ -203,14 +203,17 @@ int mw_st_open(struct mw_st_file *f, const char *path)
             int nm = cJSON_GetArraySize(item);
             f->meta_key = calloc((size_t)nm + 1, sizeof(char *));
             f->meta_val = calloc((size_t)nm + 1, sizeof(char *));
-            if (!f->meta_key || !f->meta_val) { rc = -ENOMEM; goto err; }
+            if (!f->meta_key || !f->meta_val) { rc = mw_error_set(-ENOMEM, "%s: no memory for metadata", path); goto err; }
             const cJSON *kv;
             cJSON_ArrayForEach(kv, item) {
                 if (!cJSON_IsString(kv) || !kv->string) continue;
                 f->meta_key[f->n_meta] = strdup(kv->string);
                 f->meta_val[f->n_meta] = strdup(kv->valuestring);
                 f->n_meta++;
-                if (!f->meta_key[f->n_meta - 1] || !f->meta_val[f->n_meta - 1]) { rc = -ENOMEM; goto err; }
+                if (!f->meta_key[f->n_meta - 1] || !f->meta_val[f->n_meta - 1]) {
+                    rc = mw_error_set(-ENOMEM, "%s: no memory for metadata", path);
+                    goto err;
+                }
             }
             continue;
         }
@@ -282,7 +285,7 @@ int mw_st_read_f32(const struct mw_st_file *f, const struct mw_st_entry *e, uint
     /* 16-bit: convert through a bounded bounce buffer. */
     enum { CH = 1 << 16 };
     uint16_t *tmp = malloc(CH * sizeof(uint16_t));
-    if (!tmp) return -ENOMEM;
+    if (!tmp) return mw_error_set(-ENOMEM, "%s: no memory to convert tensor \"%s\"", f->path, e->name);
     for (uint64_t i = 0; i < n_elems; i += CH) {
         size_t k = (size_t)MW_MIN((uint64_t)CH, n_elems - i);
         int rc = read_full(f->fd, tmp, k * 2, off + i * 2);
@@ -313,7 +316,7 @@ int mw_st_write_f32(const char *path, const struct mw_st_out *t, int n, const ch
     char *js = NULL;
     int fd = -1, rc = 0;
     cJSON *root = cJSON_CreateObject();
-    if (!root) return -ENOMEM;
+    if (!root) return mw_error_set(-ENOMEM, "save %s: no memory for the header", path);
     if (n_meta) {
         cJSON *md = cJSON_AddObjectToObject(root, "__metadata__");
         for (int i = 0; md && i < n_meta; i++) cJSON_AddStringToObject(md, meta_kv[2 * i], meta_kv[2 * i + 1]);
@@ -321,7 +324,7 @@ int mw_st_write_f32(const char *path, const struct mw_st_out *t, int n, const ch
     uint64_t off = 0;
     for (int i = 0; i < n; i++) {
         cJSON *o = cJSON_AddObjectToObject(root, t[i].name);
-        if (!o) { rc = -ENOMEM; goto out; }
+        if (!o) { rc = mw_error_set(-ENOMEM, "save %s: no memory for the header", path); goto out; }
         cJSON_AddStringToObject(o, "dtype", "F32");
         cJSON *sh = cJSON_AddArrayToObject(o, "shape"), *of = cJSON_AddArrayToObject(o, "data_offsets");
         uint64_t numel = 1;
@@ -334,7 +337,7 @@ int mw_st_write_f32(const char *path, const struct mw_st_out *t, int n, const ch
         cJSON_AddItemToArray(of, cJSON_CreateNumber((double)off));
     }
     js = cJSON_PrintUnformatted(root);
-    if (!js) { rc = -ENOMEM; goto out; }
+    if (!js) { rc = mw_error_set(-ENOMEM, "save %s: no memory for the header", path); goto out; }
     size_t jl = strlen(js), padded = MW_ALIGN_UP(jl, 8);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
