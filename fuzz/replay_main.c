@@ -2,8 +2,9 @@
  * replay_main.c — runs files through a harness's LLVMFuzzerTestOneInput without libFuzzer:
  * `fuzz_X_replay DIR|FILE ...` feeds every regular file (directories one level deep, sorted
  * order does not matter) and exits 0 when none crashed (a crash is the sanitizer's or the
- * kernel's abort). A missing directory is skipped, an empty set is an error (exit 1), so a
- * test cannot pass by replaying nothing.
+ * kernel's abort) and none took more than 10 s (libFuzzer's timeouts are regressions too). A
+ * missing directory is skipped, an empty set is an error (exit 1), so a test cannot pass by
+ * replaying nothing.
  */
 #include "fuzz.h"
 
@@ -29,8 +30,11 @@ static int replay_file(const char *path)
     if (!exact) { free(buf); return -1; }
     memcpy(exact, buf, n);
     free(buf);
+    uint64_t t0 = mw_now_ns();
     LLVMFuzzerTestOneInput(exact, n);
     free(exact);
+    double s = (double)(mw_now_ns() - t0) * 1e-9;
+    if (s > 10.0) { fprintf(stderr, "replay: %s took %.1f s (over 10 s: a hang)\n", path, s); return -1; }
     return 0;
 }
 

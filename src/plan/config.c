@@ -10,9 +10,10 @@
  * — not JSON, not an object, an unknown model_type, a missing or non-integer size — is
  * MW_EFORMAT with a message naming the file and the key.
  *
- * Hostile input: every integer is at most 2^32 before any arithmetic, and the model's rough
+ * Hostile input: every integer is at most 2^32 before any arithmetic, the model's rough
  * parameter count is computed with overflow checks and must stay below 2^50, so the planner's
- * byte products (x 16 bytes, x ranks) cannot wrap.
+ * byte products (x 16 bytes, x ranks) cannot wrap, and layer and expert counts (which the
+ * planner walks one by one) are at most 100000.
  */
 #include "memwall/plan.h"
 #include "memwall/common.h"
@@ -188,6 +189,11 @@ static int check_scale(const struct mw_model *m, const char *name)
                             "ffn %llu, vocabulary %llu, %llu experts): not a real model", name,
                             (unsigned long long)h, (unsigned long long)L, (unsigned long long)ffn,
                             (unsigned long long)m->vocab, (unsigned long long)m->n_routed_experts);
+    /* The planner walks layers and experts one by one: a hostile count must not make it spin. */
+    if (L > 100000 || m->n_routed_experts > 100000 || m->rel_buckets > 100000)
+        return mw_error_set(MW_EFORMAT, "%s: %llu layers or %llu experts or %llu relative buckets: more than the "
+                            "100000 the planner accepts", name, (unsigned long long)L,
+                            (unsigned long long)m->n_routed_experts, (unsigned long long)m->rel_buckets);
     if (m->n_routed_experts && !m->moe_layer_freq)
         return mw_error_set(MW_EFORMAT, "%s: \"moe_layer_freq\" must be at least 1", name);
     return 0;
