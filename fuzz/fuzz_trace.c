@@ -1,6 +1,6 @@
 /*
  * fuzz_trace.c — a Chrome/Perfetto JSON trace through the report: the streaming scanner, the
- * event loader (range checks of every number), the analysis, and the text and CSV output.
+ * event loader (range checks of every number), the analysis, and the text, HTML and CSV output.
  */
 #include "fuzz.h"
 #include "memwall/report.h"
@@ -15,6 +15,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             (void)mw_report_write_text(r, null);
             fclose(null);
         }
+        char out[400];
+        snprintf(out, sizeof out, "%s/report.html", fz_scratch());
+        (void)mw_report_write_html(r, out);
+        snprintf(out, sizeof out, "%s/csv", fz_scratch());
+        (void)mw_report_write_csv(r, out);
         struct mw_report_rank row;
         mw_report_rank_row(r, 0, &row);
         mw_report_free(r);
