@@ -4,7 +4,7 @@ CC ?= cc
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build test demo demo-mpi bench clean asan clang
+.PHONY: all deps build test demo demo-mpi bench clean asan clang fuzz
 
 all: build
 
@@ -30,6 +30,13 @@ clang: deps
 	CC=clang cmake -S . -B build-clang -DCMAKE_BUILD_TYPE=Release
 	cmake --build build-clang -j $(JOBS)
 
+# libFuzzer harnesses (fuzz/README.md): each runs FUZZ_SECONDS on a copy of its committed corpus.
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMEMWALL_FUZZ=ON
+	cmake --build build-fuzz -j $(JOBS) --target memwall_fuzzers
+	bash fuzz/run.sh build-fuzz $(FUZZ_SECONDS)
+
 demo: deps
 	$(MAKE) build
 	bash scripts/demo.sh $(BUILD)/memwall
@@ -44,4 +51,4 @@ bench: deps
 	bash bench/run_all.sh $(BUILD)/memwall
 
 clean:
-	rm -rf build build-asan build-clang
+	rm -rf build build-asan build-clang build-fuzz

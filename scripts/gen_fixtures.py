@@ -8,6 +8,7 @@ entry in GENERATORS; `--only NAME` regenerates just that one.
 
     python3 scripts/gen_fixtures.py              # all fixtures
     python3 scripts/gen_fixtures.py --only gpt2  # tests/fixtures/gpt2_tiny.bin
+    python3 scripts/gen_fixtures.py --only gpt2_hf  # tests/fixtures/gpt2_hf_heads32/ (needs transformers)
 """
 import argparse
 import math
@@ -131,6 +132,61 @@ def gen_gpt2():
           % (os.path.relpath(path, ROOT), len(out), n_params, loss.item(), losses[0], losses[-1]))
 
 
+# ---------------------------------------------------------------------------- gpt2_hf
+# A small GPT-2 written by `transformers` itself (save_pretrained: config.json + model.safetensors)
+# with a head size of 32, not 64: 2 heads of width 32 that a loader guessing "n_embd / 64" would
+# read as 1 head of 64. The loss is what transformers computes (fp32, its own forward) on a fixed
+# window; tests/test_gpt2_hf_fixture.c checks memwall's loss within 1e-6 relative.
+def gen_gpt2_hf():
+    import json
+    import transformers
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    L, NH, C, maxT, V = 2, 2, 64, 32, 128
+    B, T = 2, 24
+    torch.manual_seed(20260403)
+    cfg = GPT2Config(n_layer=L, n_head=NH, n_embd=C, n_positions=maxT, vocab_size=V,
+                     activation_function="gelu_new", layer_norm_epsilon=1e-5,
+                     bos_token_id=V - 1, eos_token_id=V - 1)
+    model = GPT2LMHeadModel(cfg).float().eval()
+    with torch.no_grad():  # GPT-2's init (std 0.02) gives near-uniform logits: widen it
+        for name, p in model.named_parameters():
+            if name.endswith("weight") and p.dim() == 2:
+                p.mul_(5.0)
+            elif "ln_" in name and name.endswith("bias"):
+                p.add_(0.05 * torch.randn_like(p))
+    g = torch.Generator().manual_seed(7)
+    window = torch.randint(0, V, (B, T + 1), generator=g)
+    inputs, targets = window[:, :T], window[:, 1:]
+    with torch.no_grad():
+        logits = model(input_ids=inputs).logits
+        loss32 = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1)).item()
+        # transformers' own loss (labels are shifted inside): the same numbers by another path.
+        hf = model(input_ids=window, labels=window).loss.item()
+        model64 = GPT2LMHeadModel(cfg).double().eval()
+        model64.load_state_dict(model.state_dict())
+        l64 = model64(input_ids=inputs).logits
+        loss64 = F.cross_entropy(l64.reshape(-1, V), targets.reshape(-1)).item()
+    out = os.path.join(FIXTURES, "gpt2_hf_heads32")
+    os.makedirs(out, exist_ok=True)
+    model.save_pretrained(out, safe_serialization=True)
+    for extra in ("generation_config.json",):
+        if os.path.exists(os.path.join(out, extra)):
+            os.remove(os.path.join(out, extra))
+    with open(os.path.join(out, "expected.txt"), "w") as f:
+        f.write("# written by scripts/gen_fixtures.py --only gpt2_hf (transformers %s, torch %s)\n"
+                % (transformers.__version__, torch.__version__))
+        f.write("B %d\nT %d\n" % (B, T))
+        f.write("window %s\n" % " ".join(str(int(x)) for x in window.reshape(-1).tolist()))
+        f.write("loss_fp32 %.9g\n" % loss32)
+        f.write("loss_hf_labels %.9g\n" % hf)
+        f.write("loss_fp64 %.12g\n" % loss64)
+    with open(os.path.join(out, "config.json")) as f:
+        saved = json.load(f)
+    print("wrote %s: config.json (n_head %d, n_embd %d), model.safetensors, loss fp32 %.7f fp64 %.9f"
+          % (os.path.relpath(out, ROOT), saved["n_head"], saved["n_embd"], loss32, loss64))
+
+
 # ---------------------------------------------------------------------------- optim
 def gen_optim():
     import torch
@@ -161,6 +217,7 @@ def gen_optim():
 
 GENERATORS = {
     "gpt2": gen_gpt2,
+    "gpt2_hf": gen_gpt2_hf,
     "optim": gen_optim,
 }
 

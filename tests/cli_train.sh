@@ -66,6 +66,30 @@ expect1st() { "$cli" train --preset tiny --data "$data" --steps 0 --sample-len 0
   local rc=$?; [ $rc = 1 ] && ok || { bad "truncated safetensors exited $rc, want 1"; cat "$dir/c.out"; }; }
 expect1st "$dir/cut.safetensors"
 
+# 3c. A model written by transformers (head size 32): the config.json beside it gives the head
+# count, the CLI says where each value came from, a --heads that disagrees is refused naming
+# both, and without config.json --heads fills the gap. Data: an llm.c shard of tokens < 128.
+hf="$src/tests/fixtures/gpt2_hf_heads32/model.safetensors"
+python3 - "$dir/hf_train.bin" <<'PY' || bad "cannot write the shard"
+import struct, sys
+toks = [(i * 37 + i // 7) % 128 for i in range(4000)]
+hdr = [20240520, 1, len(toks)] + [0] * 253
+open(sys.argv[1], "wb").write(struct.pack("<256i", *hdr) + struct.pack("<%dH" % len(toks), *toks))
+PY
+hfrun=(train --data "$dir/hf_train.bin" --threads 2 --sample-len 0 --steps 0 --seq 16 --batch 2 --val-every 1)
+"$cli" "${hfrun[@]}" --init-safetensors "$hf" >"$dir/hf.out" 2>&1 || { bad "transformers model run failed"; cat "$dir/hf.out"; }
+grep -q "n_head 2 (config.json)" "$dir/hf.out" && grep -q "n_embd 64 (tensor shapes)" "$dir/hf.out" && ok ||
+  { bad "no provenance of the config in the output"; cat "$dir/hf.out"; }
+"$cli" "${hfrun[@]}" --init-safetensors "$hf" --heads 4 >"$dir/hf4.out" 2>&1
+rc=$?; [ $rc = 1 ] && grep -q "n_head (--heads) is 2 by the config.json but 4 by the command line" "$dir/hf4.out" && ok ||
+  { bad "--heads 4 against config.json: rc $rc"; cat "$dir/hf4.out"; }
+mkdir -p "$dir/noconf" && cp "$hf" "$dir/noconf/"
+"$cli" "${hfrun[@]}" --init-safetensors "$dir/noconf/model.safetensors" --heads 2 >"$dir/hfh.out" 2>&1 &&
+  grep -q "n_head 2 (command line)" "$dir/hfh.out" && ok || { bad "--heads filling the head count"; cat "$dir/hfh.out"; }
+"$cli" "${hfrun[@]}" --init-safetensors "$dir/noconf/model.safetensors" >"$dir/hfg.out" 2>&1 &&
+  grep -q "n_head 1 (guess" "$dir/hfg.out" && grep -q "nothing says the head count" "$dir/hfg.out" && ok ||
+  { bad "a guessed head count is not said to be a guess"; cat "$dir/hfg.out"; }
+
 # 4. Bad options exit 2.
 expect2() { "$cli" train "$@" >"$dir/u.out" 2>&1; local rc=$?
   [ $rc = 2 ] && ok || { bad "'train $*' exited $rc, want 2"; cat "$dir/u.out"; }; }

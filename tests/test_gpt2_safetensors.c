@@ -2,8 +2,11 @@
  * test_gpt2_safetensors.c — GPT-2 weights through safetensors: round trip (bitwise), a
  * Hugging Face-style file (prefix "transformer.", tied lm_head, attn.bias buffers, BF16 and
  * F16 dtypes), and every kind of broken file: truncated header, truncated data, bad JSON,
- * impossible header length, wrong shapes, missing and unexpected tensors. Each must fail with
- * MW_EFORMAT and a message naming the problem, never crash (this test also runs under ASan).
+ * impossible header length, wrong shapes, missing, unexpected, duplicate and overlapping
+ * tensors, shapes that overflow, non-finite weights. Each must fail with MW_EFORMAT and a message
+ * naming the problem, never crash (this test also runs under ASan), and leave the model's
+ * weights bitwise as they were (verify, then apply). Then the config: config.json beside the
+ * file gives the head count, a conflicting flag or an unimplemented setting is refused by name.
  */
 #include "memwall/gpt2.h"
 #include "memwall/common.h"
@@ -16,6 +19,8 @@
 
 #include <errno.h>
 #include <math.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static const struct mw_gpt2_config tiny = {.n_layer = 2, .n_head = 2, .n_embd = 16, .max_seq_len = 8,
                                            .vocab_size = 11, .padded_vocab_size = 16};
@@ -61,10 +66,48 @@ static void write_raw(const char *path, const char *json, const void *data, size
 
 static void expect_format_error(struct mw_gpt2 *m, const char *path, const char *needle, const char *what)
 {
+    float *before = malloc(m->sizes.params_bytes);
+    REQUIRE(before);
+    memcpy(before, m->params, m->sizes.params_bytes);
     mw_error_clear();
     int rc = mw_gpt2_load_safetensors(m, path);
     CHECK_MSG(rc == MW_EFORMAT, "%s: rc %d (%s)", what, rc, mw_error_msg());
     CHECK_MSG(strstr(mw_error_msg(), needle) != NULL, "%s: message \"%s\" lacks \"%s\"", what, mw_error_msg(), needle);
+    CHECK_MSG(!memcmp(before, m->params, m->sizes.params_bytes), "%s: a failed load changed the weights", what);
+    free(before);
+}
+
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "wb");
+    REQUIRE(f && fputs(text, f) >= 0);
+    fclose(f);
+}
+
+/* The config of the tiny model, resolved from model.safetensors in dir, with config.json = json
+ * (NULL: none) and flags; returns the rc, message in mw_error_msg(). */
+static int resolve_with(const char *dir, const char *json, const struct mw_gpt2_config *flags,
+                        struct mw_gpt2_config *c, struct mw_gpt2_provenance *pv)
+{
+    char cj[700], st[700];
+    snprintf(cj, sizeof cj, "%s/config.json", dir);
+    snprintf(st, sizeof st, "%s/model.safetensors", dir);
+    if (json) write_text(cj, json);
+    else unlink(cj);
+    return mw_gpt2_config_resolve(st, flags, c, pv);
+}
+
+/* Writes an HF-like file of the tiny model without memwall's metadata (so n_head is unknown). */
+static void save_plain(const struct mw_gpt2 *a, const char *path)
+{
+    struct mw_st_out t[40];
+    int n = 0;
+    for (int i = 0; i < a->n_tensors; i++) {
+        const struct mw_gpt2_tensor *s = &a->tensors[i];
+        t[n++] = (struct mw_st_out){s->name, s->ndim, {s->kind == MW_GPT2_WTE ? 11 : s->shape[0], s->shape[1]},
+                                    a->params + s->offset};
+    }
+    REQUIRE(mw_st_write_f32(path, t, n, NULL, 0) == 0);
 }
 
 int main(void)
@@ -173,6 +216,88 @@ int main(void)
         expect_format_error(&b, bad, "header length", "huge header length");
     }
 
+    /* Hostile headers: duplicates, overlaps, a shape whose product wraps, a bad offset. */
+    write_raw(bad, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+              "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", "abcdefgh", 8);
+    expect_format_error(&b, bad, "appears twice", "duplicate name");
+    write_raw(bad, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+              "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", "abcdefgh", 8);
+    expect_format_error(&b, bad, "overlap", "overlapping tensors");
+    write_raw(bad, "{\"a\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296],\"data_offsets\":[0,0]}}",
+              NULL, 0);
+    expect_format_error(&b, bad, "overflows", "shape product wraps");
+    write_raw(bad, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[1e300,4]}}", "abcd", 4);
+    expect_format_error(&b, bad, "data_offsets", "offset 1e300");
+    write_raw(bad, "{\"a\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}", "abcd", 4);
+    expect_format_error(&b, bad, "shape[0]", "negative dimension");
+    write_raw(bad, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1.5],\"data_offsets\":[0,4]}}", "abcd", 4);
+    expect_format_error(&b, bad, "shape[0]", "fractional dimension");
+    /* A good file whose last tensor holds a NaN: refused by the verify pass, nothing applied. */
+    {
+        struct mw_gpt2 n;
+        REQUIRE(mw_gpt2_init(&n, &tiny, &o) == 0);
+        mw_gpt2_init_weights(&n, 9);
+        const struct mw_gpt2_tensor *lnfb = mw_gpt2_find_tensor(&n, "ln_f.bias");
+        n.params[lnfb->offset + 3] = NAN;
+        REQUIRE(mw_gpt2_save_safetensors(&n, bad) == 0);
+        expect_format_error(&b, bad, "ln_f.bias\" element 3", "NaN weight");
+        mw_gpt2_free(&n);
+    }
+
+    /* The config: the head count from config.json beside the file, not a guess. */
+    {
+        char cdir[600], st[700];
+        snprintf(cdir, sizeof cdir, "%s/hf", dir);
+        REQUIRE(mkdir(cdir, 0755) == 0);
+        snprintf(st, sizeof st, "%s/model.safetensors", cdir);
+        save_plain(&a, st);
+        struct mw_gpt2_config rc_cfg, fl = {0};
+        struct mw_gpt2_provenance pv;
+        /* Nothing says n_head: C/64 does not divide, the guess is 1, and it says it guessed. */
+        CHECK(resolve_with(cdir, NULL, NULL, &rc_cfg, &pv) == 0);
+        CHECK(rc_cfg.n_head == 1 && pv.n_head == MW_GPT2_FROM_GUESS && pv.config_json[0] == 0);
+        CHECK(rc_cfg.n_layer == 2 && pv.n_layer == MW_GPT2_FROM_TENSORS && rc_cfg.vocab_size == 11);
+        /* A flag fills it. */
+        fl.n_head = 4;
+        CHECK(resolve_with(cdir, NULL, &fl, &rc_cfg, &pv) == 0);
+        CHECK(rc_cfg.n_head == 4 && pv.n_head == MW_GPT2_FROM_FLAG);
+        /* config.json says 2: it wins over the guess, and a flag saying 4 is refused naming both. */
+        const char *good = "{\"model_type\":\"gpt2\",\"n_layer\":2,\"n_head\":2,\"n_embd\":16,\"n_positions\":8,"
+                           "\"vocab_size\":11,\"layer_norm_epsilon\":1e-05,\"activation_function\":\"gelu_new\","
+                           "\"n_inner\":null,\"resid_pdrop\":0.1}";
+        CHECK(resolve_with(cdir, good, NULL, &rc_cfg, &pv) == 0);
+        CHECK(rc_cfg.n_head == 2 && pv.n_head == MW_GPT2_FROM_CONFIG_JSON && strstr(pv.config_json, "config.json"));
+        CHECK(pv.vocab_size == MW_GPT2_FROM_CONFIG_JSON && rc_cfg.padded_vocab_size == 0);
+        CHECK(resolve_with(cdir, good, &fl, &rc_cfg, &pv) == MW_EFORMAT);
+        CHECK_MSG(strstr(mw_error_msg(), "n_head") && strstr(mw_error_msg(), "config.json") &&
+                  strstr(mw_error_msg(), "command line"), "conflict message: %s", mw_error_msg());
+        fl.n_head = 2;
+        CHECK(resolve_with(cdir, good, &fl, &rc_cfg, &pv) == 0 && pv.n_head == MW_GPT2_FROM_CONFIG_JSON);
+        /* What memwall does not implement is refused by name; sizes that disagree with the tensors too. */
+        static const struct { const char *json, *needle; } refuse[] = {
+            {"{\"n_head\":2,\"activation_function\":\"relu\"}", "activation_function \"relu\""},
+            {"{\"n_head\":2,\"activation_function\":\"gelu\"}", "activation_function \"gelu\""},
+            {"{\"n_head\":2,\"layer_norm_epsilon\":1e-6}", "layer_norm_epsilon"},
+            {"{\"n_head\":2,\"n_embd\":16,\"n_inner\":32}", "n_inner"},
+            {"{\"n_head\":2,\"scale_attn_weights\":false}", "scale_attn_weights"},
+            {"{\"n_head\":2,\"scale_attn_by_inverse_layer_idx\":true}", "scale_attn_by_inverse_layer_idx"},
+            {"{\"n_head\":2,\"tie_word_embeddings\":false}", "tie_word_embeddings"},
+            {"{\"model_type\":\"llama\"}", "model_type"},
+            {"{\"n_layer\":3}", "n_layer is 2 by the tensor shapes but 3 by the config.json"},
+            {"{\"n_positions\":1024}", "n_positions"},
+            {"{\"n_head\":1e300}", "n_head"},
+            {"{\"n_head\":3}", "not a multiple"},
+            {"{\"vocab_size\":12}", "vocab_size 12"},
+            {"[1]", "not a JSON object"},
+        };
+        for (size_t i = 0; i < sizeof refuse / sizeof refuse[0]; i++) {
+            int r = resolve_with(cdir, refuse[i].json, NULL, &rc_cfg, &pv);
+            CHECK_MSG(r == MW_EFORMAT && strstr(mw_error_msg(), refuse[i].needle), "%s: rc %d, \"%s\"",
+                      refuse[i].json, r, mw_error_msg());
+        }
+        resolve_with(cdir, NULL, NULL, &rc_cfg, &pv);
+    }
+
     /* Wrong shapes: a model of another width. */
     struct mw_gpt2_config wide = tiny;
     wide.n_embd = 32;
@@ -188,6 +313,7 @@ int main(void)
     mw_gpt2_free(&w);
 
     CHECK(mw_gpt2_load_safetensors(&b, "/nonexistent/x.safetensors") == -ENOENT);
+    write_raw(bad, "[1,2,3]", NULL, 0);
     CHECK(mw_gpt2_config_from_safetensors(bad, &c) == MW_EFORMAT);
 
     mw_gpt2_free(&a);

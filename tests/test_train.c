@@ -119,6 +119,21 @@ static int64_t file_size(const char *p)
     return stat(p, &st) == 0 ? (int64_t)st.st_size : -1;
 }
 
+static int files_equal(const char *a, const char *b)
+{
+    FILE *f = fopen(a, "rb"), *g = fopen(b, "rb");
+    REQUIRE(f && g);
+    int x, y, eq = 1;
+    do {
+        x = fgetc(f);
+        y = fgetc(g);
+        if (x != y) eq = 0;
+    } while (eq && x != EOF);
+    fclose(f);
+    fclose(g);
+    return eq;
+}
+
 static void copy_modified(const char *from, const char *to, int64_t keep, int64_t flip_at)
 {
     FILE *f = fopen(from, "rb"), *g = fopen(to, "wb");
@@ -161,16 +176,25 @@ static void test_checkpoint(const struct mw_data *d)
     CHECK_MSG(sa.loss == sb.loss, "loss after resume %.9g vs %.9g", sa.loss, sb.loss);
     CHECK(!memcmp(a.model.params, b.model.params, a.model.sizes.params_bytes));
 
-    /* Damage: a flipped byte in the weights, in the optimizer state, a cut file, a bad magic. */
+    /* Damage: a flipped byte in the weights, in the optimizer state, a cut file, a bad magic.
+     * Verify, then apply: every failed load leaves b exactly as it was: its own checkpoint
+     * (weights, optimizer state, step, data RNG) is byte-for-byte the one written before. */
     int64_t size = file_size(path);
-    char bad[640];
+    char bad[640], before[640], after[640];
     snprintf(bad, sizeof bad, "%s/bad.mwck", g_dir);
+    snprintf(before, sizeof before, "%s/b_before.mwck", g_dir);
+    snprintf(after, sizeof after, "%s/b_after.mwck", g_dir);
+    REQUIRE(mw_trainer_save(&b, "some/data.txt", before) == 0);
     int64_t flips[] = {1024 + 10, size - 24 - 5};
     for (int i = 0; i < 2; i++) {
         copy_modified(path, bad, size, flips[i]);
         CHECK(mw_ckpt_read_info(bad, &info) == 0); /* the header is intact */
         int r = mw_trainer_load(&b, bad);
         CHECK_MSG(r == MW_ECHECKSUM, "flip at %lld: got %d (%s)", (long long)flips[i], r, mw_error_msg());
+        CHECK(strstr(mw_error_msg(), "nothing was loaded") != NULL);
+        REQUIRE(mw_trainer_save(&b, "some/data.txt", after) == 0);
+        CHECK_MSG(file_size(after) == file_size(before) && files_equal(before, after),
+                  "flip at %lld: the failed load changed the trainer", (long long)flips[i]);
     }
     copy_modified(path, bad, size - 1, -1);
     CHECK(mw_trainer_load(&b, bad) == MW_EFORMAT);
@@ -182,6 +206,8 @@ static void test_checkpoint(const struct mw_data *d)
     CHECK(strstr(mw_error_msg(), "not a memwall checkpoint") != NULL);
     copy_modified(path, bad, size, size - 20); /* the trailer's magic */
     CHECK(mw_trainer_load(&b, bad) == MW_EFORMAT);
+    REQUIRE(mw_trainer_save(&b, "some/data.txt", after) == 0);
+    CHECK_MSG(files_equal(before, after), "a checkpoint without its marker changed the trainer");
     CHECK(mw_ckpt_read_info("/nonexistent/x.mwck", &info) == -ENOENT);
 
     /* A checkpoint of another model shape is refused. */

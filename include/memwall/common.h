@@ -16,6 +16,7 @@
 #ifndef MEMWALL_COMMON_H
 #define MEMWALL_COMMON_H
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdarg.h>
@@ -71,6 +72,44 @@ int mw_parse_size(const char *s, uint64_t *out);
 uint32_t mw_crc32c(uint32_t crc, const void *data, size_t len);
 uint32_t mw_crc32c_sw(uint32_t crc, const void *data, size_t len);
 int mw_crc32c_hw_available(void);
+/* ---- Untrusted numbers ----
+ * Every size computed from a file or the command line goes through these: a header field that
+ * makes a product or sum wrap must be an error with a message, never a short allocation or an
+ * out-of-bounds offset. They return 0, or -EOVERFLOW (the caller's message names the field);
+ * *out is written only on success. */
+static inline int mw_mul_u64(uint64_t a, uint64_t b, uint64_t *out)
+{
+    uint64_t r;
+    if (__builtin_mul_overflow(a, b, &r)) return -EOVERFLOW;
+    *out = r;
+    return 0;
+}
+static inline int mw_add_u64(uint64_t a, uint64_t b, uint64_t *out)
+{
+    uint64_t r;
+    if (__builtin_add_overflow(a, b, &r)) return -EOVERFLOW;
+    *out = r;
+    return 0;
+}
+static inline int mw_mul_size(size_t a, size_t b, size_t *out)
+{
+    size_t r;
+    if (__builtin_mul_overflow(a, b, &r)) return -EOVERFLOW;
+    *out = r;
+    return 0;
+}
+static inline int mw_add_size(size_t a, size_t b, size_t *out)
+{
+    size_t r;
+    if (__builtin_add_overflow(a, b, &r)) return -EOVERFLOW;
+    *out = r;
+    return 0;
+}
+/* A double from JSON (or strtod) as an integer: 0, or -ERANGE when it is NaN, infinite,
+ * outside [lo, hi] or (integral = 1) not a whole number. Converting an out-of-range double to
+ * an integer type is undefined behaviour in C, so no cast happens before this check. */
+int mw_f64_to_i64(double d, int64_t lo, int64_t hi, int integral, int64_t *out);
+int mw_f64_to_u64(double d, uint64_t hi, int integral, uint64_t *out);
 
 /* Always-on invariant check (never compiled out); aborts through a replaceable hook. */
 typedef void (*mw_abort_fn)(const char *file, int line, const char *expr);

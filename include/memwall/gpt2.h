@@ -210,18 +210,45 @@ void mw_gpt2_zero_grad(struct mw_gpt2 *m);
 
 /* ---- safetensors (HF GPT-2 names and layouts) ---- */
 
-/* Reads the config from a safetensors file's header: L from the h.N indices, C and V from
- * wte, maxT from wpe; NH and Vp from memwall's __metadata__ ("n_head", "padded_vocab_size")
- * when present, else NH = C / 64 (true for every HF GPT-2 size) and Vp = 0 (= V).
- * Returns 0, -errno (cannot open/read) or MW_EFORMAT (message says what is wrong). */
+/* Where each value of a resolved config came from. */
+enum mw_gpt2_source {
+    MW_GPT2_FROM_NONE = 0,
+    MW_GPT2_FROM_TENSORS,      /* the shapes of wte / wpe / h.N in the safetensors file */
+    MW_GPT2_FROM_CONFIG_JSON,  /* Hugging Face's config.json beside the file */
+    MW_GPT2_FROM_METADATA,     /* memwall's __metadata__ in the file */
+    MW_GPT2_FROM_FLAG,         /* the caller's (command line's) value */
+    MW_GPT2_FROM_GUESS,        /* n_head = n_embd / 64 when nothing says it (every HF GPT-2 size) */
+};
+struct mw_gpt2_provenance {
+    int n_layer, n_head, n_embd, max_seq_len, vocab_size; /* enum mw_gpt2_source each */
+    char config_json[512];     /* the config.json that was read; "" when there was none */
+};
+const char *mw_gpt2_source_name(int src); /* "config.json", "tensor shapes", ... */
+
+/* Resolves the model config of a GPT-2 safetensors file, in this order:
+ *  1. the tensors: L from the h.N indices, C from wte, maxT from the rows of wpe;
+ *  2. config.json in the same directory, when present (n_layer, n_head, n_embd, n_positions,
+ *     vocab_size; activation_function, layer_norm_epsilon, n_inner, scale_attn_weights,
+ *     scale_attn_by_inverse_layer_idx, add_cross_attention, tie_word_embeddings are checked and
+ *     a setting memwall does not implement is refused by name; dropout is not applied);
+ *  3. memwall's __metadata__ (n_head, vocab_size, padded_vocab_size);
+ *  4. flags (may be NULL; 0 fields = not given: the caller's shape options) fill what 1-3 leave;
+ *  5. otherwise V = rows of wte, NH = C / 64 (source MW_GPT2_FROM_GUESS).
+ * A value given by two sources must agree (MW_EFORMAT naming both). prov (may be NULL) gets the
+ * source of each value. Returns 0, -errno (cannot open/read) or MW_EFORMAT, message set. */
+int mw_gpt2_config_resolve(const char *path, const struct mw_gpt2_config *flags, struct mw_gpt2_config *cfg,
+                           struct mw_gpt2_provenance *prov);
+/* mw_gpt2_config_resolve(path, NULL, cfg, NULL). */
 int mw_gpt2_config_from_safetensors(const char *path, struct mw_gpt2_config *cfg);
 
-/* Loads weights into an initialised model. Every model tensor must be present with the exact
+/* Loads weights into an initialised model. Every model tensor must be present once with the exact
  * shape (wte may have V..Vp rows; missing padding rows are zeroed); dtypes F32, F16, BF16 are
  * converted to fp32; "lm_head.weight" (tied) and "h.N.attn.bias"/"masked_bias" buffers are
- * ignored; a "transformer." name prefix is accepted. Truncated or corrupt file, unknown or
- * missing tensor, wrong shape -> MW_EFORMAT with the detail in mw_error_msg(), model params
- * unspecified but memory-safe. */
+ * ignored; a "transformer." name prefix is accepted. Verify, then apply: the header, every shape
+ * and every value (readable, finite) are checked before the first weight is written, so a
+ * truncated or corrupt file, an unknown, duplicate, overlapping or missing tensor, a wrong shape
+ * (MW_EFORMAT) leaves the model's params bitwise unchanged. Only an I/O error while applying the
+ * verified file (or the file changed during the load) leaves them partly written (said so). */
 int mw_gpt2_load_safetensors(struct mw_gpt2 *m, const char *path);
 
 /* Writes all tensors (F32, HF names and shapes; wte with its V real rows, so HF loads it) plus

@@ -230,8 +230,11 @@ int mw_trainer_save(struct mw_trainer *tr, const char *data_path, const char *pa
 /* Reads and validates the header only (magic, version, sizes against the file length). */
 int mw_ckpt_read_info(const char *path, struct mw_ckpt_info *info);
 /* Restores params, optimizer state, step and data-RNG state into a trainer built with the
- * checkpoint's model config. Verifies the trailer and crc32c; MW_EFORMAT / MW_ECHECKSUM with
- * a message on any mismatch (the trainer is then unusable). */
+ * checkpoint's model config. Verify, then apply: the header, the length, the completion marker
+ * and the crc32c of the whole file are checked before anything is written, so a mismatch
+ * (MW_EFORMAT / MW_ECHECKSUM, or -EINVAL for another model or rank layout) leaves the trainer
+ * exactly as it was. Only an I/O error of the offload engine while applying, or the file
+ * changing during the load, leaves it partly loaded (the message says so; it is then unusable). */
 int mw_trainer_load(struct mw_trainer *tr, const char *path);
 
 #ifdef __cplusplus

@@ -104,7 +104,7 @@ static const struct mw_opt train_opts[] = {
     {"ckpt-every", MW_OPT_INT, &A.ckpt_every, "N", "checkpoint every N steps (and at the end) into --out-dir; 0 = never", 0, 1e12, NULL},
     {"out-dir", MW_OPT_STRING, &A.out_dir, "DIR", "checkpoints and the final model.safetensors go here (none if unset)", 0, 0, NULL},
     {"resume", MW_OPT_STRING, &A.resume, "FILE", "continue the run saved in this checkpoint (its settings are the defaults); several ranks: ckpt_N.r%r.mwck", 0, 0, NULL},
-    {"init-safetensors", MW_OPT_STRING, &A.init_st, "FILE", "start from these weights (HF gpt2 model.safetensors); sets the model shape", 0, 0, NULL},
+    {"init-safetensors", MW_OPT_STRING, &A.init_st, "FILE", "start from these weights (HF gpt2 model.safetensors, with the config.json beside it when present); the files set the model shape, shape flags fill what they do not say", 0, 0, NULL},
     {"data", MW_OPT_STRING, &A.data, "FILE|DIR", "text file(s) or llm.c .bin shards (default: the bundled corpus " BUNDLED_CORPUS ")", 0, 0, NULL},
     {"seed", MW_OPT_INT, &A.seed, "N", "seed of the weights and the batch order (same seed: bitwise same run)", 0, 9.2e18, NULL},
     {"threads", MW_OPT_INT, &A.threads, "N", "CPU threads (OpenMP and OpenBLAS); 0 = all cores", 0, 4096, NULL},
@@ -455,19 +455,31 @@ static int train_main(int argc, char **argv)
     if (!strcmp(A.schedule, "layer-major") && world > 1)
         return usage_error("--schedule layer-major runs on one rank for now%s", "");
     if (A.resume && A.init_st) return usage_error("--init-safetensors cannot be combined with --resume%s", "");
-    if (A.init_st) {
-        static const char *const shape[] = {"layers", "heads", "width", "context", "vocab"};
-        for (size_t i = 0; i < sizeof shape / sizeof shape[0]; i++)
-            if (GIVEN(shape[i])) return usage_error("--%s cannot be combined with --init-safetensors (the file fixes the model)", shape[i]);
-    } else {
+    if (!A.init_st) {
         if (A.seq > A.context) return usage_error("--seq is longer than the model's --context%s", "");
         if (A.width % A.heads) return usage_error("--width must be a multiple of --heads%s", "");
     }
 
     struct mw_gpt2_config mc = {(int)A.layers, (int)A.heads, (int)A.width, (int)A.context, (int)A.vocab, 0};
     if (A.init_st) {
-        int err = mw_gpt2_config_from_safetensors(A.init_st, &mc);
+        /* The files say the shape; a shape flag fills what they do not and must agree with what they do. */
+        struct mw_gpt2_config flags = {GIVEN("layers") ? (int)A.layers : 0, GIVEN("heads") ? (int)A.heads : 0,
+                                       GIVEN("width") ? (int)A.width : 0, GIVEN("context") ? (int)A.context : 0,
+                                       GIVEN("vocab") ? (int)A.vocab : 0, 0};
+        struct mw_gpt2_provenance pv;
+        int err = mw_gpt2_config_resolve(A.init_st, &flags, &mc, &pv);
         if (err) { mw_cli_fail("reading --init-safetensors", err); return 1; }
+        if (rank == 0) {
+            printf("model from %s%s%s:\n", A.init_st, pv.config_json[0] ? " and " : " (no config.json beside it)",
+                   pv.config_json);
+            printf("  n_layer %d (%s), n_head %d (%s), n_embd %d (%s), context %d (%s), vocab %d (%s)\n",
+                   mc.n_layer, mw_gpt2_source_name(pv.n_layer), mc.n_head, mw_gpt2_source_name(pv.n_head),
+                   mc.n_embd, mw_gpt2_source_name(pv.n_embd), mc.max_seq_len, mw_gpt2_source_name(pv.max_seq_len),
+                   mc.vocab_size, mw_gpt2_source_name(pv.vocab_size));
+            if (pv.n_head == MW_GPT2_FROM_GUESS)
+                mw_log(MW_LOG_WARN, "%s: nothing says the head count; guessed %d (width / 64); give --heads or put "
+                       "the model's config.json beside the file", A.init_st, mc.n_head);
+        }
         if (A.seq > mc.max_seq_len) return usage_error("--seq is longer than the context of %s", A.init_st);
     } else if (A.resume) {
         mc.padded_vocab_size = ci.model.padded_vocab_size;

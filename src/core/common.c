@@ -13,6 +13,7 @@
 #include <strings.h>
 #include <time.h>
 #include <ctype.h>
+#include <math.h>
 #include <pthread.h>
 
 static _Thread_local char tl_msg[1024];
@@ -33,10 +34,14 @@ const char *mw_strerror(int err)
 
 int mw_error_set(int err, const char *fmt, ...)
 {
+    /* Through a copy: callers often wrap the last message, mw_error_set(e, "%s: %s", path,
+     * mw_error_msg()), and formatting a buffer into itself is undefined. */
+    char buf[sizeof tl_msg];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(tl_msg, sizeof tl_msg, fmt, ap);
+    vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
+    memcpy(tl_msg, buf, sizeof tl_msg);
     return err;
 }
 
@@ -103,13 +108,45 @@ const char *mw_fmt_rate(char *buf, size_t n, double r)
     return buf;
 }
 
+int mw_f64_to_i64(double d, int64_t lo, int64_t hi, int integral, int64_t *out)
+{
+    /* 2^63 is exactly representable; every double below it converts without UB. */
+    if (!isfinite(d) || d < (double)lo || d > (double)hi || d >= 9223372036854775808.0 ||
+        d < -9223372036854775808.0 || (integral && d != floor(d)))
+        return -ERANGE;
+    int64_t v = (int64_t)d;
+    if (v < lo || v > hi) return -ERANGE; /* (double)hi rounded up */
+    *out = v;
+    return 0;
+}
+
+int mw_f64_to_u64(double d, uint64_t hi, int integral, uint64_t *out)
+{
+    if (!isfinite(d) || d < 0 || d > (double)hi || d >= 18446744073709551616.0 || (integral && d != floor(d)))
+        return -ERANGE;
+    uint64_t v = (uint64_t)d;
+    if (v > hi) return -ERANGE;
+    *out = v;
+    return 0;
+}
+
 int mw_parse_size(const char *s, uint64_t *out)
 {
     if (!s || !*s) return -EINVAL;
+    /* Decimal digits and one point only: strtod alone would also take "nan", "inf", "1e3" and
+     * hex floats. */
+    const char *q = s;
+    while (isspace((unsigned char)*q)) q++;
+    size_t nlen = strspn(q, "0123456789.");
+    char num[48];
+    if (nlen == 0 || nlen >= sizeof num) return -EINVAL;
+    memcpy(num, q, nlen);
+    num[nlen] = 0;
     errno = 0;
-    char *end;
-    double v = strtod(s, &end);
-    if (errno || end == s || v < 0) return -EINVAL;
+    char *nend;
+    double v = strtod(num, &nend);
+    if (errno || *nend || !(v >= 0)) return -EINVAL;
+    const char *end = q + nlen;
     while (isspace((unsigned char)*end)) end++;
     double mul = 1;
     if (*end) {
@@ -125,9 +162,10 @@ int mw_parse_size(const char *s, uint64_t *out)
         if (i == sizeof t / sizeof t[0]) return -EINVAL;
         mul = t[i].mul;
     }
-    double r = v * mul;
-    if (r > 1.8e19) return -ERANGE;
-    *out = (uint64_t)(r + 0.5);
+    double r = v * mul + 0.5;
+    uint64_t x;
+    if (mw_f64_to_u64(floor(r), UINT64_MAX, 1, &x)) return -ERANGE;
+    *out = x;
     return 0;
 }
 

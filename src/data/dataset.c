@@ -57,17 +57,20 @@ static int open_shard(const char *path, struct mw_data_segment *seg)
     int32_t hdr[3];
     memcpy(hdr, map, sizeof hdr);
     int err = 0;
+    /* The header's token count is hostile: the bytes it implies are computed with overflow checks. */
+    uint64_t want = 0;
+    int wrap = hdr[2] >= 0 && (mw_mul_u64((uint64_t)hdr[2], 2, &want) ||
+                               mw_add_u64(want, (uint64_t)MW_SHARD_HEADER_BYTES, &want));
     if (hdr[0] != MW_SHARD_MAGIC)
         err = mw_error_set(MW_EFORMAT, "%s is not a token shard: magic %d, expected %d (llm.c .bin format)",
                            path, hdr[0], MW_SHARD_MAGIC);
     else if (hdr[1] != MW_SHARD_VERSION)
         err = mw_error_set(MW_EFORMAT, "shard %s has version %d; only version %d (uint16 tokens) is supported",
                            path, hdr[1], MW_SHARD_VERSION);
-    else if (hdr[2] < 0 || (uint64_t)MW_SHARD_HEADER_BYTES + 2ull * (uint64_t)hdr[2] != len)
+    else if (hdr[2] < 0 || wrap || want != (uint64_t)len)
         err = mw_error_set(MW_EFORMAT, "shard %s: header says %d tokens (%llu bytes in all) but the file has %zu bytes%s",
-                           path, hdr[2], (unsigned long long)MW_SHARD_HEADER_BYTES + 2ull * (uint64_t)(uint32_t)hdr[2],
-                           len, hdr[2] >= 0 && (uint64_t)MW_SHARD_HEADER_BYTES + 2ull * (uint64_t)hdr[2] > len
-                           ? ": truncated" : "");
+                           path, hdr[2], (unsigned long long)want, len,
+                           hdr[2] >= 0 && want > (uint64_t)len ? ": truncated" : "");
     if (err) { munmap(map, len); return err; }
     seg->map = map;
     seg->map_len = len;

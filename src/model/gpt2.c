@@ -78,44 +78,57 @@ size_t mw_gpt2_num_params(const struct mw_gpt2_config *c)
     return vp_of(c) * C + (size_t)c->max_seq_len * C + (size_t)c->n_layer * per_block + 2 * C;
 }
 
-/* Walks the activation layout. With base == NULL only counts; returns floats used. */
-static size_t carve(const struct mw_gpt2_config *c, const struct mw_gpt2_options *o, float *base,
-                    struct mw_gpt2_impl *im, int recompute)
+/* a * b, or SIZE_MAX with *ovf set when it wraps (sizes may come from a file's header). */
+static size_t mulc(int *ovf, size_t a, size_t b)
 {
-    size_t C = (size_t)c->n_embd, BT = (size_t)o->max_batch * (size_t)o->max_seq, T = (size_t)o->max_seq;
+    size_t r;
+    if (mw_mul_size(a, b, &r)) { *ovf = 1; return SIZE_MAX; }
+    return r;
+}
+
+/* Walks the activation layout. With base == NULL only counts; returns floats used, or 0 with
+ * *ovf set when a size overflows size_t (only possible while counting: sizes() runs first). */
+static size_t carve(const struct mw_gpt2_config *c, const struct mw_gpt2_options *o, float *base,
+                    struct mw_gpt2_impl *im, int recompute, int *ovf)
+{
+    size_t C = (size_t)c->n_embd, T = (size_t)o->max_seq;
     size_t NH = (size_t)c->n_head, B = (size_t)o->max_batch, L = (size_t)c->n_layer;
+    size_t BT = mulc(ovf, B, T);
     size_t used = 0;
-#define TAKE(ptr, n) do { size_t n_ = MW_ALIGN_UP((size_t)(n), ALIGN_FLOATS); \
+#define M2(a, b) mulc(ovf, (a), (b))
+#define TAKE(ptr, n) do { size_t n_ = (n), r_; \
+        if (mw_add_size(n_, ALIGN_FLOATS - 1, &r_)) *ovf = 1; else n_ = r_ / ALIGN_FLOATS * ALIGN_FLOATS; \
         if (base) { (ptr) = base + used; } \
-        used += n_; } while (0)
+        if (mw_add_size(used, n_, &used)) *ovf = 1; } while (0)
     float *dummy;
     size_t nsets = recompute ? 1 : L;
     for (size_t l = 0; l < nsets; l++) {
         struct mw_gpt2_layer_acts a_, *a = base ? &im->layer[l] : &a_;
-        TAKE(a->ln1, BT * C); TAKE(a->ln1_mean, BT); TAKE(a->ln1_rstd, BT);
-        TAKE(a->qkv, BT * 3 * C); TAKE(a->atty, BT * C); TAKE(a->att, B * NH * T * T);
-        TAKE(a->res2, BT * C); TAKE(a->ln2, BT * C); TAKE(a->ln2_mean, BT); TAKE(a->ln2_rstd, BT);
-        TAKE(a->fch, BT * 4 * C); TAKE(a->fch_gelu, BT * 4 * C);
+        TAKE(a->ln1, M2(BT, C)); TAKE(a->ln1_mean, BT); TAKE(a->ln1_rstd, BT);
+        TAKE(a->qkv, M2(M2(BT, 3), C)); TAKE(a->atty, M2(BT, C)); TAKE(a->att, M2(M2(M2(B, NH), T), T));
+        TAKE(a->res2, M2(BT, C)); TAKE(a->ln2, M2(BT, C)); TAKE(a->ln2_mean, BT); TAKE(a->ln2_rstd, BT);
+        TAKE(a->fch, M2(M2(BT, 4), C)); TAKE(a->fch_gelu, M2(M2(BT, 4), C));
     }
     if (base && recompute)
         for (size_t l = 1; l < L; l++) im->layer[l] = im->layer[0];
     for (size_t l = 0; l <= L; l++) {
-        if (base) { TAKE(im->res[l], BT * C); } else { TAKE(dummy, BT * C); }
+        if (base) { TAKE(im->res[l], M2(BT, C)); } else { TAKE(dummy, M2(BT, C)); }
     }
     if (base) {
-        TAKE(im->lnf, BT * C); TAKE(im->lnf_mean, BT); TAKE(im->lnf_rstd, BT);
-        TAKE(im->logits, BT * vp_of(c)); TAKE(im->losses, BT); TAKE(im->lse, BT);
-        TAKE(im->dres, BT * C); TAKE(im->dC, BT * C); TAKE(im->dbig, BT * 4 * C);
-        TAKE(im->datt, (size_t)o->n_threads * T * T);
+        TAKE(im->lnf, M2(BT, C)); TAKE(im->lnf_mean, BT); TAKE(im->lnf_rstd, BT);
+        TAKE(im->logits, M2(BT, vp_of(c))); TAKE(im->losses, BT); TAKE(im->lse, BT);
+        TAKE(im->dres, M2(BT, C)); TAKE(im->dC, M2(BT, C)); TAKE(im->dbig, M2(M2(BT, 4), C));
+        TAKE(im->datt, M2(M2((size_t)o->n_threads, T), T));
     } else {
-        TAKE(dummy, BT * C); TAKE(dummy, BT); TAKE(dummy, BT);
-        TAKE(dummy, BT * vp_of(c)); TAKE(dummy, BT); TAKE(dummy, BT);
-        TAKE(dummy, BT * C); TAKE(dummy, BT * C); TAKE(dummy, BT * 4 * C);
-        TAKE(dummy, (size_t)o->n_threads * T * T);
+        TAKE(dummy, M2(BT, C)); TAKE(dummy, BT); TAKE(dummy, BT);
+        TAKE(dummy, M2(BT, vp_of(c))); TAKE(dummy, BT); TAKE(dummy, BT);
+        TAKE(dummy, M2(BT, C)); TAKE(dummy, M2(BT, C)); TAKE(dummy, M2(M2(BT, 4), C));
+        TAKE(dummy, M2(M2((size_t)o->n_threads, T), T));
     }
     (void)dummy;
 #undef TAKE
-    return used;
+#undef M2
+    return *ovf ? 0 : used;
 }
 
 static int resolve_opts(const struct mw_gpt2_config *c, const struct mw_gpt2_options *in,
@@ -141,10 +154,15 @@ int mw_gpt2_sizes(const struct mw_gpt2_config *cfg, const struct mw_gpt2_options
     if ((rc = resolve_opts(cfg, opts, &o))) return rc;
     memset(out, 0, sizeof *out);
     out->n_params = mw_gpt2_num_params(cfg);
-    out->params_bytes = out->n_params * sizeof(float);
+    int ovf = 0;
+    size_t acts = carve(cfg, &o, NULL, NULL, o.recompute, &ovf), full = carve(cfg, &o, NULL, NULL, 0, &ovf);
+    if (ovf || mw_mul_size(acts, sizeof(float), &out->acts_bytes) ||
+        mw_mul_size(full, sizeof(float), &out->acts_bytes_full) ||
+        mw_mul_size(out->n_params, sizeof(float), &out->params_bytes))
+        return mw_error_set(-EOVERFLOW, "gpt2: the activations of L=%d C=%d NH=%d V=%d for batch %d x %d tokens "
+                            "(%d threads) overflow a 64-bit size", cfg->n_layer, cfg->n_embd, cfg->n_head,
+                            cfg->vocab_size, o.max_batch, o.max_seq, o.n_threads);
     out->grads_bytes = out->params_bytes;
-    out->acts_bytes = carve(cfg, &o, NULL, NULL, o.recompute) * sizeof(float);
-    out->acts_bytes_full = carve(cfg, &o, NULL, NULL, 0) * sizeof(float);
     return 0;
 }
 
@@ -161,6 +179,7 @@ static size_t map_bytes(size_t n) { return n ? MW_ALIGN_UP(n * sizeof(float), 40
 
 static void *alloc_floats(size_t n)
 {
+    if (n > (SIZE_MAX - 8 * HUGE_ALIGN) / sizeof(float)) return NULL;
     size_t bytes = map_bytes(n), extra = bytes >= HUGE_ALIGN ? HUGE_ALIGN : 0;
     char *p = mmap(NULL, bytes + extra, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) return NULL;
@@ -245,8 +264,9 @@ int mw_gpt2_init(struct mw_gpt2 *m, const struct mw_gpt2_config *cfg, const stru
     m->grads = alloc_floats(m->sizes.n_params);
     m->acts = alloc_floats(m->sizes.acts_bytes / sizeof(float));
     if (!m->params || !m->grads || !m->acts) goto nomem;
-    size_t used = carve(cfg, &m->opts, m->acts, im, m->opts.recompute);
-    MW_ASSERT(used * sizeof(float) == m->sizes.acts_bytes);
+    int ovf = 0;
+    size_t used = carve(cfg, &m->opts, m->acts, im, m->opts.recompute, &ovf);
+    MW_ASSERT(!ovf && used * sizeof(float) == m->sizes.acts_bytes);
     m->loss = -1.0f;
     return 0;
 nomem:;

@@ -78,8 +78,8 @@ int mw_gpt2_backward(struct mw_gpt2 *m, float grad_scale, mw_gpt2_grad_ready_fn 
     if ((rc = unit_hook(m, MW_GPT2_UNIT_RELEASE, L + 1))) return rc;
     if (cb) cb(im->off_lnfw, 2 * (size_t)C, user);
 
-    size_t block_numel = im->off[MW_GPT2_BLOCK_KINDS] - im->off[0];
-    if (L == 1) block_numel = im->off_lnfw - im->off[0];
+    /* (off[] has 12 entries per block: with one block, off[12] is past its end.) */
+    size_t block_numel = (L > 1 ? im->off[MW_GPT2_BLOCK_KINDS] : im->off_lnfw) - im->off[0];
     for (int l = L - 1; l >= 0; l--) {
         if ((rc = unit_hook(m, MW_GPT2_UNIT_ACQUIRE, l + 1))) return rc;
         if (m->opts.recompute && !(l == L - 1 && im->last_layer_live))

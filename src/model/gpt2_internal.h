@@ -107,4 +107,10 @@ static inline float mw_expf(float x)
     return p * s.f;
 }
 
+/* Parses the text of a Hugging Face GPT-2 config.json (gpt2_safetensors.c; also the fuzzing
+ * entry point): the five sizes (0 when absent) or MW_EFORMAT naming a setting memwall does not
+ * implement. */
+int mw_gpt2_hf_config_parse(const char *text, size_t len, const char *path, int *n_layer, int *n_head,
+                            int *n_embd, int *n_positions, int *vocab_size);
+
 #endif

@@ -62,6 +62,8 @@ void mw_st_close(struct mw_st_file *f)
 static int parse_entry(struct mw_st_file *f, struct mw_st_entry *e, const cJSON *item, uint64_t data_size)
 {
     const char *nm = item->string;
+    if (!*nm || strlen(nm) > 1024)
+        return mw_error_set(MW_EFORMAT, "%s: a tensor name is empty or longer than 1024 bytes", f->path);
     const cJSON *dt = cJSON_GetObjectItemCaseSensitive(item, "dtype");
     const cJSON *sh = cJSON_GetObjectItemCaseSensitive(item, "shape");
     const cJSON *of = cJSON_GetObjectItemCaseSensitive(item, "data_offsets");
@@ -79,30 +81,73 @@ static int parse_entry(struct mw_st_file *f, struct mw_st_entry *e, const cJSON 
     e->numel = 1;
     for (int d = 0; d < e->ndim; d++) {
         const cJSON *v = cJSON_GetArrayItem(sh, d);
-        if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 1e15 ||
-            v->valuedouble != (double)(uint64_t)v->valuedouble)
-            return mw_error_set(MW_EFORMAT, "%s: tensor \"%s\" has a bad shape", f->path, nm);
-        e->shape[d] = (uint64_t)v->valuedouble;
-        if (e->shape[d] && e->numel > UINT64_MAX / 8 / e->shape[d])
-            return mw_error_set(MW_EFORMAT, "%s: tensor \"%s\" shape overflows", f->path, nm);
-        e->numel *= e->shape[d];
+        uint64_t dim;
+        if (!cJSON_IsNumber(v) || mw_f64_to_u64(v->valuedouble, UINT64_MAX, 1, &dim))
+            return mw_error_set(MW_EFORMAT, "%s: tensor \"%s\": shape[%d] is not a non-negative integer", f->path,
+                                nm, d);
+        e->shape[d] = dim;
+        if (mw_mul_u64(e->numel, dim, &e->numel))
+            return mw_error_set(MW_EFORMAT, "%s: tensor \"%s\": the product of its shape overflows 64 bits",
+                                f->path, nm);
     }
-    double b = cJSON_GetArrayItem(of, 0)->valuedouble, en = cJSON_GetArrayItem(of, 1)->valuedouble;
-    if (!cJSON_IsNumber(cJSON_GetArrayItem(of, 0)) || !cJSON_IsNumber(cJSON_GetArrayItem(of, 1)) ||
-        b < 0 || en < b || en > 1.8e19)
-        return mw_error_set(MW_EFORMAT, "%s: tensor \"%s\" has bad data_offsets", f->path, nm);
-    e->begin = (uint64_t)b;
-    e->end = (uint64_t)en;
-    if (e->end - e->begin != e->numel * (uint64_t)esz)
+    uint64_t nbytes;
+    if (mw_mul_u64(e->numel, (uint64_t)esz, &nbytes))
+        return mw_error_set(MW_EFORMAT, "%s: tensor \"%s\": %llu elements x %d bytes overflows 64 bits", f->path,
+                            nm, (unsigned long long)e->numel, esz);
+    const cJSON *b = cJSON_GetArrayItem(of, 0), *en = cJSON_GetArrayItem(of, 1);
+    if (!cJSON_IsNumber(b) || !cJSON_IsNumber(en) || mw_f64_to_u64(b->valuedouble, UINT64_MAX, 1, &e->begin) ||
+        mw_f64_to_u64(en->valuedouble, UINT64_MAX, 1, &e->end) || e->end < e->begin)
+        return mw_error_set(MW_EFORMAT, "%s: tensor \"%s\" has bad data_offsets (two integers, begin <= end)",
+                            f->path, nm);
+    if (e->end - e->begin != nbytes)
         return mw_error_set(MW_EFORMAT, "%s: tensor \"%s\": data_offsets span %llu bytes but shape x dtype "
                             "needs %llu", f->path, nm, (unsigned long long)(e->end - e->begin),
-                            (unsigned long long)(e->numel * (uint64_t)esz));
+                            (unsigned long long)nbytes);
     if (e->end > data_size)
         return mw_error_set(MW_EFORMAT, "%s: truncated: tensor \"%s\" needs data bytes %llu..%llu but the "
                             "file holds only %llu data bytes", f->path, nm, (unsigned long long)e->begin,
                             (unsigned long long)e->end, (unsigned long long)data_size);
     e->name = strdup(nm);
-    return e->name ? 0 : -ENOMEM;
+    return e->name ? 0 : mw_error_set(-ENOMEM, "%s: no memory for a tensor name", f->path);
+}
+
+static int cmp_begin(const void *a, const void *b)
+{
+    const struct mw_st_entry *x = *(const struct mw_st_entry *const *)a, *y = *(const struct mw_st_entry *const *)b;
+    return x->begin < y->begin ? -1 : x->begin > y->begin ? 1 : x->end < y->end ? -1 : x->end > y->end;
+}
+
+static int cmp_name(const void *a, const void *b)
+{
+    return strcmp((*(const struct mw_st_entry *const *)a)->name, (*(const struct mw_st_entry *const *)b)->name);
+}
+
+/* Two tensors with one name (cJSON keeps duplicate keys), or whose bytes overlap, make a file
+ * whose meaning depends on the reader: refused. Empty tensors occupy no bytes and overlap nothing. */
+static int check_unique(struct mw_st_file *f)
+{
+    if (f->n < 2) return 0;
+    const struct mw_st_entry **v = malloc((size_t)f->n * sizeof *v);
+    if (!v) return mw_error_set(-ENOMEM, "%s: no memory to check %d tensors", f->path, f->n);
+    for (int i = 0; i < f->n; i++) v[i] = &f->e[i];
+    int rc = 0;
+    qsort(v, (size_t)f->n, sizeof *v, cmp_name);
+    for (int i = 1; i < f->n && !rc; i++)
+        if (!strcmp(v[i - 1]->name, v[i]->name))
+            rc = mw_error_set(MW_EFORMAT, "%s: tensor \"%s\" appears twice in the header", f->path, v[i]->name);
+    qsort(v, (size_t)f->n, sizeof *v, cmp_begin);
+    const struct mw_st_entry *prev = NULL;
+    for (int i = 0; i < f->n && !rc; i++) {
+        if (v[i]->begin == v[i]->end) continue;
+        if (prev && v[i]->begin < prev->end)
+            rc = mw_error_set(MW_EFORMAT, "%s: tensors \"%s\" (bytes %llu..%llu) and \"%s\" (bytes %llu..%llu) "
+                              "overlap", f->path, prev->name, (unsigned long long)prev->begin,
+                              (unsigned long long)prev->end, v[i]->name, (unsigned long long)v[i]->begin,
+                              (unsigned long long)v[i]->end);
+        prev = v[i];
+    }
+    free(v);
+    return rc;
 }
 
 int mw_st_open(struct mw_st_file *f, const char *path)
@@ -147,32 +192,36 @@ int mw_st_open(struct mw_st_file *f, const char *path)
     }
     int cnt = cJSON_GetArraySize(root);
     f->e = calloc((size_t)cnt + 1, sizeof *f->e);
-    if (!f->e) { rc = -ENOMEM; goto err; }
+    if (!f->e) { rc = mw_error_set(-ENOMEM, "%s: no memory for %d header entries", path, cnt); goto err; }
     const cJSON *item;
     cJSON_ArrayForEach(item, root) {
         if (!item->string) continue;
         if (!strcmp(item->string, "__metadata__")) {
-            if (!cJSON_IsObject(item)) {
-                rc = mw_error_set(MW_EFORMAT, "%s: __metadata__ is not an object", path);
+            if (!cJSON_IsObject(item) || f->meta_key) {
+                rc = mw_error_set(MW_EFORMAT, "%s: __metadata__ is not an object or appears twice", path);
                 goto err;
             }
             int nm = cJSON_GetArraySize(item);
             f->meta_key = calloc((size_t)nm + 1, sizeof(char *));
             f->meta_val = calloc((size_t)nm + 1, sizeof(char *));
-            if (!f->meta_key || !f->meta_val) { rc = -ENOMEM; goto err; }
+            if (!f->meta_key || !f->meta_val) { rc = mw_error_set(-ENOMEM, "%s: no memory for metadata", path); goto err; }
             const cJSON *kv;
             cJSON_ArrayForEach(kv, item) {
                 if (!cJSON_IsString(kv) || !kv->string) continue;
                 f->meta_key[f->n_meta] = strdup(kv->string);
                 f->meta_val[f->n_meta] = strdup(kv->valuestring);
                 f->n_meta++;
-                if (!f->meta_key[f->n_meta - 1] || !f->meta_val[f->n_meta - 1]) { rc = -ENOMEM; goto err; }
+                if (!f->meta_key[f->n_meta - 1] || !f->meta_val[f->n_meta - 1]) {
+                    rc = mw_error_set(-ENOMEM, "%s: no memory for metadata", path);
+                    goto err;
+                }
             }
             continue;
         }
         if ((rc = parse_entry(f, &f->e[f->n], item, f->file_size - f->data_start))) goto err;
         f->n++;
     }
+    if ((rc = check_unique(f))) goto err;
     cJSON_Delete(root);
     free(hdr);
     return 0;
@@ -223,7 +272,11 @@ int mw_st_read_f32(const struct mw_st_file *f, const struct mw_st_entry *e, uint
     if (first > e->numel || n_elems > e->numel - first)
         return mw_error_set(-EINVAL, "%s: read past tensor \"%s\"", f->path, e->name);
     int esz = e->dtype == MW_ST_F32 ? 4 : 2;
+    /* begin + numel * esz <= data size was checked at open: these cannot wrap. */
     uint64_t off = f->data_start + e->begin + first * (uint64_t)esz;
+    if (n_elems > SIZE_MAX / 4)
+        return mw_error_set(-EINVAL, "%s: tensor \"%s\": %llu elements do not fit in memory", f->path, e->name,
+                            (unsigned long long)n_elems);
     if (esz == 4) {
         int rc = read_full(f->fd, dst, (size_t)n_elems * 4, off);
         if (rc) return mw_error_set(rc == MW_EFORMAT ? MW_EFORMAT : rc, "%s: short read in tensor \"%s\" "
@@ -233,7 +286,7 @@ int mw_st_read_f32(const struct mw_st_file *f, const struct mw_st_entry *e, uint
     /* 16-bit: convert through a bounded bounce buffer. */
     enum { CH = 1 << 16 };
     uint16_t *tmp = malloc(CH * sizeof(uint16_t));
-    if (!tmp) return -ENOMEM;
+    if (!tmp) return mw_error_set(-ENOMEM, "%s: no memory to convert tensor \"%s\"", f->path, e->name);
     for (uint64_t i = 0; i < n_elems; i += CH) {
         size_t k = (size_t)MW_MIN((uint64_t)CH, n_elems - i);
         int rc = read_full(f->fd, tmp, k * 2, off + i * 2);
@@ -270,7 +323,7 @@ int mw_st_write_f32_cb(const char *path, const struct mw_st_out *t, int n, const
     int fd = -1, rc = 0;
     struct mw_atomic_file af = {NULL, -1, NULL, NULL};
     cJSON *root = cJSON_CreateObject();
-    if (!root) return -ENOMEM;
+    if (!root) return mw_error_set(-ENOMEM, "save %s: no memory for the header", path);
     if (n_meta) {
         cJSON *md = cJSON_AddObjectToObject(root, "__metadata__");
         for (int i = 0; md && i < n_meta; i++) cJSON_AddStringToObject(md, meta_kv[2 * i], meta_kv[2 * i + 1]);
@@ -278,7 +331,7 @@ int mw_st_write_f32_cb(const char *path, const struct mw_st_out *t, int n, const
     uint64_t off = 0;
     for (int i = 0; i < n; i++) {
         cJSON *o = cJSON_AddObjectToObject(root, t[i].name);
-        if (!o) { rc = -ENOMEM; goto out; }
+        if (!o) { rc = mw_error_set(-ENOMEM, "save %s: no memory for the header", path); goto out; }
         cJSON_AddStringToObject(o, "dtype", "F32");
         cJSON *sh = cJSON_AddArrayToObject(o, "shape"), *of = cJSON_AddArrayToObject(o, "data_offsets");
         uint64_t numel = 1;
@@ -291,7 +344,7 @@ int mw_st_write_f32_cb(const char *path, const struct mw_st_out *t, int n, const
         cJSON_AddItemToArray(of, cJSON_CreateNumber((double)off));
     }
     js = cJSON_PrintUnformatted(root);
-    if (!js) { rc = -ENOMEM; goto out; }
+    if (!js) { rc = mw_error_set(-ENOMEM, "save %s: no memory for the header", path); goto out; }
     size_t jl = strlen(js), padded = MW_ALIGN_UP(jl, 8);
     if ((rc = mw_atomic_open(&af, path))) goto out;
     fd = af.fd;

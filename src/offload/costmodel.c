@@ -85,9 +85,10 @@ int mw_offload_profile_load(const char *path, struct mw_offload_profile *p)
     for (size_t i = 0; i < NFIELDS; i++) {
         cJSON *v = cJSON_GetObjectItemCaseSensitive(j, fields[i].key);
         if (!v) continue;
-        if (!cJSON_IsNumber(v) || v->valuedouble < 0) {
+        /* Finite and bounded: a rate of 1e999 (inf) or NaN would reach the policy's arithmetic. */
+        if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble <= 1e18)) {
             cJSON_Delete(j);
-            rc = mw_error_set(MW_EFORMAT, "offload profile %s: '%s' must be a non-negative number", path, fields[i].key);
+            rc = mw_error_set(MW_EFORMAT, "offload profile %s: '%s' must be a number in [0, 1e18]", path, fields[i].key);
             goto out;
         }
         *(double *)((char *)&q + fields[i].off) = v->valuedouble;

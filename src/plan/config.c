@@ -9,6 +9,11 @@
  * Defaults are the ones the transformers classes apply when a key is absent. Anything else
  * — not JSON, not an object, an unknown model_type, a missing or non-integer size — is
  * MW_EFORMAT with a message naming the file and the key.
+ *
+ * Hostile input: every integer is at most 2^32 before any arithmetic, the model's rough
+ * parameter count is computed with overflow checks and must stay below 2^50, so the planner's
+ * byte products (x 16 bytes, x ranks) cannot wrap, and layer and expert counts (which the
+ * planner walks one by one) are at most 100000.
  */
 #include "memwall/plan.h"
 #include "memwall/common.h"
@@ -31,13 +36,14 @@ static uint64_t geti(struct reader *r, const char *key, long long def)
             r->err = mw_error_set(MW_EFORMAT, "%s: missing required key \"%s\"", r->name, key);
         return def < 0 ? 0 : (uint64_t)def;
     }
-    double v = it->valuedouble;
-    if (!cJSON_IsNumber(it) || v < 0 || v != floor(v) || v > 9.0e15) {
+    uint64_t v;
+    if (!cJSON_IsNumber(it) || mw_f64_to_u64(it->valuedouble, (uint64_t)1 << 32, 1, &v)) {
         if (!r->err)
-            r->err = mw_error_set(MW_EFORMAT, "%s: \"%s\" must be a non-negative integer", r->name, key);
+            r->err = mw_error_set(MW_EFORMAT, "%s: \"%s\" must be a non-negative integer (at most 2^32)", r->name,
+                                  key);
         return 0;
     }
-    return (uint64_t)v;
+    return v;
 }
 
 static int getb(struct reader *r, const char *key, int def)
@@ -159,6 +165,40 @@ static void read_bert(struct reader *r, struct mw_model *m)
     if (m->n_head) m->head_dim = m->hidden / m->n_head;
 }
 
+/* a * b * c with overflow checks, accumulated into *sum; 1 on overflow. */
+static int acc3(uint64_t *sum, uint64_t a, uint64_t b, uint64_t c)
+{
+    uint64_t p;
+    return mw_mul_u64(a, b, &p) || mw_mul_u64(p, c, &p) || mw_add_u64(*sum, p, sum);
+}
+
+/* An upper bound of the parameter count, overflow-checked: the sizes of a real model. */
+static int check_scale(const struct mw_model *m, const char *name)
+{
+    uint64_t h = m->hidden, L = m->n_layer + m->n_dec_layer + m->n_mtp_layers, sum = 0;
+    uint64_t e = m->n_routed_experts + m->n_shared_experts + 1;
+    /* Each term is below 2^34 (every field is at most 2^32), so the sums here cannot wrap. */
+    uint64_t qkv = h + m->q_lora_rank + m->kv_lora_rank, le;
+    uint64_t ffn = MW_MAX(m->ffn, m->moe_ffn);
+    int ovf = acc3(&qkv, m->n_head + 2 * m->n_kv_head, m->head_dim ? m->head_dim : 1, 1) ||
+              acc3(&qkv, m->qk_nope_dim + m->qk_rope_dim + m->v_head_dim, m->n_head, 1) ||
+              acc3(&sum, m->vocab + m->max_pos + m->type_vocab + 1, h, 1) || acc3(&sum, L, h, qkv) ||
+              mw_mul_u64(L, e, &le) || acc3(&sum, le, ffn, 3 * h) || acc3(&sum, m->rel_buckets, m->n_head, 1);
+    if (ovf || sum > ((uint64_t)1 << 50))
+        return mw_error_set(MW_EFORMAT, "%s: the sizes describe more than 2^50 parameters (hidden %llu, %llu layers, "
+                            "ffn %llu, vocabulary %llu, %llu experts): not a real model", name,
+                            (unsigned long long)h, (unsigned long long)L, (unsigned long long)ffn,
+                            (unsigned long long)m->vocab, (unsigned long long)m->n_routed_experts);
+    /* The planner walks layers and experts one by one: a hostile count must not make it spin. */
+    if (L > 100000 || m->n_routed_experts > 100000 || m->rel_buckets > 100000)
+        return mw_error_set(MW_EFORMAT, "%s: %llu layers or %llu experts or %llu relative buckets: more than the "
+                            "100000 the planner accepts", name, (unsigned long long)L,
+                            (unsigned long long)m->n_routed_experts, (unsigned long long)m->rel_buckets);
+    if (m->n_routed_experts && !m->moe_layer_freq)
+        return mw_error_set(MW_EFORMAT, "%s: \"moe_layer_freq\" must be at least 1", name);
+    return 0;
+}
+
 int mw_model_from_config_json(const char *text, const char *name, struct mw_model *m)
 {
     memset(m, 0, sizeof *m);
@@ -194,6 +234,7 @@ int mw_model_from_config_json(const char *text, const char *name, struct mw_mode
         goto err;
     }
     if (r.err) { err = r.err; goto err; }
+    if ((err = check_scale(m, name))) goto err;
     err = mw_model_validate(m);
 err:
     cJSON_Delete(root);

@@ -55,8 +55,9 @@ static int get_num(const cJSON *o, const char *key, double *v)
 {
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, key);
     if (!it) return 0;
-    if (!cJSON_IsNumber(it) || it->valuedouble <= 0)
-        return mw_error_set(MW_EFORMAT, "host profile: '%s' must be a positive number", key);
+    /* Bounded before any use: a byte count of 1e300 cast to uint64_t is undefined behaviour. */
+    if (!cJSON_IsNumber(it) || !(it->valuedouble > 0 && it->valuedouble <= 1e18))
+        return mw_error_set(MW_EFORMAT, "host profile: '%s' must be a positive number up to 1e18", key);
     *v = it->valuedouble;
     return 1;
 }

@@ -6,13 +6,29 @@
  * numeric ids, and the names producers used before docs/trace-conventions.md are read as their
  * aliases, so a trace from any version of the producers gives a report. Events of unknown
  * categories are counted and skipped; only a structurally broken event is an error.
+ *
+ * Numbers are hostile: every double from the file is range-checked before it becomes an
+ * integer (a cast of NaN or 1e300 is undefined behaviour), times must be finite and within
+ * RP_MAX_US of zero (so seconds * 1e9 fits an int64 downstream) and byte counts at most
+ * RP_MAX_BYTES (so the sums of a few million events cannot wrap).
  */
 #include "report/report_internal.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define RP_MAX_US 1e15                  /* ~31 years of microseconds */
+#define RP_MAX_BYTES ((uint64_t)1 << 50) /* 1 PiB in one event */
+
+/* A double as an integer in [lo, hi], or dflt when it is absent, NaN or out of range. */
+static int64_t clamp_i64(double d, int64_t lo, int64_t hi, int64_t dflt)
+{
+    int64_t v;
+    return mw_f64_to_i64(d, lo, hi, 0, &v) ? dflt : v;
+}
 
 static const char *const default_tier_names[] = {"device", "host", "nvme"};
 static const char *const kind_names[] = {"weights", "grads", "master", "moments", "activations",
@@ -46,7 +62,9 @@ static int tier_from_json(struct rp_trace *t, const cJSON *v)
 {
     if (cJSON_IsString(v)) return rp_tier_index(t, v->valuestring);
     if (!cJSON_IsNumber(v)) return -1;
-    int id = (int)v->valuedouble;
+    int64_t id64;
+    if (mw_f64_to_i64(v->valuedouble, -1000000, 1000000, 0, &id64)) return -1;
+    int id = (int)id64;
     for (int i = 0; i < t->ntiers; i++)
         if (t->tier_id[i] == id) return i;
     if (id >= 0 && id < 3) return rp_tier_index(t, default_tier_names[id]);
@@ -58,8 +76,8 @@ static int tier_from_json(struct rp_trace *t, const cJSON *v)
 static int kind_from_json(const cJSON *v)
 {
     if (cJSON_IsNumber(v)) {
-        int k = (int)v->valuedouble;
-        return k >= 0 && k < MW_REPORT_KIND_UNTRACKED ? k : MW_REPORT_KIND_UNTRACKED - 1;
+        int k = (int)clamp_i64(v->valuedouble, 0, MW_REPORT_KIND_UNTRACKED - 1, MW_REPORT_KIND_UNTRACKED - 1);
+        return k;
     }
     if (cJSON_IsString(v)) {
         for (int k = 0; k < MW_REPORT_KIND_UNTRACKED; k++)
@@ -93,9 +111,18 @@ static double num(const cJSON *o, const char *key, double dflt)
     return dflt;
 }
 
+/* An integer arg, -1 when absent or out of range. */
 static int64_t inum(const cJSON *o, const char *key)
 {
-    return (int64_t)num(o, key, -1);
+    return clamp_i64(num(o, key, -1), -1, INT64_MAX / 2, -1);
+}
+
+/* A byte count arg: 0 and *b set, -1 when absent or negative, 1 when NaN or beyond RP_MAX_BYTES. */
+static int bytes_arg(const cJSON *o, const char *key, uint64_t *b)
+{
+    double d = num(o, key, -1);
+    if (d < 0) return -1;
+    return mw_f64_to_u64(d, RP_MAX_BYTES, 0, b) ? 1 : 0;
 }
 
 static const char *str(const cJSON *o, const char *key)
@@ -124,22 +151,22 @@ static int64_t ns_arg(const cJSON *args, const char *key)
     char k[48];
     snprintf(k, sizeof k, "%s_ns", key);
     double v = num(args, k, -1);
-    if (v >= 0) return (int64_t)v;
+    if (v >= 0) return clamp_i64(v, 0, (int64_t)(RP_MAX_US * 1000), -1);
     snprintf(k, sizeof k, "%s_us", key);
     v = num(args, k, -1);
-    return v >= 0 ? (int64_t)(v * 1000) : -1;
+    return v >= 0 ? clamp_i64(v * 1000, 0, (int64_t)(RP_MAX_US * 1000), -1) : -1;
 }
 
 /* An offload h2d/d2h span: a transfer between host and device, counted as I/O of that pair. */
 static int take_transfer(struct rp_trace *t, int h2d, double t0, double t1, const cJSON *args)
 {
-    double bytes = num(args, "bytes", -1);
+    uint64_t bytes;
     int host = rp_tier_index(t, "host"), dev = rp_tier_index(t, "device");
     int p = host >= 0 && dev >= 0 ? (h2d ? pair_index(t, host, dev) : pair_index(t, dev, host)) : -1;
-    if (bytes < 0 || p < 0) { t->n_ignored++; return 0; }
+    if (bytes_arg(args, "bytes", &bytes) || p < 0) { t->n_ignored++; return 0; }
     if (rp_grow((void **)&t->io, &t->capio, t->nio, sizeof *t->io)) return -ENOMEM;
     struct rp_io *r = &t->io[t->nio++];
-    r->t0 = t0; r->t1 = t1; r->bytes = (uint64_t)bytes; r->pair = p; r->qd = 0;
+    r->t0 = t0; r->t1 = t1; r->bytes = bytes; r->pair = p; r->qd = 0;
     return 0;
 }
 
@@ -154,8 +181,9 @@ static int take_comm(struct rp_trace *t, const char *name, double t0, double t1,
     int64_t g = inum(args, "group"), n = inum(args, "ranks");
     c->group = (int8_t)(g >= 0 && g < 100 ? g : -1);
     c->ranks = (int32_t)(n >= 0 && n < INT32_MAX ? n : -1);
-    c->bytes = inum(args, "bytes");
-    c->sent = inum(args, "sent");
+    uint64_t b;
+    c->bytes = bytes_arg(args, "bytes", &b) ? -1 : (int64_t)b;
+    c->sent = bytes_arg(args, "sent", &b) ? -1 : (int64_t)b;
     return 0;
 }
 
@@ -188,13 +216,17 @@ int rp_take_event(struct rp_trace *t, const cJSON *e, const char **why)
     if (!strcmp(ph, "M")) return 0;
     const cJSON *tsv = cJSON_GetObjectItemCaseSensitive(e, "ts");
     if (!cJSON_IsNumber(tsv)) { *why = "event has no numeric \"ts\""; return 1; }
+    if (!(fabs(tsv->valuedouble) <= RP_MAX_US)) { *why = "event \"ts\" is not finite or beyond 1e15 us"; return 1; }
     double ts = tsv->valuedouble * 1e-6; /* us -> s */
     const char *cat = str(e, "cat"), *name = str(e, "name");
     const cJSON *args = cJSON_GetObjectItemCaseSensitive(e, "args");
 
     if (!strcmp(ph, "X")) {
         const cJSON *dv = cJSON_GetObjectItemCaseSensitive(e, "dur");
-        if (!cJSON_IsNumber(dv) || dv->valuedouble < 0) { *why = "\"X\" event without a valid \"dur\""; return 1; }
+        if (!cJSON_IsNumber(dv) || !(dv->valuedouble >= 0 && dv->valuedouble <= RP_MAX_US)) {
+            *why = "\"X\" event without a valid \"dur\" (0 .. 1e15 us)";
+            return 1;
+        }
         double t1 = ts + dv->valuedouble * 1e-6;
         if (cat && !strcmp(cat, "comm")) return take_comm(t, name, ts, t1, args);
         if (cat && !strcmp(cat, "residency")) return take_residency(t, name, ts, t1, args);
@@ -205,14 +237,15 @@ int rp_take_event(struct rp_trace *t, const cJSON *e, const char **why)
             int from = fv ? tier_from_json(t, fv) : rp_tier_index(t, wr ? "host" : "nvme");
             int to = tv ? tier_from_json(t, tv) : rp_tier_index(t, wr ? "nvme" : "host");
             int p = from >= 0 && to >= 0 ? pair_index(t, from, to) : -1;
-            double bytes = num(args, "bytes", -1);
-            if (bytes < 0) { *why = "\"io\" event without args.bytes"; return 1; }
+            uint64_t bytes;
+            int br = bytes_arg(args, "bytes", &bytes);
+            if (br < 0) { *why = "\"io\" event without args.bytes"; return 1; }
+            if (br > 0) { *why = "\"io\" event with args.bytes beyond 2^50 or not a number"; return 1; }
             if (p < 0) { t->n_ignored++; return 0; }
             if (rp_grow((void **)&t->io, &t->capio, t->nio, sizeof *t->io)) return -ENOMEM;
             struct rp_io *r = &t->io[t->nio++];
-            r->t0 = ts; r->t1 = t1; r->bytes = (uint64_t)bytes; r->pair = p;
-            double qd = num(args, "qd", 0);
-            r->qd = qd > 0 ? (uint32_t)qd : 0;
+            r->t0 = ts; r->t1 = t1; r->bytes = bytes; r->pair = p;
+            r->qd = (uint32_t)clamp_i64(num(args, "qd", 0), 0, UINT32_MAX, 0);
             return 0;
         }
         int c = lookup(cat, cat_names, 4);
@@ -267,8 +300,10 @@ int rp_take_event(struct rp_trace *t, const cJSON *e, const char **why)
         int is_alloc = name && !strcmp(name, "alloc"), is_free = name && !strcmp(name, "free");
         if (!(cat && !strcmp(cat, "mem")) || !(is_alloc || is_free)) { t->n_ignored++; return 0; }
         const cJSON *tv = cJSON_GetObjectItemCaseSensitive(args, "tier");
-        double bytes = num(args, "bytes", -1);
-        if (!tv || bytes < 0) { *why = "alloc/free event without args.tier and args.bytes"; return 1; }
+        uint64_t bytes;
+        int br = bytes_arg(args, "bytes", &bytes);
+        if (!tv || br < 0) { *why = "alloc/free event without args.tier and args.bytes"; return 1; }
+        if (br > 0) { *why = "alloc/free event with args.bytes beyond 2^50 or not a number"; return 1; }
         int tier = tier_from_json(t, tv);
         if (tier < 0) { t->n_ignored++; return 0; }
         if (rp_grow((void **)&t->mem, &t->capmem, t->nmem, sizeof *t->mem)) return -ENOMEM;
@@ -277,15 +312,15 @@ int rp_take_event(struct rp_trace *t, const cJSON *e, const char **why)
         m->t = ts; m->tier = (int16_t)tier;
         m->kind = (int16_t)kind_from_json(cJSON_GetObjectItemCaseSensitive(args, "kind"));
         m->delta = is_alloc ? (int64_t)bytes : -(int64_t)bytes;
-        double tb = num(args, "tier_bytes", -1);
-        m->has_value = tb >= 0;
-        m->value = tb >= 0 ? (uint64_t)tb : 0;
+        uint64_t tb;
+        m->has_value = bytes_arg(args, "tier_bytes", &tb) == 0;
+        m->value = m->has_value ? tb : 0;
         return 0;
     }
     if (!strcmp(ph, "C") && name && !strcmp(name, "zero3 resident weights")) {
         /* ZeRO-3: bytes of the weights resident on this rank (not a tier total). */
         double v = num(args, "value", num(args, "bytes", -1));
-        if (v < 0) { t->n_ignored++; return 0; }
+        if (!(v >= 0 && v <= (double)RP_MAX_BYTES)) { t->n_ignored++; return 0; }
         if (!t->has_resident || v > t->resident_peak) { t->resident_peak = v; t->resident_peak_t = ts; }
         t->has_resident = 1;
         t->resident_final = v; /* file order is time order per producer thread */
@@ -313,7 +348,7 @@ int rp_take_event(struct rp_trace *t, const cJSON *e, const char **why)
         if (is_tier) {
             double v = num(args, "value", num(args, "bytes", -1)); /* recorder: {bytes} */
             int tier = rp_tier_index(t, tn);
-            if (v < 0 || tier < 0) { t->n_ignored++; return 0; }
+            if (!(v >= 0 && v <= (double)RP_MAX_BYTES) || tier < 0) { t->n_ignored++; return 0; }
             if (rp_grow((void **)&t->mem, &t->capmem, t->nmem, sizeof *t->mem)) return -ENOMEM;
             struct rp_mem *m = &t->mem[t->nmem];
             m->seq = (uint32_t)t->nmem++;
@@ -334,14 +369,13 @@ void rp_take_metadata(struct rp_trace *t, const cJSON *md)
         if (!n) continue;
         int i = rp_tier_index(t, n);
         if (i < 0) continue;
-        double b = num(it, "budget_bytes", 0);
-        t->tier_budget[i] = b > 0 ? (uint64_t)b : 0;
-        double id = num(it, "id", -1);
+        t->tier_budget[i] = (uint64_t)clamp_i64(num(it, "budget_bytes", 0), 0, (int64_t)RP_MAX_BYTES * 1024, 0);
+        int64_t id = clamp_i64(num(it, "id", -1), -1, 1000000, -1);
         if (id >= 0) t->tier_id[i] = (int)id;
     }
     /* Events lost either way: overwritten in the ring, or still being written at the dump. */
-    t->dropped = (uint64_t)MW_MAX(0.0, num(md, "dropped_events", 0)) +
-                 (uint64_t)MW_MAX(0.0, num(md, "skipped_events", 0));
+    t->dropped = (uint64_t)clamp_i64(num(md, "dropped_events", 0), 0, INT64_MAX / 2, 0) +
+                 (uint64_t)clamp_i64(num(md, "skipped_events", 0), 0, INT64_MAX / 2, 0);
     /* Run identity (strings from mw_trace_meta, or numbers). */
     double v = num(md, "rank", -1);
     if (v >= 0 && v < INT32_MAX) t->rank = (int)v;
@@ -379,7 +413,7 @@ void rp_take_metadata(struct rp_trace *t, const cJSON *md)
                   : cJSON_IsString(it) ? strtod(it->valuestring, NULL) : 0;
         int f = rp_tier_index(t, from), o = rp_tier_index(t, to);
         int p = f >= 0 && o >= 0 ? pair_index(t, f, o) : -1;
-        if (p >= 0 && bw > 0) t->pair_limit[p] = bw;
+        if (p >= 0 && bw > 0 && bw < 1e18) t->pair_limit[p] = bw;
     }
 }
 

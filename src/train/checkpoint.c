@@ -3,9 +3,12 @@
  * Why a trailer with a crc32c and the file length: a checkpoint is written over minutes for
  * a large model; a crash, a full disk or a copy cut short must never resume silently from a
  * half file. Writing goes through mw_atomic_open/commit (memwall/fsutil.h: a temporary in the same
- * directory, fsync, rename, fsync of the directory), and loading checks the size,
- * the trailer magic and the checksum before the run continues. Fields are serialized one by
- * one in little-endian at fixed offsets (no struct dumps), so the layout is the format.
+ * directory, fsync, rename, fsync of the directory). Loading is verify, then apply: every header
+ * field is range-checked (sizes overflow-checked: the header is hostile input), the whole file is
+ * read once against the trailer's length, marker and crc32c, and only then read again into the
+ * model and the optimizer, so a truncated or corrupt file leaves the trainer exactly as it was.
+ * Fields are serialized one by one in little-endian at fixed offsets (no struct dumps), so the
+ * layout is the format.
  */
 #include "memwall/train.h"
 #include "memwall/common.h"
@@ -97,7 +100,7 @@ static int decode_header(const uint8_t *h, struct mw_ckpt_info *out, const char 
     out->step = (int64_t)get64(h, H_STEP);
     out->data_rng = get64(h, H_RNG);
     struct mw_train_config *t = &out->train;
-    t->tier = (enum mw_offload_tier)get32(h, H_TIER);
+    t->tier = get32(h, H_TIER) == MW_OFFLOAD_NVME ? MW_OFFLOAD_NVME : MW_OFFLOAD_DRAM; /* checked below */
     t->batch = (int)get32(h, H_BATCH); t->seq = (int)get32(h, H_SEQ); t->grad_accum = (int)get32(h, H_ACCUM);
     t->threads = (int)get32(h, H_THREADS); t->recompute = (int)get32(h, H_RECOMP);
     t->steps = (int64_t)get64(h, H_STEPS); t->lr = getf64(h, H_LR); t->warmup = (int64_t)get64(h, H_WARMUP);
@@ -112,13 +115,32 @@ static int decode_header(const uint8_t *h, struct mw_ckpt_info *out, const char 
     out->own_first = get64(h, H_OWNFIRST); out->own_n = get64(h, H_OWNN);
     if (out->world == 0) out->world = 1;
     t->zero_stage = out->zero_stage;
-    if (out->world < 1 || out->rank >= out->world || out->zero_stage > 3)
+    if (out->world < 1 || out->rank < 0 || out->rank >= out->world || out->zero_stage < 0 || out->zero_stage > 3)
         return mw_error_set(MW_EFORMAT, "checkpoint %s: invalid rank fields (rank %d of %d, ZeRO %d)", path,
                             out->rank, out->world, out->zero_stage);
     if (mw_gpt2_config_check(m) != 0)
         return mw_error_set(MW_EFORMAT, "checkpoint %s: invalid model config in the header (%s)", path, mw_error_msg());
-    if (out->n_params != mw_gpt2_num_params(m) || get64(h, H_PBYTES) != out->n_params * 4 || out->step < 0)
+    uint64_t pbytes;
+    if (out->n_params != mw_gpt2_num_params(m) || mw_mul_u64(out->n_params, 4, &pbytes) ||
+        get64(h, H_PBYTES) != pbytes || out->step < 0)
         return mw_error_set(MW_EFORMAT, "checkpoint %s: header sizes disagree with its model config", path);
+    /* The run's settings become the defaults of a resumed run: each in the range the command line
+     * accepts, so a hostile header cannot smuggle a negative batch or a NaN learning rate in. */
+    const char *bad = NULL;
+    if (get32(h, H_TIER) > MW_OFFLOAD_NVME) bad = "optimizer tier";
+    else if (t->batch < 1 || t->batch > (1 << 20) || t->seq < 1 || t->seq > (1 << 20)) bad = "batch or sequence length";
+    else if (t->grad_accum < 1 || t->grad_accum > (1 << 20)) bad = "gradient accumulation";
+    else if (t->threads < 0 || t->threads > 4096 || (get32(h, H_RECOMP) > 1)) bad = "threads or recompute";
+    else if (t->steps < 0 || t->warmup < 0 || t->val_every < 0 || t->val_batches < 0 || t->ckpt_every < 0)
+        bad = "step counts";
+    else if (!(t->lr >= 0 && t->lr <= 10) || !(t->min_lr_frac >= 0 && t->min_lr_frac <= 1) ||
+             !(t->weight_decay >= 0 && t->weight_decay <= 10) || !(t->beta1 >= 0 && t->beta1 < 1) ||
+             !(t->beta2 >= 0 && t->beta2 < 1) || !(t->eps > 0 && t->eps < 1) || !(t->clip >= 0 && t->clip <= 1e9))
+        bad = "optimizer hyper-parameters (NaN or out of range)";
+    else if (out->zero_stage && (out->subgroup_size == 0 || out->own_first > out->n_params ||
+                                 out->own_n > out->n_params - out->own_first))
+        bad = "ZeRO subgroup size or owned range";
+    if (bad) return mw_error_set(MW_EFORMAT, "checkpoint %s: the header's %s is invalid (corrupt file?)", path, bad);
     return 0;
 }
 
@@ -196,11 +218,19 @@ int mw_trainer_save(struct mw_trainer *tr, const char *data_path, const char *pa
     return mw_atomic_commit(&af); /* fsync, rename over path, fsync of the directory */
 }
 
-/* ---- reading ---- */
+/* ---- reading: verify, then apply ---- */
 
-static uint64_t expected_size(const struct mw_ckpt_info *in)
+/* Header + weights + optimizer state + trailer; an error when the header's sizes wrap. */
+static int expected_size(const struct mw_ckpt_info *in, uint64_t *out, const char *path)
 {
-    return CKPT_HEADER_BYTES + in->n_params * 4 + in->opt_bytes + CKPT_TRAILER_BYTES;
+    uint64_t a;
+    if (mw_mul_u64(in->n_params, 4, &a) || mw_add_u64(a, in->opt_bytes, &a) ||
+        mw_add_u64(a, CKPT_HEADER_BYTES + CKPT_TRAILER_BYTES, &a))
+        return mw_error_set(MW_EFORMAT, "checkpoint %s: header sizes overflow (%llu parameters, %llu optimizer "
+                            "bytes): corrupt file", path, (unsigned long long)in->n_params,
+                            (unsigned long long)in->opt_bytes);
+    *out = a;
+    return 0;
 }
 
 static int open_checked(const char *path, FILE **fp, struct mw_ckpt_info *info)
@@ -209,20 +239,22 @@ static int open_checked(const char *path, FILE **fp, struct mw_ckpt_info *info)
     if (!f) return mw_error_set(-errno, "cannot open checkpoint %s: %s", path, strerror(errno));
     struct stat st;
     uint8_t hdr[CKPT_HEADER_BYTES];
+    uint64_t want = 0;
     int err = 0;
     if (fstat(fileno(f), &st) != 0) { err = mw_error_set(-errno, "cannot stat %s", path); goto err; }
+    if (!S_ISREG(st.st_mode)) { err = mw_error_set(-EINVAL, "checkpoint %s is not a regular file", path); goto err; }
     if ((uint64_t)st.st_size < CKPT_HEADER_BYTES + CKPT_TRAILER_BYTES) {
         err = mw_error_set(MW_EFORMAT, "checkpoint %s is truncated: %lld bytes, less than a header and trailer",
                            path, (long long)st.st_size);
         goto err;
     }
     if (fread(hdr, 1, sizeof hdr, f) != sizeof hdr) { err = mw_error_set(-EIO, "cannot read %s", path); goto err; }
-    if ((err = decode_header(hdr, info, path))) goto err;
-    if ((uint64_t)st.st_size != expected_size(info)) {
+    if ((err = decode_header(hdr, info, path)) || (err = expected_size(info, &want, path))) goto err;
+    if ((uint64_t)st.st_size != want) {
         err = mw_error_set(MW_EFORMAT, "checkpoint %s is %s: %lld bytes, its header describes %llu "
                            "(was the write interrupted?)", path,
-                           (uint64_t)st.st_size < expected_size(info) ? "truncated" : "too long",
-                           (long long)st.st_size, (unsigned long long)expected_size(info));
+                           (uint64_t)st.st_size < want ? "truncated" : "too long",
+                           (long long)st.st_size, (unsigned long long)want);
         goto err;
     }
     *fp = f;
@@ -238,6 +270,42 @@ int mw_ckpt_read_info(const char *path, struct mw_ckpt_info *info)
     int err = open_checked(path, &f, info);
     if (!err) fclose(f);
     return err;
+}
+
+/* The whole file once, without applying anything: the body's crc32c against the trailer, which
+ * must also carry the completion marker and the file's length. */
+static int verify_body(FILE *f, const struct mw_ckpt_info *in, const char *path, uint32_t *crc_out)
+{
+    uint64_t total = 0, left;
+    int err = expected_size(in, &total, path);
+    if (err) return err;
+    left = total - CKPT_TRAILER_BYTES;
+    enum { CH = 1 << 20 };
+    uint8_t *buf = malloc(CH), trl[CKPT_TRAILER_BYTES];
+    if (!buf) return mw_error_set(-ENOMEM, "no memory to verify checkpoint %s", path);
+    uint32_t crc = 0;
+    rewind(f);
+    while (left) {
+        size_t n = (size_t)MW_MIN((uint64_t)CH, left);
+        if (fread(buf, 1, n, f) != n) {
+            free(buf);
+            return mw_error_set(ferror(f) ? -EIO : MW_EFORMAT, "checkpoint %s ended early (at byte %llu of %llu)",
+                                path, (unsigned long long)(total - CKPT_TRAILER_BYTES - left),
+                                (unsigned long long)total);
+        }
+        crc = mw_crc32c(crc, buf, n);
+        left -= n;
+    }
+    free(buf);
+    if (fread(trl, 1, sizeof trl, f) != sizeof trl || memcmp(trl, CKPT_END, 8))
+        return mw_error_set(MW_EFORMAT, "checkpoint %s has no completion marker: it was not written to the end", path);
+    if (get64(trl, 8) != crc || get64(trl, 16) != total)
+        return mw_error_set(MW_ECHECKSUM, "checkpoint %s is corrupt: crc32c %08x, the trailer says %08llx "
+                            "(length %llu, the trailer says %llu); nothing was loaded", path, crc,
+                            (unsigned long long)get64(trl, 8), (unsigned long long)total,
+                            (unsigned long long)get64(trl, 16));
+    *crc_out = crc;
+    return 0;
 }
 
 struct rctx { FILE *f; uint32_t crc; const char *path; };
@@ -275,35 +343,41 @@ int mw_trainer_load(struct mw_trainer *tr, const char *path)
     }
     if (a->n_layer != b->n_layer || a->n_head != b->n_head || a->n_embd != b->n_embd ||
         a->max_seq_len != b->max_seq_len || a->vocab_size != b->vocab_size ||
-        a->padded_vocab_size != b->padded_vocab_size || in.opt_bytes != mw_train_opt_state_bytes(tr->opt)) {
+        a->padded_vocab_size != b->padded_vocab_size || in.n_params != tr->model.sizes.n_params ||
+        in.opt_bytes != mw_train_opt_state_bytes(tr->opt)) {
         err = mw_error_set(-EINVAL, "checkpoint %s holds a different model (L=%d NH=%d C=%d T=%d V=%d) or optimizer "
                            "state than this run", path, a->n_layer, a->n_head, a->n_embd, a->max_seq_len, a->vocab_size);
         goto out;
     }
-    uint8_t hdr[CKPT_HEADER_BYTES], trl[CKPT_TRAILER_BYTES];
+    /* Verify: the whole file against its trailer before the first byte reaches the trainer. */
+    uint32_t want_crc = 0;
+    if ((err = verify_body(f, &in, path, &want_crc))) goto out;
+    /* Apply: read again into the model and the optimizer. The crc is computed once more; a
+     * mismatch now means the file changed during the load (or an I/O error): say so. */
+    uint8_t hdr[CKPT_HEADER_BYTES];
     struct rctx r = {f, 0, path};
     rewind(f);
-    if ((err = r_fn(&r, hdr, sizeof hdr))) goto out;
+    if ((err = r_fn(&r, hdr, sizeof hdr))) goto applied;
     if (tr->stream) { /* streamed weights: straight into the master on NVMe, a piece at a time */
         uint64_t piece = 1u << 20;
         float *buf = malloc(piece * sizeof *buf);
-        if (!buf) { err = mw_error_set(-ENOMEM, "no memory for a checkpoint piece"); goto out; }
+        if (!buf) { err = mw_error_set(-ENOMEM, "no memory for a checkpoint piece"); goto applied; }
         for (uint64_t a = 0; a < in.n_params && !err; a += piece) {
             uint64_t n = MW_MIN(piece, in.n_params - a);
             if (!(err = r_fn(&r, buf, n * 4))) err = mw_train_opt_load_master(tr->opt, a, n, buf, in.step);
         }
         free(buf);
-        if (err) goto out;
-    } else if ((err = r_fn(&r, tr->model.params, in.n_params * 4))) goto out;
-    if ((err = mw_train_opt_load(tr->opt, r_fn, &r, in.step))) goto out;
-    uint32_t crc = r.crc;
-    if (fread(trl, 1, sizeof trl, f) != sizeof trl || memcmp(trl, CKPT_END, 8)) {
-        err = mw_error_set(MW_EFORMAT, "checkpoint %s has no completion marker: it was not written to the end", path);
-        goto out;
+    } else {
+        err = r_fn(&r, tr->model.params, in.n_params * 4);
     }
-    if (get64(trl, 8) != crc || get64(trl, 16) != expected_size(&in)) {
-        err = mw_error_set(MW_ECHECKSUM, "checkpoint %s is corrupt: crc32c %08x, the trailer says %08llx",
-                           path, crc, (unsigned long long)get64(trl, 8));
+    if (!err) err = mw_train_opt_load(tr->opt, r_fn, &r, in.step);
+    if (!err && r.crc != want_crc)
+        err = mw_error_set(MW_ECHECKSUM, "checkpoint %s changed while it was loaded (crc32c %08x, verified %08x)",
+                           path, r.crc, want_crc);
+applied:
+    if (err) {
+        err = mw_error_set(err, "%s; the checkpoint was verified but applying it failed: the trainer is partly "
+                           "loaded and unusable", mw_error_msg());
         goto out;
     }
     tr->step = in.step;
