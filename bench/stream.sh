@@ -62,7 +62,7 @@ printf 'stream-a8 vs dram-rc-a8 (both recompute the blocks): %.3f\n' \
 if [ $xl = 1 ]; then
   echo "== GPT-2 XL shape under --dram-budget 4GiB" >&2
   "$cli" train --preset gpt2-124m --layers 48 --width 1600 --heads 25 --vocab 50257 --context 1024 --data "$data" \
-    --batch 1 --seq 256 --recompute --steps 3 --lr 1e-4 --warmup 1 --val-every 0 --sample-len 0 --threads 2 \
+    --batch 4 --seq 256 --recompute --steps 3 --lr 2e-5 --warmup 0 --val-every 0 --sample-len 0 --threads 2 \
     --offload-params nvme "${nv[@]}" --dram-budget 4GiB --trace "$dir/xl-trace.json" --log-json "$dir/xl.jsonl" \
     >"$dir/xl.out" 2>&1 || { echo "bench/stream.sh: the XL run failed" >&2; tail -5 "$dir/xl.out" >&2; exit 1; }
   grep -E '^step|VmHWM|planned DRAM' "$dir/xl.out"
