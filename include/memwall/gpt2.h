@@ -61,6 +61,9 @@ struct mw_gpt2_config {
 void mw_gpt2_config_124m(struct mw_gpt2_config *cfg);
 /* 0 or -EINVAL with mw_error_set detail (non-positive sizes, C % NH, Vp < V, overflow). */
 int mw_gpt2_config_check(const struct mw_gpt2_config *cfg);
+/* The rows memwall gives the output layer for a vocabulary: a multiple of 128 (GPT-2: 50257 ->
+ * 50304, as llm.c pads), 8 for a small (byte) vocabulary. */
+int mw_gpt2_padded_vocab(int vocab_size);
 /* Parameter count (elements of the flat array, padding rows included). cfg must be valid. */
 size_t mw_gpt2_num_params(const struct mw_gpt2_config *cfg);
 

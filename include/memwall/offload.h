@@ -146,10 +146,10 @@ struct mw_store_io; /* memwall/store.h */
  * A non-zero return fails the init or the step with that code (set the message). With a stream
  * function the engine never writes the working copy (ext_weights is read at init only): the
  * caller reads the committed master with mw_offload_master_fetch when it needs weights. The
- * engine keeps each subgroup's gradients in an NVMe object of its own (mw_offload_grads_put by the
- * caller once they are final) and reads them back into ext_grads, beside the state, before the
+ * engine keeps each subgroup's gradients in an NVMe object of its own (mw_offload_grads_put_start by
+ * the caller once they are final) and reads them back into ext_grads, beside the state, before the
  * update (the pages of ext_grads at that subgroup must be the caller's to overwrite then). */
-enum mw_offload_stream_event { MW_OFFLOAD_WEIGHTS_IN = 0, MW_OFFLOAD_SG_DONE = 2 };
+enum mw_offload_stream_event { MW_OFFLOAD_WEIGHTS_IN = 0, MW_OFFLOAD_SG_DONE = 1 };
 typedef int (*mw_offload_stream_fn)(void *user, int event, uint64_t first, uint64_t n);
 
 struct mw_offload_config {
@@ -251,6 +251,10 @@ int mw_offload_grad_ready(struct mw_offload *e, uint64_t first, uint64_t n);
 int mw_offload_grad_add(struct mw_offload *e, uint64_t first, uint64_t n, const float *src);
 /* Ends the micro-step: ranges not reported are taken as final (read from ext_grads). */
 int mw_offload_backward_end(struct mw_offload *e);
+/* Elements per chunk of the gradient norm: each chunk's sum of squares is taken alone and the
+ * chunks are added in order, so the norm does not depend on the subgroup size (and a caller that
+ * streams the gradients can sum the same chunks as they finish). */
+#define MW_OFFLOAD_NORM_CHUNK ((uint64_t)1 << 20)
 /* Global L2 norm of the accumulated gradients (times nothing: raw), summed in subgroup order so
  * it is the same for every subgroup size. Only between the last backward_end and an unarmed
  * mw_offload_step. Non-finite on overflow (then call mw_offload_skip_step). */
@@ -306,19 +310,15 @@ void mw_offload_stats_reset(struct mw_offload *e);
 
 /* Streaming: starts reading the committed fp32 master weights of subgroup sg (whole) from its
  * NVMe slot into dst, which must be 4096-aligned with room for MW_ALIGN_UP(4 n, 4096) bytes;
- * io is the caller's (zeroed by this call), finished with mw_offload_master_wait. Only between
+ * io is the caller's (filled in by this call), finished with mw_offload_io_wait. Only between
  * steps (the committed slot must not move meanwhile); several fetches may be in flight. Needs
  * the master on NVMe (-EINVAL otherwise). */
 int mw_offload_master_fetch(struct mw_offload *e, uint32_t sg, void *dst, struct mw_store_io *io);
-int mw_offload_master_wait(struct mw_offload *e, struct mw_store_io *io);
 
-/* Streaming: the gradients of subgroup sg (4 n bytes, fp32) written to / read from its NVMe
- * object (synchronous; src/dst 4096-aligned with room for MW_ALIGN_UP(4 n, 4096) bytes). */
-int mw_offload_grads_put(struct mw_offload *e, uint32_t sg, const void *src);
-int mw_offload_grads_get(struct mw_offload *e, uint32_t sg, void *dst);
-/* The write asynchronously: started into the caller's io (src must stay untouched until it is
- * done), finished with mw_offload_io_wait (which counts the bytes and names the object on a
- * failure; mw_store_test(io) polls). */
+/* Streaming: starts writing the final gradients of subgroup sg (4 n bytes, fp32; src 4096-aligned
+ * with room for MW_ALIGN_UP(4 n, 4096) bytes, untouched until done) to its NVMe object; io is the
+ * caller's. mw_offload_io_wait finishes it, or a master fetch: it counts the bytes and names the
+ * object on a failure (mw_store_test(io) polls). */
 int mw_offload_grads_put_start(struct mw_offload *e, uint32_t sg, const void *src, struct mw_store_io *io);
 int mw_offload_io_wait(struct mw_offload *e, struct mw_store_io *io);
 

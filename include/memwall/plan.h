@@ -327,6 +327,10 @@ struct mw_plan_stream {
     uint64_t total;               /* runtime + acts + staging + max(passes, step_grads) */
 };
 int mw_plan_stream_dram(const struct mw_plan_stream_in *in, struct mw_plan_stream *out);
+/* The weight unit at position p of a training pass of an L-block GPT-2 (units: 0 embeddings,
+ * 1..L blocks, L+1 ln_f), -1 past its end: forward 0, 1..L, L+1, 0 (the tied head); backward
+ * (batch-major) 0, L+1, L..1, or (layer-major) L..1, 0. The trainer's stream walks the same. */
+int mw_plan_stream_unit(int L, int layer_major, int p);
 
 /* ---- activations (activations.c) --------------------------------------------------------- */
 

@@ -66,6 +66,12 @@ static int plan_stream(const struct mw_model *m, int64_t micro, int64_t seq, int
                         "or a GPT-2 config.json); %s is not one\n", m->name);
         return 2;
     }
+    if (m->n_layer > (1u << 20) || m->n_head > (1u << 20) || m->hidden > (1u << 20) || m->max_pos > (1u << 30) ||
+        m->vocab > (1u << 30)) {
+        fprintf(stderr, "memwall plan: --stream: %s is larger than memwall's trainer takes (layers, heads and width up "
+                        "to 2^20, context and vocabulary up to 2^30)\n", m->name);
+        return 2;
+    }
     if (seq > (int64_t)m->max_pos) {
         fprintf(stderr, "memwall plan: --seq %lld is longer than %s's context %llu\n", (long long)seq, m->name,
                 (unsigned long long)m->max_pos);
@@ -73,7 +79,7 @@ static int plan_stream(const struct mw_model *m, int64_t micro, int64_t seq, int
     }
     struct mw_gpt2_config mc = {(int)m->n_layer, (int)m->n_head, (int)m->hidden, (int)m->max_pos, (int)m->vocab, 0};
     /* memwall train pads the output rows as it does (50257 -> 50304; a byte vocabulary to 8). */
-    mc.padded_vocab_size = (int)(mc.vocab_size > 1024 ? MW_ALIGN_UP(mc.vocab_size, 128) : MW_ALIGN_UP(mc.vocab_size, 8));
+    mc.padded_vocab_size = mw_gpt2_padded_vocab(mc.vocab_size);
     struct mw_train_config tc;
     memset(&tc, 0, sizeof tc);
     tc.batch = (int)micro; tc.seq = (int)seq; tc.grad_accum = (int)accum; tc.recompute = recompute;

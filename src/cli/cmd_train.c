@@ -486,7 +486,7 @@ static int train_main(int argc, char **argv)
     } else {
         /* Pad the output rows to a multiple of 128 (GPT-2: 50257 -> 50304) for the matmuls;
          * a byte vocabulary gets 8. */
-        mc.padded_vocab_size = (int)(mc.vocab_size > 1024 ? MW_ALIGN_UP(mc.vocab_size, 128) : MW_ALIGN_UP(mc.vocab_size, 8));
+        mc.padded_vocab_size = mw_gpt2_padded_vocab(mc.vocab_size);
     }
     struct mw_train_config tc = {
         .batch = (int)A.batch, .seq = (int)A.seq, .grad_accum = (int)A.accum, .steps = A.steps, .lr = A.lr,

@@ -71,6 +71,8 @@ static const char *block_suffix[MW_GPT2_BLOCK_KINDS] = {
     "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias",
 };
 
+int mw_gpt2_padded_vocab(int v) { return v > 1024 ? (int)MW_ALIGN_UP(v, 128) : (int)MW_ALIGN_UP(v, 8); }
+
 size_t mw_gpt2_num_params(const struct mw_gpt2_config *c)
 {
     size_t C = (size_t)c->n_embd;

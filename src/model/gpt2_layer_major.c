@@ -33,8 +33,10 @@
 void mw_gpt2_block_fwd(struct mw_gpt2 *m, int l, int B, int T, int keep_out); /* gpt2_forward.c */
 void mw_gpt2_block_bwd_(struct mw_gpt2 *m, int l, int B, int T);               /* gpt2_backward.c */
 
-struct lm_saved {               /* what one micro-batch keeps between units (all [BT, ...]) */
-    float **res;                /* [L + 1][BT, C] */
+/* The model's activation pointers that layer-major points at one micro-batch's copies: what a
+ * micro-batch keeps between units (all [BT, ...]). */
+struct lm_ptrs {
+    float **res;                /* [L + 1] -> [BT, C] */
     float *lnf, *lnf_mean, *lnf_rstd, *dres;
     int32_t *inputs, *targets;
 };
@@ -52,45 +54,40 @@ size_t mw_gpt2_lm_bytes(const struct mw_gpt2 *m, int nmb)
     return nmb > 1 ? MW_ALIGN_UP(per_mb_floats(m) * sizeof(float) * (size_t)(nmb - 1), 4096) : 0;
 }
 
-struct saved_ptrs { float **res; float *lnf, *lnf_mean, *lnf_rstd, *dres; int32_t *inputs, *targets; };
-
-static void view(const struct mw_gpt2 *m, float *base, int k, float **res, struct lm_saved *s,
-                 const struct saved_ptrs *own)
+static void ptrs_get(const struct mw_gpt2 *m, struct lm_ptrs *p)
 {
-    if (k == 0) { /* the model's own buffers */
-        for (int l = 0; l <= m->cfg.n_layer; l++) res[l] = own->res[l];
-        s->res = res;
-        s->lnf = own->lnf; s->lnf_mean = own->lnf_mean; s->lnf_rstd = own->lnf_rstd; s->dres = own->dres;
-        s->inputs = own->inputs; s->targets = own->targets;
-        return;
-    }
-    k--;
-    size_t BT = (size_t)m->opts.max_batch * (size_t)m->opts.max_seq, C = (size_t)m->cfg.n_embd;
-    size_t L = (size_t)m->cfg.n_layer;
-    float *p = base + per_mb_floats(m) * (size_t)k;
-    s->res = res;
-    for (size_t l = 0; l <= L; l++) { res[l] = p; p += BT * C; }
-    s->lnf = p; p += BT * C;
-    s->dres = p; p += BT * C;
-    s->lnf_mean = p; p += BT;
-    s->lnf_rstd = p; p += BT;
-    s->inputs = (int32_t *)p; p += BT;
-    s->targets = (int32_t *)p;
+    const struct mw_gpt2_impl *im = m->impl;
+    memcpy(p->res, im->res, ((size_t)m->cfg.n_layer + 1) * sizeof *p->res);
+    p->lnf = im->lnf; p->lnf_mean = im->lnf_mean; p->lnf_rstd = im->lnf_rstd; p->dres = im->dres;
+    p->inputs = im->inputs; p->targets = im->targets;
 }
 
-/* Points the model's activation pointers at micro-batch k's saved copies. */
-static void use_mb(struct mw_gpt2 *m, float *base, int k, float **res, const struct saved_ptrs *own)
+static void ptrs_set(struct mw_gpt2 *m, const struct lm_ptrs *p)
 {
     struct mw_gpt2_impl *im = m->impl;
-    struct lm_saved s;
-    view(m, base, k, res, &s, own);
-    for (int l = 0; l <= m->cfg.n_layer; l++) im->res[l] = res[l];
-    im->lnf = s.lnf;
-    im->lnf_mean = s.lnf_mean;
-    im->lnf_rstd = s.lnf_rstd;
-    im->dres = s.dres;
-    im->inputs = s.inputs;
-    im->targets = s.targets;
+    memcpy(im->res, p->res, ((size_t)m->cfg.n_layer + 1) * sizeof *im->res);
+    im->lnf = p->lnf; im->lnf_mean = p->lnf_mean; im->lnf_rstd = p->lnf_rstd; im->dres = p->dres;
+    im->inputs = p->inputs; im->targets = p->targets;
+}
+
+/* Points the model's activation pointers at micro-batch k's copies: k = 0 the model's own
+ * buffers (own), the others carved from base; cur->res is the caller's [L + 1] array. */
+static void use_mb(struct mw_gpt2 *m, float *base, int k, const struct lm_ptrs *own, struct lm_ptrs *cur)
+{
+    if (k == 0) {
+        ptrs_set(m, own);
+        return;
+    }
+    size_t BT = (size_t)m->opts.max_batch * (size_t)m->opts.max_seq, C = (size_t)m->cfg.n_embd;
+    float *p = base + per_mb_floats(m) * (size_t)(k - 1);
+    for (int l = 0; l <= m->cfg.n_layer; l++) { cur->res[l] = p; p += BT * C; }
+    cur->lnf = p; p += BT * C;
+    cur->dres = p; p += BT * C;
+    cur->lnf_mean = p; p += BT;
+    cur->lnf_rstd = p; p += BT;
+    cur->inputs = (int32_t *)p; p += BT;
+    cur->targets = (int32_t *)p;
+    ptrs_set(m, cur);
 }
 
 static int hook(struct mw_gpt2 *m, int event, int unit, int backward)
@@ -113,22 +110,15 @@ int mw_gpt2_step_layer_major(struct mw_gpt2 *m, int nmb, const int32_t *inputs, 
             return mw_error_set(-EINVAL, "gpt2 layer-major step: token %d or target %d at %zu is outside the vocabulary "
                                 "0..%d", (int)inputs[i], (int)targets[i], i, V - 1);
     float *base = bytes ? mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) : NULL;
-    float **res = malloc(((size_t)L + 1) * sizeof *res);
+    float **res = malloc(2 * ((size_t)L + 1) * sizeof *res); /* the model's own, then the current one */
     if (base == MAP_FAILED || !res) {
         if (base && base != MAP_FAILED) munmap(base, bytes);
         free(res);
         return mw_error_set(-ENOMEM, "gpt2 layer-major step: no memory for %d micro-batches' saved activations (%zu bytes)",
                             nmb, bytes);
     }
-    struct saved_ptrs keep = {NULL, im->lnf, im->lnf_mean, im->lnf_rstd, im->dres, im->inputs, im->targets};
-    float **res0 = malloc(((size_t)L + 1) * sizeof *res0);
-    if (!res0) {
-        if (base) munmap(base, bytes);
-        free(res);
-        return mw_error_set(-ENOMEM, "gpt2 layer-major step: no memory");
-    }
-    memcpy(res0, im->res, ((size_t)L + 1) * sizeof *res0);
-    keep.res = res0;
+    struct lm_ptrs keep = {.res = res}, cur = {.res = res + L + 1};
+    ptrs_get(m, &keep);
     m->B = B;
     m->T = T;
     im->have_targets = 0;
@@ -140,21 +130,21 @@ int mw_gpt2_step_layer_major(struct mw_gpt2 *m, int nmb, const int32_t *inputs, 
     uint64_t t0 = mw_now_ns();
 
     for (int k = 0; k < nmb; k++) {
-        use_mb(m, base, k, res, &keep);
+        use_mb(m, base, k, &keep, &cur);
         memcpy(im->inputs, inputs + (size_t)k * N, N * sizeof(int32_t));
         memcpy(im->targets, targets + (size_t)k * N, N * sizeof(int32_t));
     }
     /* Forward: the embeddings, then each block, over every micro-batch. */
     if ((rc = hook(m, MW_GPT2_UNIT_ACQUIRE, 0, 0))) goto out;
     for (int k = 0; k < nmb; k++) {
-        use_mb(m, base, k, res, &keep);
+        use_mb(m, base, k, &keep, &cur);
         mw_k_encoder_fwd(im->res[0], im->inputs, p + im->off_wte, p + im->off_wpe, B, T, C, nt);
     }
     if ((rc = hook(m, MW_GPT2_UNIT_RELEASE, 0, 0))) goto out;
     for (int l = 0; l < L; l++) {
         if ((rc = hook(m, MW_GPT2_UNIT_ACQUIRE, l + 1, 0))) goto out;
         for (int k = 0; k < nmb; k++) {
-            use_mb(m, base, k, res, &keep);
+            use_mb(m, base, k, &keep, &cur);
             mw_gpt2_block_fwd(m, l, B, T, 1);
         }
         if ((rc = hook(m, MW_GPT2_UNIT_RELEASE, l + 1, 0))) goto out;
@@ -166,7 +156,7 @@ int mw_gpt2_step_layer_major(struct mw_gpt2 *m, int nmb, const int32_t *inputs, 
     if ((rc = hook(m, MW_GPT2_UNIT_ACQUIRE, L + 1, 0))) goto out;
     if ((rc = hook(m, MW_GPT2_UNIT_ACQUIRE, 0, 0))) goto out;
     for (int k = 0; k < nmb; k++) {
-        use_mb(m, base, k, res, &keep);
+        use_mb(m, base, k, &keep, &cur);
         mw_k_layernorm_fwd(im->lnf, im->lnf_mean, im->lnf_rstd, im->res[L], p + im->off_lnfw, p + im->off_lnfb, (int)N,
                            C, nt);
         mw_k_sgemm(0, 1, (int)N, Vp, C, 1.0f, im->lnf, C, p + im->off_wte, C, 0.0f, im->logits, Vp, nt);
@@ -189,7 +179,7 @@ int mw_gpt2_step_layer_major(struct mw_gpt2 *m, int nmb, const int32_t *inputs, 
     for (int l = L - 1; l >= 0; l--) {
         if ((rc = hook(m, MW_GPT2_UNIT_ACQUIRE, l + 1, 1))) goto out;
         for (int k = 0; k < nmb; k++) {
-            use_mb(m, base, k, res, &keep);
+            use_mb(m, base, k, &keep, &cur);
             mw_gpt2_block_fwd(m, l, B, T, 0);
             mw_gpt2_block_bwd_(m, l, B, T);
         }
@@ -199,7 +189,7 @@ int mw_gpt2_step_layer_major(struct mw_gpt2 *m, int nmb, const int32_t *inputs, 
     /* wte's head share (logits again from ln_f's output), then the lookup's share. */
     if ((rc = hook(m, MW_GPT2_UNIT_ACQUIRE, 0, 1))) goto out;
     for (int k = 0; k < nmb; k++) {
-        use_mb(m, base, k, res, &keep);
+        use_mb(m, base, k, &keep, &cur);
         mw_k_sgemm(0, 1, (int)N, Vp, C, 1.0f, im->lnf, C, p + im->off_wte, C, 0.0f, im->logits, Vp, nt);
         mw_k_crossentropy_fwd(im->losses, im->lse, im->logits, im->targets, (int)N, V, Vp, nt);
         mw_k_crossentropy_bwd(im->logits, im->lse, im->targets, grad_scale / (float)N, (int)N, V, Vp, nt);
@@ -210,16 +200,9 @@ int mw_gpt2_step_layer_major(struct mw_gpt2 *m, int nmb, const int32_t *inputs, 
     if (calls && calls->grad_ready) calls->grad_ready(0, im->off[0], calls->user);
     if (calls && calls->backward_done) calls->backward_done(calls->user, mw_now_ns() - t0);
 out:
-    memcpy(im->res, keep.res, ((size_t)L + 1) * sizeof *im->res);
-    im->lnf = keep.lnf;
-    im->lnf_mean = keep.lnf_mean;
-    im->lnf_rstd = keep.lnf_rstd;
-    im->dres = keep.dres;
-    im->inputs = keep.inputs;
-    im->targets = keep.targets;
+    ptrs_set(m, &keep);
     m->loss = -1.0f;
     if (base) munmap(base, bytes);
     free(res);
-    free(res0);
     return rc;
 }

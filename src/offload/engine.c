@@ -415,9 +415,17 @@ void mw_offload_stats_reset(struct mw_offload *e)
     pthread_mutex_unlock(&e->mu);
 }
 
-int mw_offload_master_fetch(struct mw_offload *e, uint32_t sg, void *dst, struct mw_store_io *io)
+void ofl_obj_io(struct mw_store_io *io, struct mw_store_obj *obj, enum mw_aio_op op, uint64_t len, void *buf)
 {
     memset(io, 0, sizeof *io);
+    io->obj = obj;
+    io->op = op;
+    io->len = len;
+    io->buf = buf;
+}
+
+int mw_offload_master_fetch(struct mw_offload *e, uint32_t sg, void *dst, struct mw_store_io *io)
+{
     if (!e->store || e->cfg.place.tier[MW_OFFLOAD_MASTER] != MW_OFFLOAD_NVME)
         return mw_error_set(-EINVAL, "offload master fetch: the master weights are not on NVMe");
     if (sg >= e->nsg) return mw_error_set(-EINVAL, "offload master fetch: no subgroup %u (%u)", sg, e->nsg);
@@ -428,52 +436,16 @@ int mw_offload_master_fetch(struct mw_offload *e, uint32_t sg, void *dst, struct
     pthread_mutex_unlock(&e->mu);
     if (inflight && !done)
         return mw_error_set(-EBUSY, "offload master fetch: subgroup %u is being updated (mw_offload_sg_wait first)", sg);
-    io->obj = e->obj[2 * sg + (int)((e->committed + (inflight ? 1 : 0)) % 2)];
-    io->op = MW_AIO_READ;
-    io->offset = 0;
-    io->len = MW_ALIGN_UP(4 * e->sgs[sg].n, OFL_PAD);
-    io->buf = dst;
+    ofl_obj_io(io, e->obj[2 * sg + (int)((e->committed + (inflight ? 1 : 0)) % 2)], MW_AIO_READ,
+               MW_ALIGN_UP(4 * e->sgs[sg].n, OFL_PAD), dst);
     return mw_store_submit(e->store, io);
 }
 
-int mw_offload_master_wait(struct mw_offload *e, struct mw_store_io *io)
-{
-    int rc = mw_store_wait(e->store, io);
-    if (!rc) {
-        pthread_mutex_lock(&e->mu);
-        e->stats.nvme_read_bytes += io->len;
-        pthread_mutex_unlock(&e->mu);
-    }
-    return rc;
-}
-
-static int grads_io(struct mw_offload *e, uint32_t sg, void *buf, int write)
-{
-    if (!e->gobj) return mw_error_set(-EINVAL, "offload: gradients are kept on NVMe only when streaming");
-    if (sg >= e->nsg) return mw_error_set(-EINVAL, "offload: no subgroup %u (%u)", sg, e->nsg);
-    uint64_t len = MW_ALIGN_UP(4 * e->sgs[sg].n, OFL_PAD);
-    int rc = write ? mw_store_write(e->store, e->gobj[sg], 0, len, buf) : mw_store_read(e->store, e->gobj[sg], 0, len, buf);
-    if (rc) return mw_error_set(rc, "offload: %s the gradients of subgroup %u (%llu bytes) %s NVMe failed: %s",
-                                write ? "writing" : "reading", sg, (unsigned long long)len, write ? "to" : "from",
-                                mw_error_msg());
-    pthread_mutex_lock(&e->mu);
-    if (write) e->stats.nvme_write_bytes += len;
-    else e->stats.nvme_read_bytes += len;
-    pthread_mutex_unlock(&e->mu);
-    return 0;
-}
-
-int mw_offload_grads_put(struct mw_offload *e, uint32_t sg, const void *src) { return grads_io(e, sg, (void *)src, 1); }
-
 int mw_offload_grads_put_start(struct mw_offload *e, uint32_t sg, const void *src, struct mw_store_io *io)
 {
-    memset(io, 0, sizeof *io);
     if (!e->gobj) return mw_error_set(-EINVAL, "offload: gradients are kept on NVMe only when streaming");
     if (sg >= e->nsg) return mw_error_set(-EINVAL, "offload: no subgroup %u (%u)", sg, e->nsg);
-    io->obj = e->gobj[sg];
-    io->op = MW_AIO_WRITE;
-    io->len = MW_ALIGN_UP(4 * e->sgs[sg].n, OFL_PAD);
-    io->buf = (void *)src;
+    ofl_obj_io(io, e->gobj[sg], MW_AIO_WRITE, MW_ALIGN_UP(4 * e->sgs[sg].n, OFL_PAD), (void *)src);
     return mw_store_submit(e->store, io);
 }
 
@@ -488,7 +460,6 @@ int mw_offload_io_wait(struct mw_offload *e, struct mw_store_io *io)
     pthread_mutex_unlock(&e->mu);
     return 0;
 }
-int mw_offload_grads_get(struct mw_offload *e, uint32_t sg, void *dst) { return grads_io(e, sg, dst, 0); }
 
 void mw_offload_inject_write_failure(struct mw_offload *e, uint64_t k)
 {

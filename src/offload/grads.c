@@ -126,7 +126,7 @@ int mw_offload_grad_norm(struct mw_offload *e, double *norm)
         return mw_error_set(-EINVAL, "offload grad_norm: only after the last backward_end of an unarmed step");
     const float *g = e->grads.ptr ? (const float *)e->grads.ptr : e->cfg.ext_grads;
     double sum = 0;
-    const uint64_t chunk = 1u << 20; /* fixed chunks of the flat space: independent of subgroups */
+    const uint64_t chunk = MW_OFFLOAD_NORM_CHUNK; /* fixed chunks of the flat space: independent of subgroups */
     struct mw_optim_exec ex = {e->cfg.cpu_threads, MW_SIMD_AUTO, 0};
     int rc = 0;
     for (uint64_t a = 0; a < e->plan.total_elems; a += chunk) {

@@ -185,6 +185,8 @@ int ofl_slot_store(struct mw_offload *e, uint32_t sg, int slot);
 void ofl_nvme_span(struct mw_offload *e, uint32_t sg, uint64_t *off, uint64_t *len);
 
 /* engine.c: helpers for state.c and grads.c */
+/* Zeroes io and fills in one whole-object transfer from offset 0 (callback and user left to set). */
+void ofl_obj_io(struct mw_store_io *io, struct mw_store_obj *obj, enum mw_aio_op op, uint64_t len, void *buf);
 void ofl_sg_span(const struct mw_offload *e, uint64_t first, uint64_t n, uint32_t *lo, uint32_t *hi);
 int ofl_check_range(const struct mw_offload *e, uint64_t first, uint64_t n, const char *what);
 int ofl_check_quiet(struct mw_offload *e, const char *what);       /* -EBUSY during a step */

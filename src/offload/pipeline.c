@@ -281,11 +281,8 @@ static void stage_read(struct mw_offload *e, uint32_t sg)
     s->read_msg[0] = 0;
     s->reads_left = e->gobj ? 2 : 1;
     if (e->gobj) { /* streaming: the gradients come back from their object into the caller's array */
-        memset(&s->gio, 0, sizeof s->gio);
-        s->gio.obj = e->gobj[sg];
-        s->gio.op = MW_AIO_READ;
-        s->gio.len = MW_ALIGN_UP(4 * e->sgs[sg].n, OFL_PAD);
-        s->gio.buf = (void *)(e->cfg.ext_grads + e->sgs[sg].first);
+        ofl_obj_io(&s->gio, e->gobj[sg], MW_AIO_READ, MW_ALIGN_UP(4 * e->sgs[sg].n, OFL_PAD),
+                   (void *)(e->cfg.ext_grads + e->sgs[sg].first));
         s->gio.cb = io_done;
         s->gio.user = s;
         int rc = mw_store_submit(e->store, &s->gio);

@@ -12,12 +12,13 @@
  */
 #include "memwall/plan.h"
 #include "memwall/common.h"
+#include "memwall/offload.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define CHUNK ((uint64_t)1 << 20) /* elements per gradient-norm chunk (src/offload/grads.c) */
+#define CHUNK MW_OFFLOAD_NORM_CHUNK /* the gradient norm's chunks (memwall/offload.h) */
 
 /* GPT-2's weight units: embeddings (wte + wpe), blocks, ln_f, as memwall lays them out. */
 static int units_of(const struct mw_plan_stream_in *in, uint64_t *first, uint64_t *n)
@@ -31,15 +32,13 @@ static int units_of(const struct mw_plan_stream_in *in, uint64_t *first, uint64_
     return 0;
 }
 
-/* Unit at position p of a training pass: forward 0, 1..L, L+1, 0; backward (batch-major) 0,
- * L+1, L..1 or (layer-major) L..1, 0. -1 past the end. */
-static int sched(int L, int lm, int p)
+int mw_plan_stream_unit(int L, int layer_major, int p)
 {
     int nf = L + 3;
     if (p < 0) return -1;
     if (p < nf) return p == L + 2 ? 0 : p;
     p -= nf;
-    if (lm) return p > L ? -1 : L - p;
+    if (layer_major) return p > L ? -1 : L - p;
     if (p > L + 1) return -1;
     return p == 0 ? 0 : L + 2 - p;
 }
@@ -88,7 +87,7 @@ int mw_plan_stream_dram(const struct mw_plan_stream_in *in, struct mw_plan_strea
         memset(mark, 0, (size_t)nsg);
         uint64_t wbytes = 0, gbytes = 0;
         for (int k = 0; k <= in->prefetch_depth && p < npos; k++) {
-            int u = sched(L, lm, p + k);
+            int u = mw_plan_stream_unit(L, lm, p + k);
             if (u < 0) break;
             for (uint64_t g = first[u] / S; g <= (first[u] + n[u] - 1) / S; g++)
                 if (!mark[g]) { mark[g] = 1; wbytes += sg_bytes(g, S, N, page); }
@@ -96,7 +95,7 @@ int mw_plan_stream_dram(const struct mw_plan_stream_in *in, struct mw_plan_strea
         if (lm && p == L + 2) /* layer-major's head holds ln_f and the embeddings together */
             for (uint64_t g = first[L + 1] / S; g <= (N - 1) / S; g++)
                 if (!mark[g]) { mark[g] = 1; wbytes += sg_bytes(g, S, N, page); }
-        int backward = p >= nf, u = p < npos ? sched(L, lm, p) : 0;
+        int backward = p >= nf, u = p < npos ? mw_plan_stream_unit(L, lm, p) : 0;
         if (p == npos && lm) break; /* layer-major: the embeddings' gradients came with their weights */
         if (in->grad_accum > 1 && !lm) {
             gbytes = full;

@@ -73,8 +73,8 @@ int mw_train_stream_init(struct mw_train_stream *s, struct mw_gpt2 *m, struct mw
     s->sg_size = S;
     s->nsg = (uint32_t)((N + S - 1) / S);
     s->n_units = mw_gpt2_n_units(m);
-    s->nchunks = (N + MW_STREAM_CHUNK - 1) / MW_STREAM_CHUNK;
-    s->page = (size_t)sysconf(_SC_PAGESIZE);
+    s->nchunks = (N + MW_OFFLOAD_NORM_CHUNK - 1) / MW_OFFLOAD_NORM_CHUNK;
+    s->page = page;
     size_t nu = (size_t)s->n_units, ns = s->nsg;
     s->u_first = calloc(nu, sizeof *s->u_first);
     s->u_n = calloc(nu, sizeof *s->u_n);
@@ -112,13 +112,8 @@ int mw_train_stream_init(struct mw_train_stream *s, struct mw_gpt2 *m, struct mw
         (void)madvise(m->params, MW_ALIGN_UP(m->sizes.params_bytes, page), MADV_HUGEPAGE);
         (void)madvise(m->grads, MW_ALIGN_UP(m->sizes.grads_bytes, page), MADV_HUGEPAGE);
     }
-    /* Nothing of the weights or gradients is resident until it is used. */
-    if (madvise(m->params, MW_ALIGN_UP(m->sizes.params_bytes, s->page), MADV_DONTNEED) != 0 ||
-        madvise(m->grads, MW_ALIGN_UP(m->sizes.grads_bytes, s->page), MADV_DONTNEED) != 0) {
-        int e = errno;
-        mw_train_stream_free(s);
-        return mw_error_set(-e, "streaming: returning the weight pages failed: %s", strerror(e));
-    }
+    /* Nothing of the weights or gradients is resident until it is used: the model's arrays are
+     * fresh mappings (mw_gpt2_init), never touched before this. */
     return 0;
 }
 
@@ -126,7 +121,7 @@ void mw_train_stream_free(struct mw_train_stream *s)
 {
     if (s->sg_state && s->opt && s->opt->eng)
         for (uint32_t i = 0; i < s->nsg; i++) {
-            if (s->sg_state[i] == MW_UNIT_FETCHING) (void)mw_offload_master_wait(eng(s), &s->sg_io[i]);
+            if (s->sg_state[i] == MW_UNIT_FETCHING) (void)mw_offload_io_wait(eng(s), &s->sg_io[i]);
             if (s->gw_pending && s->gw_pending[i]) (void)mw_offload_io_wait(eng(s), &s->gw_io[i]);
         }
     free(s->u_first);
@@ -152,18 +147,13 @@ void mw_train_stream_free(struct mw_train_stream *s)
 
 /* ---------------------------------------------------------------- the schedule */
 
-/* Unit at position p of the current pass (training: forward then backward; batch-major's
- * backward 0, L+1, L..1, layer-major's L..1, 0), -1 past its end. */
+/* Unit at position p of the current pass (mw_plan_stream_unit: the schedule the plan walks);
+ * an evaluation pass is the forward part alone. -1 past its end. */
 static int sched(const struct mw_train_stream *s, int p)
 {
-    int L = s->n_units - 2, nf = L + 3;
-    if (p < 0) return -1;
-    if (p < nf) return p == L + 2 ? 0 : p;
-    if (!s->training) return -1;
-    p -= nf;
-    if (s->layer_major) return p > L ? -1 : L - p; /* backward L..1, then 0 */
-    if (p > L + 1) return -1;
-    return p == 0 ? 0 : L + 2 - p;
+    int L = s->n_units - 2;
+    if (!s->training && p >= L + 3) return -1;
+    return mw_plan_stream_unit(L, s->layer_major, p);
 }
 
 /* block: the unit is needed now (wait for the update of its subgroups, if one runs); else a
@@ -197,7 +187,7 @@ static int fetch_wait(struct mw_train_stream *s, uint32_t sg)
     if (s->sg_state[sg] != MW_UNIT_FETCHING) return 0;
     uint64_t t0 = mw_now_ns();
     int done = mw_store_test(&s->sg_io[sg]);
-    int err = mw_offload_master_wait(eng(s), &s->sg_io[sg]);
+    int err = mw_offload_io_wait(eng(s), &s->sg_io[sg]);
     uint64_t t1 = mw_now_ns();
     if (err) {
         s->sg_state[sg] = MW_UNIT_RELEASED;
@@ -293,7 +283,6 @@ static int st_pass_begin(void *self, int training)
 static int st_step_begin(void *self)
 {
     struct mw_train_stream *s = self;
-    s->step++;
     memset(s->sg_gdone, 0, s->nsg);
     memset(s->chunk_sumsq, 0, s->nchunks * sizeof *s->chunk_sumsq);
     memset(s->chunk_done, 0, s->nchunks);
@@ -319,7 +308,7 @@ static int st_backward_begin(void *self, int micro, int last)
 /* Norm chunk c's gradients are final: its sum of squares, as the engine computes it. */
 static int chunk_finish(struct mw_train_stream *s, uint64_t c)
 {
-    uint64_t a = c * MW_STREAM_CHUNK, n = MW_MIN(MW_STREAM_CHUNK, (uint64_t)s->model->sizes.n_params - a);
+    uint64_t a = c * MW_OFFLOAD_NORM_CHUNK, n = MW_MIN(MW_OFFLOAD_NORM_CHUNK, (uint64_t)s->model->sizes.n_params - a);
     struct mw_optim_exec ex = {s->opt->cfg.cpu_threads, MW_SIMD_AUTO, 0};
     double sum = 0;
     int r = mw_grad_sumsq(MW_OPTIM_F32, s->model->grads + a, n, 1.0f, &ex, &sum);
@@ -370,13 +359,13 @@ static int grads_advance(struct mw_train_stream *s, uint64_t mark, int unit)
 {
     int err = 0;
     for (uint64_t c = s->nchunks; c-- > 0 && !err;) {
-        if (c * MW_STREAM_CHUNK < mark) break;
+        if (c * MW_OFFLOAD_NORM_CHUNK < mark) break;
         if (!s->chunk_done[c]) err = chunk_finish(s, c);
     }
     for (uint32_t g = s->nsg; g-- > 0 && !err;) {
         uint64_t a = (uint64_t)g * s->sg_size;
-        if (a < mark && !s->chunk_done[a / MW_STREAM_CHUNK]) break;
-        if (!s->sg_gdone[g] && s->chunk_done[a / MW_STREAM_CHUNK]) err = grads_finish(s, g, unit);
+        if (a < mark && !s->chunk_done[a / MW_OFFLOAD_NORM_CHUNK]) break;
+        if (!s->sg_gdone[g] && s->chunk_done[a / MW_OFFLOAD_NORM_CHUNK]) err = grads_finish(s, g, unit);
         if (a < mark) break;
     }
     return err;

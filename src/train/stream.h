@@ -29,10 +29,6 @@ struct mw_trace;
 struct mw_train_opt;
 struct mw_offload;
 
-#define MW_STREAM_CHUNK ((uint64_t)1 << 20) /* elements per norm chunk (the engine's) */
-/* What the process adds after the trainer is built, besides the planned arrays: OpenBLAS's
- * per-thread GEMM buffers, OpenMP stacks, the I/O engine's rings (measured; docs/train.md). */
-#define MW_STREAM_RUNTIME_EXTRA ((uint64_t)0 << 20)
 
 struct mw_train_stream {
     struct mw_gpt2 *model;        /* borrowed */
@@ -44,7 +40,7 @@ struct mw_train_stream {
     size_t *u_first, *u_n;        /* [n_units] element ranges */
     uint32_t *u_lo, *u_hi;        /* [n_units] subgroups a unit overlaps (inclusive) */
     unsigned char *u_init;        /* [n_units] initial weights written (engine init) */
-    uint64_t sg_size;             /* elements per subgroup (multiple of MW_STREAM_CHUNK) */
+    uint64_t sg_size;             /* elements per subgroup (whole pages of fp32) */
     uint32_t nsg;
     int *sg_ref;                  /* [nsg] units holding it */
     unsigned char *sg_state;      /* [nsg] enum mw_unit_state of its weights */
@@ -71,17 +67,13 @@ struct mw_train_stream {
     uint64_t wait_ns;                       /* training thread blocked on fetches */
 };
 
-/* Builds the stream over the model and the optimizer (whose plan fixed the subgroups; its
- * subgroup size must be a multiple of MW_STREAM_CHUNK and it must cover the whole model).
+/* Builds the stream over the model and the optimizer (whose plan fixed the subgroups: whole
+ * pages of fp32, or one subgroup for the whole model; it must cover the whole model).
  * depth: units read ahead (0..8). Nothing is fetched yet. */
 int mw_train_stream_init(struct mw_train_stream *s, struct mw_gpt2 *m, struct mw_train_opt *opt, int depth,
                          uint64_t seed, struct mw_trace *trace);
 void mw_train_stream_free(struct mw_train_stream *s);
 /* The engine's stream hook (memwall/offload.h mw_offload_stream_fn; user = s). */
 int mw_train_stream_engine_hook(void *user, int event, uint64_t first, uint64_t n);
-/* Planned DRAM peak of the streamed weights and gradients (bytes), from the same schedule the
- * stream runs (src/plan: mw_plan_stream_dram). */
-struct mw_residency;
-void mw_residency_stream(struct mw_residency *r, struct mw_train_stream *s);
 
 #endif

@@ -60,7 +60,7 @@ static int stream_plan(const struct mw_gpt2 *m, const struct mw_train_opt *o, co
         .layer_major = cfg->layer_major, .overlap = !cfg->sync_update,
         .acts_bytes = m->sizes.acts_bytes + (cfg->layer_major ? mw_gpt2_lm_bytes(m, cfg->grad_accum) : 0),
         .staging_bytes = o->plan.tier_bytes[MW_OFFLOAD_DRAM],
-        .runtime_bytes = mw_proc_mem("VmRSS") + MW_STREAM_RUNTIME_EXTRA,
+        .runtime_bytes = mw_proc_mem("VmRSS"),
     };
     return mw_plan_stream_dram(&pi, out);
 }
@@ -158,7 +158,7 @@ int mw_trainer_init(struct mw_trainer *tr, const struct mw_gpt2_config *mcfg,
     if (streaming) {
         tr->stream = calloc(1, sizeof *tr->stream);
         if (!tr->stream) { err = mw_error_set(-ENOMEM, "no memory"); goto err; }
-        model_dram = z->acts_bytes; /* the streamed part is planned below (mw_trainer_plan_dram) */
+        model_dram = z->acts_bytes; /* the streamed part is planned below (stream_plan) */
     }
     {
         /* Streamed: the whole DRAM plan (mw_plan_stream_dram below) checks the budget. */
@@ -276,7 +276,7 @@ static uint64_t phase(struct mw_trace *trace, const char *name, uint64_t t0, int
 
 /* Layer-major (docs/train.md): all micro-batches of the step go through the model unit by unit
  * (mw_gpt2_step_layer_major); the same data, the same sums in the same order. */
-struct lm_ctx { struct mw_trainer *tr; struct mw_train_step_stats *st; int64_t step; uint64_t t; };
+struct lm_ctx { struct mw_trainer *tr; struct mw_train_step_stats *st; int64_t step; };
 
 static int lm_before_grads(void *user)
 {
@@ -321,7 +321,7 @@ static int step_layer_major(struct mw_trainer *tr, int64_t step, struct mw_train
     if (c->trace) phase(c->trace, "data", t, step);
     int err = pass_begin(tr, 1);
     if (err) return err;
-    struct lm_ctx x = {tr, st, step, 0};
+    struct lm_ctx x = {tr, st, step};
     struct mw_gpt2_lm_calls calls = {lm_before_grads, lm_grad_ready, lm_forward_done, lm_backward_done, &x};
     err = mw_gpt2_step_layer_major(&tr->model, c->grad_accum, tr->inputs, tr->targets, tr->local_batch, c->seq,
                                    1.0f / (float)c->grad_accum, &calls, tr->lm_losses);
