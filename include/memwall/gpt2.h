@@ -185,6 +185,14 @@ typedef void (*mw_gpt2_grad_ready_fn)(size_t first_elem, size_t n_elems, void *u
  * (no forward with targets before it). */
 int mw_gpt2_backward(struct mw_gpt2 *m, float grad_scale, mw_gpt2_grad_ready_fn cb, void *user);
 
+/* Gradient accumulation over `count` micro-batches: the next backward is micro-batch `index`.
+ * wte receives every micro-batch's LM-head share first and the token lookups' shares after them
+ * (the order the layer-major step can keep without the logits), so backward keeps each earlier
+ * micro-batch's residual gradient and tokens (mw_gpt2_defer_bytes) and adds the lookups at the
+ * last. count <= 1 (the default): nothing is kept. -EINVAL outside 0 <= index < count. */
+int mw_gpt2_accum_set(struct mw_gpt2 *m, int index, int count);
+size_t mw_gpt2_defer_bytes(const struct mw_gpt2 *m, int count);
+
 /* ---- layer-major steps (src/model/gpt2_layer_major.c) ---- */
 
 /* What the caller hears during a layer-major step. before_grads: once, after the forward pass
@@ -200,8 +208,8 @@ struct mw_gpt2_lm_calls {
 };
 /* Forward and backward of nmb micro-batches (inputs/targets [nmb][B * T]) unit by unit: each
  * weight unit is acquired once for all micro-batches in forward and once in backward (hook order:
- * forward 0, 1..L, L+1 with 0; backward L..1, 0). ACCUMULATES grad_scale times each micro-batch's
- * loss gradient into grads, bitwise as nmb calls of forward + backward with recompute would;
+ * forward 0, 1..L, L+1 with 0; backward L..1). ACCUMULATES grad_scale times each micro-batch's
+ * loss gradient into grads, bitwise as nmb calls of forward + backward (mw_gpt2_accum_set) would;
  * losses[k] = micro-batch k's mean loss. Needs mw_gpt2_lm_bytes(m, nmb) of extra memory during
  * the call (each micro-batch's block inputs, ln_f output and residual gradient). */
 int mw_gpt2_step_layer_major(struct mw_gpt2 *m, int nmb, const int32_t *inputs, const int32_t *targets, int B, int T,

@@ -287,6 +287,7 @@ void mw_gpt2_free(struct mw_gpt2 *m)
         free(m->impl->res);
         free(m->impl->inputs);
         free(m->impl->targets);
+        if (m->impl->defer) munmap(m->impl->defer, m->impl->defer_bytes);
         free(m->impl);
     }
     free(m->tensors);

@@ -15,6 +15,7 @@
 #include <cblas.h>
 #include <errno.h>
 #include <string.h>
+#include <sys/mman.h>
 
 void mw_gpt2_block_fwd(struct mw_gpt2 *m, int l, int B, int T, int keep_out); /* gpt2_forward.c */
 void mw_gpt2_block_bwd_(struct mw_gpt2 *m, int l, int B, int T);               /* also gpt2_layer_major.c */
@@ -44,6 +45,62 @@ void mw_gpt2_block_bwd_(struct mw_gpt2 *m, int l, int B, int T)
                     dbig, a->ln1, mw_gpt2_p(m, p, l, MW_GPT2_QKV_W), N, C, 3 * C, nt);
     mw_k_layernorm_bwd(dres, mw_gpt2_p(m, g, l, MW_GPT2_LN1_W), mw_gpt2_p(m, g, l, MW_GPT2_LN1_B),
                        dC, im->res[l], mw_gpt2_p(m, p, l, MW_GPT2_LN1_W), a->ln1_mean, a->ln1_rstd, N, C, nt);
+}
+
+size_t mw_gpt2_defer_bytes(const struct mw_gpt2 *m, int count)
+{
+    size_t BT = (size_t)m->opts.max_batch * (size_t)m->opts.max_seq, C = (size_t)m->cfg.n_embd;
+    return count > 1 ? MW_ALIGN_UP((BT * C + BT) * sizeof(float) * (size_t)(count - 1), 4096) : 0;
+}
+
+int mw_gpt2_accum_set(struct mw_gpt2 *m, int index, int count)
+{
+    struct mw_gpt2_impl *im = m->impl;
+    if (count < 0 || (count > 1 && (index < 0 || index >= count)))
+        return mw_error_set(-EINVAL, "gpt2: micro-batch %d of %d does not exist", index, count);
+    size_t need = mw_gpt2_defer_bytes(m, count);
+    if (need > im->defer_bytes) { /* mapped: its pages come and go with use */
+        float *p = mmap(NULL, need, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED)
+            return mw_error_set(-ENOMEM, "gpt2: no memory for %d micro-batches' residual gradients (%zu bytes)", count - 1,
+                                need);
+        if (im->defer) munmap(im->defer, im->defer_bytes);
+        im->defer = p;
+        im->defer_bytes = need;
+    }
+    im->acc_i = index;
+    im->acc_n = count;
+    return 0;
+}
+
+/* The token lookup's share of wte and wpe (dres is the gradient of the embeddings' output): kept
+ * for the last micro-batch, which adds every micro-batch's in order (mw_gpt2_accum_set). */
+static int lookup_bwd(struct mw_gpt2 *m, int B, int T)
+{
+    struct mw_gpt2_impl *im = m->impl;
+    size_t BT = (size_t)m->opts.max_batch * (size_t)m->opts.max_seq, C = (size_t)m->cfg.n_embd;
+    size_t N = (size_t)B * (size_t)T, per = BT * C + BT;
+    float *g = m->grads;
+    if (im->acc_n > 1 && im->acc_i == 0) { im->acc_B = B; im->acc_T = T; }
+    if (im->acc_n > 1 && (B != im->acc_B || T != im->acc_T)) {
+        im->acc_n = 0;
+        return mw_error_set(-EINVAL, "gpt2 backward: micro-batch of B=%d T=%d in a step whose first was B=%d T=%d", B, T,
+                            im->acc_B, im->acc_T);
+    }
+    if (im->acc_n > 1 && im->acc_i < im->acc_n - 1) {
+        float *d = im->defer + per * (size_t)im->acc_i;
+        memcpy(d, im->dres, N * C * sizeof(float));
+        memcpy(d + BT * C, im->inputs, N * sizeof(int32_t));
+        return 0;
+    }
+    for (int k = 0; im->acc_n > 1 && k < im->acc_i; k++) {
+        float *d = im->defer + per * (size_t)k;
+        mw_k_encoder_bwd(g + im->off_wte, g + im->off_wpe, d, (const int32_t *)(d + BT * C), B, T, m->cfg.n_embd,
+                         m->opts.n_threads);
+    }
+    mw_k_encoder_bwd(g + im->off_wte, g + im->off_wpe, im->dres, im->inputs, B, T, m->cfg.n_embd, m->opts.n_threads);
+    im->acc_n = 0;
+    return 0;
 }
 
 static int unit_hook(struct mw_gpt2 *m, int event, int unit)
@@ -92,9 +149,10 @@ int mw_gpt2_backward(struct mw_gpt2 *m, float grad_scale, mw_gpt2_grad_ready_fn 
 
     /* wte's LM-head share, computed last (dlogits and ln_f's output are kept until here): the
      * embeddings' gradients are then written only at the end of the pass, which lets a ZeRO
-     * caller hold them for the shortest time. Same additions in the same order as before. */
+     * caller hold them for the shortest time. Then the lookup's share, or kept for the step's
+     * last micro-batch (mw_gpt2_accum_set). */
     mw_k_sgemm(1, 0, Vp, C, N, 1.0f, dlogits, Vp, im->lnf, C, 1.0f, g + im->off_wte, C, nt);
-    mw_k_encoder_bwd(g + im->off_wte, g + im->off_wpe, im->dres, im->inputs, B, T, C, nt);
+    if ((rc = lookup_bwd(m, B, T))) return rc;
     if (cb) cb(0, im->off[0], user);
     return 0;
 }

@@ -43,6 +43,10 @@ struct mw_gpt2_impl {
     int32_t *inputs, *targets;        /* [BT] copies of the last forward's tokens */
     int have_targets;                 /* last forward had targets and backward may run */
     int last_layer_live;              /* recompute: scratch still holds block L-1 of this forward */
+    int acc_i, acc_n;                 /* mw_gpt2_accum_set: this backward is micro-batch acc_i of acc_n */
+    int acc_B, acc_T;                 /* the shape of micro-batch 0 (all must have it) */
+    float *defer;                     /* [acc_n - 1][BT * C + BT] earlier micro-batches' dres, tokens */
+    size_t defer_bytes;               /* its size (0 = none yet) */
 };
 
 static inline float *mw_gpt2_p(const struct mw_gpt2 *m, const float *base, int layer, int kind)

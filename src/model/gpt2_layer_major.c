@@ -11,14 +11,13 @@
  * gradient dres, its tokens); the model's own pointers are pointed at micro-batch k's copies
  * before the very same kernels run on it. Blocks recompute their insides in backward (block
  * inputs are what is kept). The LM head's logits are not kept (Vp columns per position): the
- * forward computes them for the loss and the start of backward (dlogits -> ln_f -> dres), and
- * the end of backward computes them again from ln_f's output for wte's share. The same kernels
- * on the same inputs give the same bits, and every gradient receives the micro-batches'
- * contributions in the same order as batch-major (wte: head share then lookup, micro-batch by
- * micro-batch), so the step is bitwise the batch-major one with recompute.
+ * forward computes them for the loss and the head's whole backward (dlogits -> wte's head share,
+ * ln_f -> dres) right there. The same kernels on the same inputs give the same bits, and every
+ * gradient receives the micro-batches' contributions in the same order as batch-major (wte: all
+ * head shares, then all lookups: mw_gpt2_accum_set), so the step is bitwise the batch-major one.
  *
  * Order of weight units (hook): forward 0, 1..L, L+1 and 0 together (ln_f and the tied head),
- * backward L..1, then 0 (head share and embeddings). Gradient-ready callbacks: ln_f after the
+ * backward L..1 (the lookups' share needs no weights). Gradient-ready callbacks: ln_f after the
  * forward's head phase, blocks L-1..0, the embeddings last (descending flat order, as always).
  */
 #include "gpt2_internal.h"
@@ -166,6 +165,7 @@ int mw_gpt2_step_layer_major(struct mw_gpt2 *m, int nmb, const int32_t *inputs, 
         losses[k] = (float)(s / (double)N);
         mw_k_crossentropy_bwd(im->logits, im->lse, im->targets, grad_scale / (float)N, (int)N, V, Vp, nt);
         mw_k_sgemm(0, 0, (int)N, C, Vp, 1.0f, im->logits, Vp, p + im->off_wte, C, 0.0f, im->dC, C, nt);
+        mw_k_sgemm(1, 0, Vp, C, (int)N, 1.0f, im->logits, Vp, im->lnf, C, 1.0f, g + im->off_wte, C, nt);
         memset(im->dres, 0, N * (size_t)C * sizeof(float));
         mw_k_layernorm_bwd(im->dres, g + im->off_lnfw, g + im->off_lnfb, im->dC, im->res[L], p + im->off_lnfw,
                            im->lnf_mean, im->lnf_rstd, (int)N, C, nt);
@@ -186,17 +186,11 @@ int mw_gpt2_step_layer_major(struct mw_gpt2 *m, int nmb, const int32_t *inputs, 
         if ((rc = hook(m, MW_GPT2_UNIT_RELEASE, l + 1, 1))) goto out;
         if (calls && calls->grad_ready) calls->grad_ready(im->off[(size_t)l * MW_GPT2_BLOCK_KINDS], block_numel, calls->user);
     }
-    /* wte's head share (logits again from ln_f's output), then the lookup's share. */
-    if ((rc = hook(m, MW_GPT2_UNIT_ACQUIRE, 0, 1))) goto out;
+    /* The token lookups' share of wte and wpe (no weights needed), micro-batch by micro-batch. */
     for (int k = 0; k < nmb; k++) {
         use_mb(m, base, k, &keep, &cur);
-        mw_k_sgemm(0, 1, (int)N, Vp, C, 1.0f, im->lnf, C, p + im->off_wte, C, 0.0f, im->logits, Vp, nt);
-        mw_k_crossentropy_fwd(im->losses, im->lse, im->logits, im->targets, (int)N, V, Vp, nt);
-        mw_k_crossentropy_bwd(im->logits, im->lse, im->targets, grad_scale / (float)N, (int)N, V, Vp, nt);
-        mw_k_sgemm(1, 0, Vp, C, (int)N, 1.0f, im->logits, Vp, im->lnf, C, 1.0f, g + im->off_wte, C, nt);
         mw_k_encoder_bwd(g + im->off_wte, g + im->off_wpe, im->dres, im->inputs, B, T, C, nt);
     }
-    if ((rc = hook(m, MW_GPT2_UNIT_RELEASE, 0, 1))) goto out;
     if (calls && calls->grad_ready) calls->grad_ready(0, im->off[0], calls->user);
     if (calls && calls->backward_done) calls->backward_done(calls->user, mw_now_ns() - t0);
 out:

@@ -38,7 +38,7 @@ int mw_plan_stream_unit(int L, int layer_major, int p)
     if (p < 0) return -1;
     if (p < nf) return p == L + 2 ? 0 : p;
     p -= nf;
-    if (layer_major) return p > L ? -1 : L - p;
+    if (layer_major) return p >= L ? -1 : L - p; /* the lookups' share needs no weights */
     if (p > L + 1) return -1;
     return p == 0 ? 0 : L + 2 - p;
 }
@@ -80,8 +80,11 @@ int mw_plan_stream_dram(const struct mw_plan_stream_in *in, struct mw_plan_strea
      * from first[u] up, the subgroups that start in a norm chunk below the previous mark wait
      * for the rest of their chunk, and those finished at the previous mark are being written.
      * The LM head (backward position 0) and the blocks write
-     * nothing below them; the embeddings' gradients come last, after every weight is gone. */
-    int lm = in->layer_major, nf = L + 3, npos = nf + (lm ? L + 1 : L + 2);
+     * nothing below them; the embeddings' gradients come last, after every weight is gone.
+     * Layer-major adds wte's head share in the forward's head phase: the embeddings' gradients
+     * are resident from there to the end. */
+    int lm = in->layer_major, nf = L + 3, npos = nf + (lm ? L : L + 2);
+    uint64_t emb_hi = (n[0] - 1) / S; /* the last subgroup holding embedding gradients */
     uint64_t full = MW_ALIGN_UP(N * 4, page);
     for (int p = 0; p <= npos; p++) {
         memset(mark, 0, (size_t)nsg);
@@ -96,15 +99,19 @@ int mw_plan_stream_dram(const struct mw_plan_stream_in *in, struct mw_plan_strea
             for (uint64_t g = first[L + 1] / S; g <= (N - 1) / S; g++)
                 if (!mark[g]) { mark[g] = 1; wbytes += sg_bytes(g, S, N, page); }
         int backward = p >= nf, u = p < npos ? mw_plan_stream_unit(L, lm, p) : 0;
-        if (p == npos && lm) break; /* layer-major: the embeddings' gradients came with their weights */
         if (in->grad_accum > 1 && !lm) {
             gbytes = full;
         } else if (backward && (lm || p != nf)) { /* batch-major's LM head (position nf) writes none */
             /* The writes of the previous unit's subgroups are still in flight during this unit's
              * backward (their pages go at its end): the window reaches two marks back. */
             uint64_t prev2 = u + 2 <= L + 1 ? first[u + 2] : N;
+            memset(mark, 0, (size_t)nsg);
             for (uint64_t g = first[u] / S; g < nsg; g++)
-                if ((g * S) / CHUNK * CHUNK < prev2) gbytes += sg_bytes(g, S, N, page);
+                if ((g * S) / CHUNK * CHUNK < prev2) { mark[g] = 1; gbytes += sg_bytes(g, S, N, page); }
+            for (uint64_t g = 0; lm && g <= emb_hi; g++)
+                if (!mark[g]) gbytes += sg_bytes(g, S, N, page);
+        } else if (lm && p == L + 2) {
+            for (uint64_t g = 0; g <= emb_hi; g++) gbytes += sg_bytes(g, S, N, page);
         }
         /* The update of the step before runs behind the forward pass: its subgroups' gradients
          * (one per staging buffer) are in DRAM beside the forward's weights. */

@@ -58,7 +58,8 @@ static int stream_plan(const struct mw_gpt2 *m, const struct mw_train_opt *o, co
         .max_seq = mc->max_seq_len, .grad_accum = cfg->grad_accum, .prefetch_depth = cfg->prefetch_depth,
         .subgroup_size = o->plan.subgroup_size, .buffer_count = o->cfg.buffer_count,
         .layer_major = cfg->layer_major, .overlap = !cfg->sync_update,
-        .acts_bytes = m->sizes.acts_bytes + (cfg->layer_major ? mw_gpt2_lm_bytes(m, cfg->grad_accum) : 0),
+        .acts_bytes = m->sizes.acts_bytes + (cfg->layer_major ? mw_gpt2_lm_bytes(m, cfg->grad_accum)
+                                                              : mw_gpt2_defer_bytes(m, cfg->grad_accum)),
         .staging_bytes = o->plan.tier_bytes[MW_OFFLOAD_DRAM],
         .runtime_bytes = mw_proc_mem("VmRSS"),
     };
@@ -368,6 +369,7 @@ int mw_trainer_step(struct mw_trainer *tr, struct mw_train_step_stats *st)
             if ((err = res->ops->step_begin(res->self))) return err;
         }
         if ((err = mw_train_opt_backward_begin(tr->opt, last))) return err;
+        if ((err = mw_gpt2_accum_set(&tr->model, a, c->grad_accum))) return err;
         if (!(err = res->ops->backward_begin(res->self, a, last))) {
             err = mw_gpt2_backward(&tr->model, 1.0f / (float)c->grad_accum, res->ops->grad_ready, res->self);
             /* After a failure the job ends (a collective cannot be cancelled): no more waits. */
