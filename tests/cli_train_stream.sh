@@ -2,7 +2,8 @@
 # memwall train --offload-params nvme (weights, gradients and optimizer state streamed from
 # NVMe a weight unit at a time) gives bitwise the run with everything resident: losses, norms,
 # validation losses and the final weights, for accumulation 1, 2 and 8, with and without
-# recompute, prefetch depth 0, 1 and 3, layer-major and batch-major schedules, subgroups cut inside units (and one subgroup for the
+# recompute, the blocks' activations kept on NVMe (the default) or recomputed, prefetch depth 0, 1 and 3, layer-major and
+# batch-major schedules, subgroups cut inside units (and one subgroup for the
 # whole model), the update overlapped with the next forward pass or not; a streamed checkpoint resumes bitwise; a --dram-budget below the plan is
 # refused before the first step with the numbers, one above it holds (VmHWM <= budget, on a
 # model whose resident run would not fit); bad combinations are usage errors.
@@ -56,6 +57,13 @@ grep -q 'schedule batch-major' "$dir/st-bm.out" && grep -q 'schedule layer-major
   || bad "the schedule in use is not printed"
 run lm-res "${small[@]}" --steps 4 --grad-accum 2 --schedule layer-major
 same ref-a2 lm-res
+# the blocks' activations: kept on NVMe by default when streaming, recomputed when asked
+grep -q 'block activations on NVMe' "$dir/st-a2-d1.out" && grep -q 'block activations recomputed' "$dir/st-a2--recompute-d1.out" \
+  && grep -q 'block activations on NVMe' "$dir/st-a1-d0.out" && ok || bad "where the activations are is not printed"
+run st-a2-rc "${small[@]}" --steps 4 --grad-accum 2 --subgroup-size 4096 --offload-params nvme --nvme-dir "$dir/nvme" \
+  --activations recompute
+same ref-a2 st-a2-rc
+grep -q 'block activations recomputed' "$dir/st-a2-rc.out" && ok || bad "--activations recompute not in effect"
 # the update overlapped with the next forward (default) == finished inside its step
 run st-sync "${small[@]}" --steps 4 --subgroup-size 4096 --offload-params nvme --nvme-dir "$dir/nvme" --sync-update
 same ref-a1 st-sync
@@ -101,6 +109,15 @@ params=$(grep -o '(\([0-9]*\) params' "$dir/big.out" | grep -o '[0-9]*')
 planned=$(grep -o 'planned DRAM peak [0-9.]* MiB' "$dir/big.out" | grep -o '[0-9][0-9.]*')
 [ -n "$planned" ] && awk -v h="$hwm" -v p="$planned" 'BEGIN { r = h / p; exit !(r > 0.95 && r < 1.05) }' && ok \
   || bad "measured $hwm MiB vs planned $planned MiB: not within the plan's tolerance"
+# the same with the blocks' activations on NVMe (not recomputed), two micro-batches per step
+bigk=(--grad-accum 2)
+for x in "${big[@]}"; do [ "$x" = --recompute ] || bigk+=("$x"); done
+"$cli" train "${bigk[@]}" >"$dir/bigk.out" 2>&1 || { bad "budgeted run with activations on NVMe failed"; tail -5 "$dir/bigk.out"; }
+hwm=$(grep -o 'VmHWM) [0-9.]* MiB' "$dir/bigk.out" | grep -o '[0-9.]*')
+planned=$(grep -o 'planned DRAM peak [0-9.]* MiB' "$dir/bigk.out" | grep -o '[0-9][0-9.]*')
+grep -q 'block activations on NVMe' "$dir/bigk.out" && [ -n "$planned" ] && [ -n "$hwm" ] \
+  && awk -v h="$hwm" -v p="$planned" 'BEGIN { r = h / p; exit !(h <= 320 && r > 0.95 && r < 1.05) }' && ok \
+  || bad "activations on NVMe: measured ${hwm:-?} MiB vs planned ${planned:-?} MiB (budget 320 MiB)"
 
 # memwall plan --stream describes the same run with the same figures (all but the runtime, which
 # each process measures for itself).
@@ -125,6 +142,10 @@ grep -q -- '--dram-budget 320.00 MiB: fits' "$dir/plan.out" && ok || bad "plan -
 [ $? = 2 ] && grep -q 'init-safetensors' "$dir/u2.out" && ok || bad "--offload-params nvme with --init-safetensors not refused"
 "$cli" train "${small[@]}" --steps 1 --offload-params nvme --prefetch-depth 9 >"$dir/u3.out" 2>&1
 [ $? = 2 ] && ok || bad "--prefetch-depth 9 accepted"
+"$cli" train "${small[@]}" --steps 1 --offload-params nvme --schedule batch-major --activations nvme >"$dir/u4.out" 2>&1
+[ $? = 2 ] && grep -q 'layer-major' "$dir/u4.out" && ok || bad "--activations nvme with batch-major not refused"
+"$cli" train "${small[@]}" --steps 1 --offload-params nvme --activations nvme --recompute >"$dir/u5.out" 2>&1
+[ $? = 2 ] && grep -q 'give one' "$dir/u5.out" && ok || bad "--activations nvme with --recompute not refused"
 
 echo "cli_train_stream: $pass passed, $fail failed"
 [ $fail = 0 ] && rm -rf "$dir"

@@ -39,6 +39,24 @@ static void on_ready(size_t first, size_t n, void *user)
 }
 float *g_grads;
 
+/* Kept activations in memory (what the streaming trainer does through NVMe): a slot per
+ * (layer, micro-batch); DONE poisons the slot so that a second use shows. */
+struct keep {
+    float **slot;
+    int nmb, fills, gets;
+    size_t bytes;
+};
+
+static int keep_acts(void *user, int event, int layer, int mb, float **buf)
+{
+    struct keep *k = user;
+    float *s = k->slot[layer * k->nmb + mb];
+    if (event == MW_GPT2_ACTS_FILL) { *buf = s; k->fills++; }
+    if (event == MW_GPT2_ACTS_GET) { *buf = s; k->gets++; }
+    if (event == MW_GPT2_ACTS_DONE) memset(s, 0xff, k->bytes);
+    return 0;
+}
+
 static void make(struct mw_gpt2 *m, int recompute, int nt)
 {
     struct mw_gpt2_options o = {.max_batch = B, .max_seq = T, .recompute = recompute, .n_threads = nt};
@@ -145,6 +163,24 @@ int main(void)
         REQUIRE(mw_gpt2_step_layer_major(&lm, NMB, in3, tg3, B, T, 1.0f / NMB, NULL, ll) == 0);
         CHECK(!memcmp(bl, ll, sizeof bl));
         CHECK_MSG(!memcmp(bm.grads, lm.grads, nb), "layer-major gradients differ from batch-major's");
+        /* The blocks' activations kept (not recomputed): the same bits. */
+        struct keep kp = {.nmb = NMB, .bytes = mw_gpt2_act_slot_bytes(&lm)};
+        REQUIRE((kp.slot = calloc((size_t)cfg.n_layer * NMB, sizeof *kp.slot)));
+        for (int i = 0; i < cfg.n_layer * NMB; i++) REQUIRE((kp.slot[i] = aligned_alloc(4096, kp.bytes)));
+        struct mw_gpt2_lm_calls kc = {.acts = keep_acts, .user = &kp};
+        mw_gpt2_zero_grad(&lm);
+        REQUIRE(mw_gpt2_step_layer_major(&lm, NMB, in3, tg3, B, T, 1.0f / NMB, &kc, ll) == 0);
+        CHECK(kp.fills == cfg.n_layer * NMB && kp.gets == cfg.n_layer * NMB);
+        CHECK(!memcmp(bl, ll, sizeof bl));
+        CHECK_MSG(!memcmp(bm.grads, lm.grads, nb), "kept activations change the gradients");
+        CHECK(mw_gpt2_lm_bytes(&lm, NMB, 1) < mw_gpt2_lm_bytes(&lm, NMB, 0));
+        for (int i = 0; i < cfg.n_layer * NMB; i++) free(kp.slot[i]);
+        free(kp.slot);
+        /* ... and the model's own activations are its own again: a plain step still matches. */
+        mw_gpt2_zero_grad(&lm);
+        mw_gpt2_zero_grad(&r);
+        REQUIRE(step(&lm, in, tg, 1.0f) == 0 && step(&r, in, tg, 1.0f) == 0);
+        CHECK(!memcmp(lm.grads, r.grads, nb));
         size_t wte = mw_gpt2_find_tensor(&bm, "wte.weight")->offset;
         double d3 = 0, m3 = 0;
         for (size_t i = 0; i < bm.sizes.n_params; i++) {

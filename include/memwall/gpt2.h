@@ -204,17 +204,27 @@ struct mw_gpt2_lm_calls {
     mw_gpt2_grad_ready_fn grad_ready;
     void (*forward_done)(void *user, uint64_t ns);
     void (*backward_done)(void *user, uint64_t ns);
+    /* Optional: keep each block's activations (with its input) instead of recomputing them in
+     * backward. FILL: a buffer of mw_gpt2_act_slot_bytes (4096-aligned) for block `layer`'s
+     * forward of micro-batch `mb`; FILLED: it is written and the model is done with it; GET: the
+     * buffer holding (layer, mb) again, for its backward; DONE: the backward is done with it.
+     * FILL and GET set *buf; a non-zero return ends the step with that code (message set). */
+    int (*acts)(void *user, int event, int layer, int mb, float **buf);
     void *user;
 };
+enum mw_gpt2_acts_event { MW_GPT2_ACTS_FILL = 0, MW_GPT2_ACTS_FILLED = 1, MW_GPT2_ACTS_GET = 2, MW_GPT2_ACTS_DONE = 3 };
 /* Forward and backward of nmb micro-batches (inputs/targets [nmb][B * T]) unit by unit: each
  * weight unit is acquired once for all micro-batches in forward and once in backward (hook order:
  * forward 0, 1..L, L+1 with 0; backward L..1). ACCUMULATES grad_scale times each micro-batch's
  * loss gradient into grads, bitwise as nmb calls of forward + backward (mw_gpt2_accum_set) would;
- * losses[k] = micro-batch k's mean loss. Needs mw_gpt2_lm_bytes(m, nmb) of extra memory during
- * the call (each micro-batch's block inputs, ln_f output and residual gradient). */
+ * losses[k] = micro-batch k's mean loss. Needs mw_gpt2_lm_bytes(m, nmb, acts) of extra memory
+ * during the call (each micro-batch's block inputs (all of them, or two with calls->acts), ln_f
+ * output and residual gradient). */
 int mw_gpt2_step_layer_major(struct mw_gpt2 *m, int nmb, const int32_t *inputs, const int32_t *targets, int B, int T,
                              float grad_scale, const struct mw_gpt2_lm_calls *calls, float *losses);
-size_t mw_gpt2_lm_bytes(const struct mw_gpt2 *m, int nmb);
+size_t mw_gpt2_lm_bytes(const struct mw_gpt2 *m, int nmb, int acts);
+/* Bytes of one block's kept activations and its input (calls->acts' buffers), whole pages. */
+size_t mw_gpt2_act_slot_bytes(const struct mw_gpt2 *m);
 
 /* grads = 0 (call between optimizer steps; backward never clears). */
 void mw_gpt2_zero_grad(struct mw_gpt2 *m);

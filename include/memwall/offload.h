@@ -182,6 +182,8 @@ struct mw_offload_config {
     struct mw_trace *trace;          /* optional recorder */
     mw_offload_stream_fn stream;     /* optional (NULL): see above; needs the master on NVMe */
     void *stream_user;
+    uint64_t scratch_bytes;          /* NVMe space for the caller (kept activations), 0 = none:
+                                        mw_offload_scratch_start; not state (never committed) */
 };
 void mw_offload_config_default(struct mw_offload_config *c);
 
@@ -193,6 +195,7 @@ struct mw_offload_plan {
     int transactional;               /* optimizer state has two slots per subgroup (see docs) */
     uint64_t kind_bytes[MW_OFFLOAD_NKINDS][MW_OFFLOAD_NTIERS]; /* engine-owned bytes */
     uint64_t staging_bytes;          /* host staging buffers (DRAM) */
+    uint64_t scratch_bytes;          /* the caller's NVMe scratch (cfg.scratch_bytes, rounded) */
     uint64_t device_arena_bytes;     /* emulated accelerator arena */
     uint64_t tier_bytes[MW_OFFLOAD_NTIERS];     /* totals */
     uint64_t tier_capacity[MW_OFFLOAD_NTIERS];  /* min(budget, real capacity); 0 = unknown */
@@ -321,6 +324,12 @@ int mw_offload_master_fetch(struct mw_offload *e, uint32_t sg, void *dst, struct
  * object on a failure (mw_store_test(io) polls). */
 int mw_offload_grads_put_start(struct mw_offload *e, uint32_t sg, const void *src, struct mw_store_io *io);
 int mw_offload_io_wait(struct mw_offload *e, struct mw_store_io *io);
+/* The caller's scratch on NVMe (cfg.scratch_bytes): an async write (write = 1) or read of len
+ * bytes at offset (multiples of MW_OFFLOAD_SCRATCH_ALIGN) from or into a 4096-aligned buffer; mw_offload_io_wait
+ * ends it. Checksummed like all store I/O; -EINVAL outside the scratch. */
+#define MW_OFFLOAD_SCRATCH_ALIGN ((uint64_t)64 << 10) /* scratch writes start on it: the store's checksum block */
+int mw_offload_scratch_start(struct mw_offload *e, int write, uint64_t offset, uint64_t len, void *buf,
+                             struct mw_store_io *io);
 
 /* Testing: the k-th NVMe write from now (k >= 1) fails with -EIO after writing half its bytes
  * (a torn write); 0 disarms. */

@@ -83,6 +83,9 @@ struct mw_train_config {
                                    step's forward pass (bitwise the same results) */
     int layer_major;            /* 1: each step's micro-batches go through the model unit by unit
                                    (mw_gpt2_step_layer_major; one rank); 0: one micro-batch at a time */
+    int acts_nvme;              /* layer-major with streamed weights: each block's activations are
+                                   written to NVMe in forward and read back in backward (src/train/acts.c)
+                                   instead of recomputed; bitwise the same results */
     /* The offload engine's NVMe I/O (not saved in checkpoints; 0 = the engine's default;
      * DeepSpeed's aio.block_size / aio.queue_depth). */
     uint64_t io_block_size;     /* bytes per NVMe request piece, a multiple of 4096 (default 1 MiB) */
@@ -137,6 +140,7 @@ struct mw_trainer {
     int32_t *g_inputs, *g_targets; /* [B * T] the global micro-batch (several ranks only) */
     struct mw_train_zero *zero;    /* several ranks only */
     struct mw_train_stream *stream;/* offload_params = nvme only */
+    struct mw_train_acts *acts;    /* cfg.acts_nvme only */
     struct mw_residency *res;      /* the one of these the trainer goes through */
     int world, rank;               /* ranks of the run and this one's (1, 0 without MPI) */
     int local_batch;               /* sequences this rank runs per micro-batch */

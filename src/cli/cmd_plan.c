@@ -86,7 +86,8 @@ static int plan_stream(const struct mw_model *m, int64_t micro, int64_t seq, int
     tc.threads = threads ? (int)threads : omp_get_max_threads();
     tc.tier = MW_OFFLOAD_NVME; tc.offload_params = MW_OFFLOAD_NVME; tc.nvme_dir = dir;
     tc.subgroup_size = sg; tc.buffer_count = (int)buffers; tc.prefetch_depth = (int)depth;
-    tc.layer_major = !strcmp(schedule, "layer-major") || (!strcmp(schedule, "auto") && accum > 1);
+    tc.layer_major = !strcmp(schedule, "layer-major") || !strcmp(schedule, "auto");
+    tc.acts_nvme = tc.layer_major && !recompute; /* memwall train's --activations auto */
     struct mw_plan_stream p;
     uint64_t nvme = 0;
     int err = mw_train_plan_stream(&mc, &tc, &p, &nvme);
@@ -105,16 +106,17 @@ static int plan_stream(const struct mw_model *m, int64_t micro, int64_t seq, int
     }
     char b[9][32];
     printf("memwall train --offload-params nvme: %s, %llu parameters, micro-batch %lld x seq %lld x grad-accum %lld, "
-           "%s, prefetch depth %lld, subgroups of %llu parameters, %lld staging buffers, %d threads\n", m->name,
-           (unsigned long long)p.params, (long long)micro, (long long)seq, (long long)accum,
-           tc.layer_major ? "layer-major" : "batch-major", (long long)depth, (unsigned long long)p.subgroup_size,
+           "%s, block activations %s, prefetch depth %lld, subgroups of %llu parameters, %lld staging buffers, %d "
+           "threads\n", m->name, (unsigned long long)p.params, (long long)micro, (long long)seq, (long long)accum,
+           tc.layer_major ? "layer-major" : "batch-major", tc.acts_nvme ? "on NVMe" : "recomputed", (long long)depth, (unsigned long long)p.subgroup_size,
            (long long)buffers, tc.threads);
     printf("  planned DRAM peak %s = runtime %s + activations %s + optimizer staging %s + streamed weights and gradients "
            "%s (weights at most %s, gradients at most %s)\n", mw_fmt_bytes(b[0], 32, p.total),
            mw_fmt_bytes(b[1], 32, p.runtime), mw_fmt_bytes(b[2], 32, p.acts), mw_fmt_bytes(b[3], 32, p.staging),
            mw_fmt_bytes(b[4], 32, MW_MAX(p.passes, p.step_grads)), mw_fmt_bytes(b[5], 32, p.weights_peak),
            mw_fmt_bytes(b[6], 32, MW_MAX(p.grads_peak, p.step_grads)));
-    printf("  NVMe: %s (fp32 master and moments in two slots, gradients in one)\n", mw_fmt_bytes(b[7], 32, nvme));
+    printf("  NVMe: %s (fp32 master and moments in two slots, gradients in one%s)\n", mw_fmt_bytes(b[7], 32, nvme),
+           tc.acts_nvme ? ", the blocks' activations of a step" : "");
     if (budget)
         printf("  --dram-budget %s: %s\n", mw_fmt_bytes(b[8], 32, budget),
                fits ? "fits" : "does not fit (memwall train would refuse it before the first step)");
@@ -176,13 +178,13 @@ int mw_cmd_plan(int argc, char **argv)
         {"search", MW_OPT_FLAG, &search, NULL, "list the layouts that fit --gpus, fastest first", 0, 0, NULL},
         {"top", MW_OPT_INT, &top, "N", "with --search: how many layouts to list", 1, 1000, NULL},
         {"emit", MW_OPT_CHOICE, &emit, NULL, "print a Kubernetes pod resources block", 0, 0, emits},
-        {"stream", MW_OPT_FLAG, &stream, NULL, "describe 'memwall train --offload-params nvme' of a GPT-2 --model on this CPU (one rank): its planned DRAM peak, the same figures the trainer prints and checks; uses --micro-batch, --seq, --recompute full and the options below", 0, 0, NULL},
+        {"stream", MW_OPT_FLAG, &stream, NULL, "describe 'memwall train --offload-params nvme' of a GPT-2 --model on this CPU (one rank): its planned DRAM peak, the same figures the trainer prints and checks; uses --micro-batch, --seq and the options below (--recompute full: the blocks recomputed, not kept on NVMe)", 0, 0, NULL},
         {"grad-accum", MW_OPT_INT, &s_accum, "N", "--stream: micro-batches per step", 1, 1 << 20, NULL},
         {"dram-budget", MW_OPT_SIZE, &s_budget, "BYTES", "--stream: DRAM budget to check the plan against; 0 = none", 0, 0, NULL},
         {"prefetch-depth", MW_OPT_INT, &s_depth, "N", "--stream: weight units read ahead of use", 0, 8, NULL},
         {"subgroup-size", MW_OPT_SIZE, &s_sg, "N", "--stream: parameters per optimizer subgroup; 0 = the trainer's default", 0, 1e15, NULL},
         {"buffer-count", MW_OPT_INT, &s_buffers, "N", "--stream: optimizer staging buffers", 1, 64, NULL},
-        {"schedule", MW_OPT_CHOICE, &s_schedule, NULL, "--stream: auto (layer-major when --grad-accum > 1), layer-major or batch-major", 0, 0, stream_schedules},
+        {"schedule", MW_OPT_CHOICE, &s_schedule, NULL, "--stream: auto (= layer-major, as memwall train streams), layer-major or batch-major", 0, 0, stream_schedules},
         {"threads", MW_OPT_INT, &s_threads, "N", "--stream: CPU threads (sizes the attention scratch); 0 = all", 0, 4096, NULL},
         {"nvme-dir", MW_OPT_STRING, &s_dir, "DIR", "--stream: where the state would go (its free space is checked when it exists)", 0, 0, NULL},
         {"json", MW_OPT_FLAG, &json, NULL, "one JSON object, sizes in bytes (integers)", 0, 0, NULL},

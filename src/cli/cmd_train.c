@@ -58,7 +58,8 @@ struct args {
     const char *ds_config;
     uint64_t subgroup_size, dram_budget, nvme_budget, aio_block_size;
     int64_t buffer_count, aio_queue_depth;
-    const char *offload_params, *schedule; /* --offload-params dram|nvme (streaming), --schedule */
+    const char *offload_params, *schedule, *activations; /* --offload-params dram|nvme (streaming), --schedule,
+                                                             --activations */
     int64_t prefetch_depth;
     int64_t layers, heads, width, context, vocab;
     int64_t batch, seq, accum, steps, warmup, val_every, val_batches, ckpt_every, threads, sample_len, top_k;
@@ -77,6 +78,7 @@ static const char *const tier_names[] = {"dram", "nvme", NULL};
 static const char *const hier_names[] = {"global", "node", NULL};
 static const char *const sum_names[] = {"ordered", "mpi", NULL};
 static const char *const schedule_names[] = {"auto", "layer-major", "batch-major", NULL};
+static const char *const acts_names[] = {"auto", "recompute", "nvme", NULL};
 
 static struct args A;
 
@@ -115,7 +117,8 @@ static const struct mw_opt train_opts[] = {
     {"offload-params", MW_OPT_CHOICE, &A.offload_params, NULL, "where the weights and gradients live between uses: host DRAM, or streamed unit by unit from NVMe with the optimizer state (implies --optimizer-tier nvme; one rank)", 0, 0, tier_names},
     {"prefetch-depth", MW_OPT_INT, &A.prefetch_depth, "N", "--offload-params nvme: weight units read ahead of their use", 0, 8, NULL},
     {"sync-update", MW_OPT_FLAG, &A.sync_update, NULL, "finish each optimizer step before the next forward pass (default with --optimizer-tier nvme on one rank: the update runs behind the next forward, each unit waiting for its own; same results)", 0, 0, NULL},
-    {"schedule", MW_OPT_CHOICE, &A.schedule, NULL, "the step's micro-batches: one at a time through the whole model (batch-major), or all of them through each weight unit in turn (layer-major: the streamed weights are read once per step, not once per micro-batch; one rank); auto = layer-major with --offload-params nvme and --grad-accum > 1", 0, 0, schedule_names},
+    {"schedule", MW_OPT_CHOICE, &A.schedule, NULL, "the step's micro-batches: one at a time through the whole model (batch-major), or all of them through each weight unit in turn (layer-major: the streamed weights are read once per step, not once per micro-batch; one rank); auto = layer-major with --offload-params nvme", 0, 0, schedule_names},
+    {"activations", MW_OPT_CHOICE, &A.activations, NULL, "layer-major: how backward gets each block's activations: recompute them from the block's input, or read back what forward wrote to NVMe (--nvme-dir; same results, no recomputation); auto = nvme with --offload-params nvme unless --recompute is given", 0, 0, acts_names},
     {"nvme-dir", MW_OPT_STRING, &A.nvme_dir, "DIR", "directory for the NVMe tier's files (several: D1:D2); default run/nvme; %r = the rank (several ranks without %r: /rank<r> is appended)", 0, 0, NULL},
     {"subgroup-size", MW_OPT_SIZE, &A.subgroup_size, "N", "parameters per optimizer subgroup (the unit of NVMe I/O and update); default 4M = 4194304", 1, 1e15, NULL},
     {"buffer-count", MW_OPT_INT, &A.buffer_count, "N", "host staging buffers of the NVMe pipeline", 1, 1024, NULL},
@@ -154,6 +157,7 @@ static void set_defaults(const struct preset *p)
     A.ckpt_every = 0; A.seed = 1337; A.threads = 0; A.temperature = 0.8; A.top_k = 40; A.print_every = 1;
     A.tier = "dram"; A.buffer_count = 8; A.eps = 1e-8; A.offload_params = "dram"; A.prefetch_depth = 2;
     A.schedule = "auto";
+    A.activations = "auto";
     A.zero = 0; A.hier = "global"; A.comm_timeout = 300; A.comm_sum = "ordered";
 }
 
@@ -454,6 +458,12 @@ static int train_main(int argc, char **argv)
     }
     if (!strcmp(A.schedule, "layer-major") && world > 1)
         return usage_error("--schedule layer-major runs on one rank for now%s", "");
+    int streamed = !strcmp(A.offload_params, "nvme");
+    int layer_major = !strcmp(A.schedule, "layer-major") || (!strcmp(A.schedule, "auto") && streamed);
+    if (!strcmp(A.activations, "nvme") && (!streamed || !layer_major))
+        return usage_error("--activations nvme needs --offload-params nvme and the layer-major schedule%s", "");
+    if (!strcmp(A.activations, "nvme") && A.recompute)
+        return usage_error("--activations nvme keeps the activations that --recompute would recompute: give one%s", "");
     if (A.resume && A.init_st) return usage_error("--init-safetensors cannot be combined with --resume%s", "");
     if (!A.init_st) {
         if (A.seq > A.context) return usage_error("--seq is longer than the model's --context%s", "");
@@ -499,8 +509,9 @@ static int train_main(int argc, char **argv)
         .nvme_budget = A.nvme_budget, .comm = world > 1 ? comm : NULL, .zero_stage = (int)A.zero,
         .offload_params = !strcmp(A.offload_params, "nvme") ? MW_OFFLOAD_NVME : MW_OFFLOAD_DRAM,
         .prefetch_depth = (int)A.prefetch_depth, .sync_update = A.sync_update,
-        .layer_major = !strcmp(A.schedule, "layer-major") ||
-                       (!strcmp(A.schedule, "auto") && !strcmp(A.offload_params, "nvme") && A.accum > 1),
+        .layer_major = layer_major,
+        .acts_nvme = !strcmp(A.activations, "nvme") ||
+                     (!strcmp(A.activations, "auto") && streamed && layer_major && !A.recompute),
         .io_block_size = A.aio_block_size, .io_queue_depth = (unsigned)A.aio_queue_depth,
     };
     if (tc.threads == 0) tc.threads = omp_get_max_threads();
@@ -713,7 +724,9 @@ static int run(const char *data_path, const struct mw_gpt2_config *mc, const str
     if (si.active) {
         char b[8][32];
         printf("  streaming: weights and gradients on NVMe with the optimizer state, a weight unit at a time in DRAM "
-               "(prefetch depth %d, schedule %s)\n", si.prefetch_depth, tc->layer_major ? "layer-major" : "batch-major");
+               "(prefetch depth %d, schedule %s, block activations %s)\n", si.prefetch_depth,
+               tc->layer_major ? "layer-major" : "batch-major",
+               tc->acts_nvme ? "on NVMe" : tc->layer_major || tc->recompute ? "recomputed" : "in DRAM");
         printf("  planned DRAM peak %s = runtime %s + activations %s + optimizer staging %s + streamed weights and "
                "gradients %s (weights at most %s, gradients at most %s)%s%s\n", mw_fmt_bytes(b[0], 32, si.planned_total),
                mw_fmt_bytes(b[1], 32, si.planned_runtime), mw_fmt_bytes(b[2], 32, si.planned_acts),

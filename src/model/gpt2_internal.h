@@ -49,6 +49,10 @@ struct mw_gpt2_impl {
     size_t defer_bytes;               /* its size (0 = none yet) */
 };
 
+/* One block's activations: floats (aligned pieces, gpt2.c), and layer l's pointed at base. */
+size_t mw_gpt2_block_acts_floats(const struct mw_gpt2 *m);
+void mw_gpt2_block_acts_bind(struct mw_gpt2 *m, int l, float *base);
+
 static inline float *mw_gpt2_p(const struct mw_gpt2 *m, const float *base, int layer, int kind)
 {
     return (float *)base + m->impl->off[(size_t)layer * MW_GPT2_BLOCK_KINDS + (kind - MW_GPT2_LN1_W)];

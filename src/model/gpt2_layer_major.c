@@ -40,17 +40,31 @@ struct lm_ptrs {
     int32_t *inputs, *targets;
 };
 
-static size_t per_mb_floats(const struct mw_gpt2 *m)
+/* Block inputs a micro-batch keeps: all L + 1, or two in turn when the blocks' activations are
+ * kept by the caller (calls->acts: each block's input goes with them). */
+static size_t n_res(const struct mw_gpt2 *m, int acts) { return acts ? 2 : (size_t)m->cfg.n_layer + 1; }
+
+static size_t per_mb_floats(const struct mw_gpt2 *m, int acts)
 {
     size_t BT = (size_t)m->opts.max_batch * (size_t)m->opts.max_seq, C = (size_t)m->cfg.n_embd;
-    size_t L = (size_t)m->cfg.n_layer;
-    return (L + 3) * BT * C + 2 * BT + 2 * BT; /* res, lnf, dres; mean, rstd; inputs, targets (int32) */
+    return (n_res(m, acts) + 2) * BT * C + 2 * BT + 2 * BT; /* res, lnf, dres; mean, rstd; inputs, targets */
 }
 
 /* Micro-batch 0 uses the model's own buffers; the others get a copy each. */
-size_t mw_gpt2_lm_bytes(const struct mw_gpt2 *m, int nmb)
+size_t mw_gpt2_lm_bytes(const struct mw_gpt2 *m, int nmb, int acts)
 {
-    return nmb > 1 ? MW_ALIGN_UP(per_mb_floats(m) * sizeof(float) * (size_t)(nmb - 1), 4096) : 0;
+    return nmb > 1 ? MW_ALIGN_UP(per_mb_floats(m, acts) * sizeof(float) * (size_t)(nmb - 1), 4096) : 0;
+}
+
+/* A slot: the block's input [BT, C] (padded to 16 floats), then its activations (gpt2.c's layout). */
+static size_t slot_res_floats(const struct mw_gpt2 *m)
+{
+    return MW_ALIGN_UP((size_t)m->opts.max_batch * (size_t)m->opts.max_seq * (size_t)m->cfg.n_embd, 16);
+}
+
+size_t mw_gpt2_act_slot_bytes(const struct mw_gpt2 *m)
+{
+    return MW_ALIGN_UP((slot_res_floats(m) + mw_gpt2_block_acts_floats(m)) * sizeof(float), 4096);
 }
 
 static void ptrs_get(const struct mw_gpt2 *m, struct lm_ptrs *p)
@@ -71,15 +85,16 @@ static void ptrs_set(struct mw_gpt2 *m, const struct lm_ptrs *p)
 
 /* Points the model's activation pointers at micro-batch k's copies: k = 0 the model's own
  * buffers (own), the others carved from base; cur->res is the caller's [L + 1] array. */
-static void use_mb(struct mw_gpt2 *m, float *base, int k, const struct lm_ptrs *own, struct lm_ptrs *cur)
+static void use_mb(struct mw_gpt2 *m, float *base, int k, int acts, const struct lm_ptrs *own, struct lm_ptrs *cur)
 {
     if (k == 0) {
         ptrs_set(m, own);
         return;
     }
     size_t BT = (size_t)m->opts.max_batch * (size_t)m->opts.max_seq, C = (size_t)m->cfg.n_embd;
-    float *p = base + per_mb_floats(m) * (size_t)(k - 1);
-    for (int l = 0; l <= m->cfg.n_layer; l++) { cur->res[l] = p; p += BT * C; }
+    float *p = base + per_mb_floats(m, acts) * (size_t)(k - 1);
+    for (int l = 0; l <= m->cfg.n_layer; l++) cur->res[l] = p + BT * C * (acts ? (size_t)(l & 1) : (size_t)l);
+    p += BT * C * n_res(m, acts);
     cur->lnf = p; p += BT * C;
     cur->dres = p; p += BT * C;
     cur->lnf_mean = p; p += BT;
@@ -103,21 +118,25 @@ int mw_gpt2_step_layer_major(struct mw_gpt2 *m, int nmb, const int32_t *inputs, 
     if (nmb < 1 || B <= 0 || T <= 0 || B > m->opts.max_batch || T > m->opts.max_seq)
         return mw_error_set(-EINVAL, "gpt2 layer-major step: %d micro-batches of B=%d T=%d outside the sizes the model "
                             "was built for (max_batch=%d, max_seq=%d)", nmb, B, T, m->opts.max_batch, m->opts.max_seq);
-    size_t N = (size_t)B * (size_t)T, bytes = mw_gpt2_lm_bytes(m, nmb);
+    int acts = calls && calls->acts;
+    size_t N = (size_t)B * (size_t)T, bytes = mw_gpt2_lm_bytes(m, nmb, acts), rf = slot_res_floats(m);
     for (size_t i = 0; i < N * (size_t)nmb; i++)
         if (inputs[i] < 0 || inputs[i] >= V || targets[i] < 0 || targets[i] >= V)
             return mw_error_set(-EINVAL, "gpt2 layer-major step: token %d or target %d at %zu is outside the vocabulary "
                                 "0..%d", (int)inputs[i], (int)targets[i], i, V - 1);
     float *base = bytes ? mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) : NULL;
     float **res = malloc(2 * ((size_t)L + 1) * sizeof *res); /* the model's own, then the current one */
-    if (base == MAP_FAILED || !res) {
+    struct mw_gpt2_layer_acts *own_layer = malloc((size_t)L * sizeof *own_layer); /* slots rebind them */
+    if (base == MAP_FAILED || !res || !own_layer) {
         if (base && base != MAP_FAILED) munmap(base, bytes);
         free(res);
+        free(own_layer);
         return mw_error_set(-ENOMEM, "gpt2 layer-major step: no memory for %d micro-batches' saved activations (%zu bytes)",
                             nmb, bytes);
     }
     struct lm_ptrs keep = {.res = res}, cur = {.res = res + L + 1};
     ptrs_get(m, &keep);
+    memcpy(own_layer, im->layer, (size_t)L * sizeof *own_layer);
     m->B = B;
     m->T = T;
     im->have_targets = 0;
@@ -129,22 +148,29 @@ int mw_gpt2_step_layer_major(struct mw_gpt2 *m, int nmb, const int32_t *inputs, 
     uint64_t t0 = mw_now_ns();
 
     for (int k = 0; k < nmb; k++) {
-        use_mb(m, base, k, &keep, &cur);
+        use_mb(m, base, k, acts, &keep, &cur);
         memcpy(im->inputs, inputs + (size_t)k * N, N * sizeof(int32_t));
         memcpy(im->targets, targets + (size_t)k * N, N * sizeof(int32_t));
     }
     /* Forward: the embeddings, then each block, over every micro-batch. */
     if ((rc = hook(m, MW_GPT2_UNIT_ACQUIRE, 0, 0))) goto out;
     for (int k = 0; k < nmb; k++) {
-        use_mb(m, base, k, &keep, &cur);
+        use_mb(m, base, k, acts, &keep, &cur);
         mw_k_encoder_fwd(im->res[0], im->inputs, p + im->off_wte, p + im->off_wpe, B, T, C, nt);
     }
     if ((rc = hook(m, MW_GPT2_UNIT_RELEASE, 0, 0))) goto out;
     for (int l = 0; l < L; l++) {
         if ((rc = hook(m, MW_GPT2_UNIT_ACQUIRE, l + 1, 0))) goto out;
         for (int k = 0; k < nmb; k++) {
-            use_mb(m, base, k, &keep, &cur);
+            use_mb(m, base, k, acts, &keep, &cur);
+            float *slot = NULL;
+            if (acts) { /* the input goes with the activations; the output stays here */
+                if ((rc = calls->acts(calls->user, MW_GPT2_ACTS_FILL, l, k, &slot))) goto out;
+                memcpy(slot, im->res[l], N * (size_t)C * sizeof(float));
+                mw_gpt2_block_acts_bind(m, l, slot + rf);
+            }
             mw_gpt2_block_fwd(m, l, B, T, 1);
+            if (acts && (rc = calls->acts(calls->user, MW_GPT2_ACTS_FILLED, l, k, &slot))) goto out;
         }
         if ((rc = hook(m, MW_GPT2_UNIT_RELEASE, l + 1, 0))) goto out;
     }
@@ -155,7 +181,7 @@ int mw_gpt2_step_layer_major(struct mw_gpt2 *m, int nmb, const int32_t *inputs, 
     if ((rc = hook(m, MW_GPT2_UNIT_ACQUIRE, L + 1, 0))) goto out;
     if ((rc = hook(m, MW_GPT2_UNIT_ACQUIRE, 0, 0))) goto out;
     for (int k = 0; k < nmb; k++) {
-        use_mb(m, base, k, &keep, &cur);
+        use_mb(m, base, k, acts, &keep, &cur);
         mw_k_layernorm_fwd(im->lnf, im->lnf_mean, im->lnf_rstd, im->res[L], p + im->off_lnfw, p + im->off_lnfb, (int)N,
                            C, nt);
         mw_k_sgemm(0, 1, (int)N, Vp, C, 1.0f, im->lnf, C, p + im->off_wte, C, 0.0f, im->logits, Vp, nt);
@@ -174,27 +200,38 @@ int mw_gpt2_step_layer_major(struct mw_gpt2 *m, int nmb, const int32_t *inputs, 
     if ((rc = hook(m, MW_GPT2_UNIT_RELEASE, L + 1, 0))) goto out;
     if (calls && calls->grad_ready) calls->grad_ready(im->off_lnfw, 2 * (size_t)C, calls->user);
 
-    /* Backward: each block over every micro-batch, recomputed from its saved input. */
+    /* Backward: each block over every micro-batch, recomputed from its saved input or with the
+     * activations the caller kept. */
     size_t block_numel = L == 1 ? im->off_lnfw - im->off[0] : im->off[MW_GPT2_BLOCK_KINDS] - im->off[0];
     for (int l = L - 1; l >= 0; l--) {
         if ((rc = hook(m, MW_GPT2_UNIT_ACQUIRE, l + 1, 1))) goto out;
         for (int k = 0; k < nmb; k++) {
-            use_mb(m, base, k, &keep, &cur);
-            mw_gpt2_block_fwd(m, l, B, T, 0);
+            use_mb(m, base, k, acts, &keep, &cur);
+            float *slot = NULL;
+            if (acts) {
+                if ((rc = calls->acts(calls->user, MW_GPT2_ACTS_GET, l, k, &slot))) goto out;
+                im->res[l] = slot;
+                mw_gpt2_block_acts_bind(m, l, slot + rf);
+            } else {
+                mw_gpt2_block_fwd(m, l, B, T, 0);
+            }
             mw_gpt2_block_bwd_(m, l, B, T);
+            if (acts && (rc = calls->acts(calls->user, MW_GPT2_ACTS_DONE, l, k, &slot))) goto out;
         }
         if ((rc = hook(m, MW_GPT2_UNIT_RELEASE, l + 1, 1))) goto out;
         if (calls && calls->grad_ready) calls->grad_ready(im->off[(size_t)l * MW_GPT2_BLOCK_KINDS], block_numel, calls->user);
     }
     /* The token lookups' share of wte and wpe (no weights needed), micro-batch by micro-batch. */
     for (int k = 0; k < nmb; k++) {
-        use_mb(m, base, k, &keep, &cur);
+        use_mb(m, base, k, acts, &keep, &cur);
         mw_k_encoder_bwd(g + im->off_wte, g + im->off_wpe, im->dres, im->inputs, B, T, C, nt);
     }
     if (calls && calls->grad_ready) calls->grad_ready(0, im->off[0], calls->user);
     if (calls && calls->backward_done) calls->backward_done(calls->user, mw_now_ns() - t0);
 out:
     ptrs_set(m, &keep);
+    memcpy(im->layer, own_layer, (size_t)L * sizeof *own_layer);
+    free(own_layer);
     m->loss = -1.0f;
     if (base) munmap(base, bytes);
     free(res);

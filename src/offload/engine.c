@@ -71,6 +71,9 @@ static int open_store(struct mw_offload *e)
             if (rc) return rc;
         }
     }
+    if (e->plan.scratch_bytes &&
+        (rc = mw_store_obj_create_ex(e->store, "scratch", e->plan.scratch_bytes, MW_KIND_ACTIVATIONS, &e->scratch)))
+        return rc;
     if (e->cfg.stream) {
         e->gobj = calloc((size_t)e->nsg, sizeof *e->gobj);
         if (!e->gobj) return mw_error_set(-ENOMEM, "offload: out of memory");
@@ -446,6 +449,21 @@ int mw_offload_grads_put_start(struct mw_offload *e, uint32_t sg, const void *sr
     if (!e->gobj) return mw_error_set(-EINVAL, "offload: gradients are kept on NVMe only when streaming");
     if (sg >= e->nsg) return mw_error_set(-EINVAL, "offload: no subgroup %u (%u)", sg, e->nsg);
     ofl_obj_io(io, e->gobj[sg], MW_AIO_WRITE, MW_ALIGN_UP(4 * e->sgs[sg].n, OFL_PAD), (void *)src);
+    return mw_store_submit(e->store, io);
+}
+
+int mw_offload_scratch_start(struct mw_offload *e, int write, uint64_t offset, uint64_t len, void *buf,
+                             struct mw_store_io *io)
+{
+    if (!e->scratch) return mw_error_set(-EINVAL, "offload: no NVMe scratch (config scratch_bytes is 0)");
+    uint64_t end;
+    if (offset % MW_OFFLOAD_SCRATCH_ALIGN || len % MW_OFFLOAD_SCRATCH_ALIGN || (uintptr_t)buf % MW_STORE_ALIGN || mw_add_u64(offset, len, &end) ||
+        end > e->plan.scratch_bytes)
+        return mw_error_set(-EINVAL, "offload scratch: %llu bytes at %llu: not whole 64 KiB blocks from an aligned "
+                            "buffer inside the %llu bytes of scratch", (unsigned long long)len,
+                            (unsigned long long)offset, (unsigned long long)e->plan.scratch_bytes);
+    ofl_obj_io(io, e->scratch, write ? MW_AIO_WRITE : MW_AIO_READ, len, buf);
+    io->offset = offset;
     return mw_store_submit(e->store, io);
 }
 

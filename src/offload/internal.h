@@ -138,6 +138,7 @@ struct mw_offload {
     struct mw_store *store;
     struct mw_store_obj **obj;             /* [nsg][2] */
     struct mw_store_obj **gobj;            /* [nsg] gradients (streaming only), one slot */
+    struct mw_store_obj *scratch;          /* the caller's (cfg.scratch_bytes), or NULL */
     struct ofl_dev *dev;
 
     /* step state (guarded by mu) */

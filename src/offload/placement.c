@@ -290,6 +290,10 @@ int mw_offload_plan_make(const struct mw_offload_registry *r, const struct mw_of
     for (int k = 0; k < MW_OFFLOAD_NKINDS; k++)
         for (int t = 0; t < MW_OFFLOAD_NTIERS; t++) p->tier_bytes[t] += p->kind_bytes[k][t];
     p->tier_bytes[MW_OFFLOAD_DRAM] += p->staging_bytes;
+    if (c->scratch_bytes && p->transactional) { /* one store object of whole stripes */
+        p->scratch_bytes = MW_ALIGN_UP(c->scratch_bytes, ofl_stripe_for(c->scratch_bytes));
+        p->tier_bytes[MW_OFFLOAD_NVME] += p->scratch_bytes;
+    }
     p->tier_bytes[MW_OFFLOAD_DEVICE] += p->device_arena_bytes;
 
     uint64_t real[MW_OFFLOAD_NTIERS] = {ofl_dram_available(), p->transactional ? ofl_dir_available(c->nvme_dir) : 0, 0};

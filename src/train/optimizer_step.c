@@ -10,6 +10,7 @@
  * the first subgroup is updated (docs/offload.md, two-phase clipping).
  */
 #include "train/optimizer_step.h"
+#include "train/acts.h"
 #include "train/stream.h"
 #include "memwall/common.h"
 #include "memwall/fsutil.h"
@@ -113,6 +114,14 @@ static int opt_init(struct mw_train_opt *o, struct mw_gpt2 *m, const struct mw_t
     /* Streamed weights (src/train/stream.c): the hook is planned for now (gradient objects on
      * NVMe), its user is set by the trainer once the stream exists. */
     if (c->offload_params == MW_OFFLOAD_NVME) cfg->stream = mw_train_stream_engine_hook;
+    if (c->acts_nvme) { /* the blocks' kept activations (src/train/acts.c) */
+        cfg->scratch_bytes = mw_train_acts_scratch_bytes(m->cfg.n_layer, c->grad_accum, mw_gpt2_act_slot_bytes(m));
+        if (cfg->scratch_bytes == UINT64_MAX) {
+            err = mw_error_set(-EOVERFLOW, "the kept activations of %d blocks x %d micro-batches overflow", m->cfg.n_layer,
+                               c->grad_accum);
+            goto err;
+        }
+    }
     cfg->cpu_threads = c->threads;
     cfg->trace = c->trace;
     if (c->dram_budget) {

@@ -8,6 +8,7 @@
 #include "memwall/train.h"
 #include "memwall/common.h"
 #include "memwall/trace.h"
+#include "train/acts.h"
 #include "train/optimizer_step.h"
 #include "train/residency.h"
 #include "train/stream.h"
@@ -58,8 +59,9 @@ static int stream_plan(const struct mw_gpt2 *m, const struct mw_train_opt *o, co
         .max_seq = mc->max_seq_len, .grad_accum = cfg->grad_accum, .prefetch_depth = cfg->prefetch_depth,
         .subgroup_size = o->plan.subgroup_size, .buffer_count = o->cfg.buffer_count,
         .layer_major = cfg->layer_major, .overlap = !cfg->sync_update,
-        .acts_bytes = m->sizes.acts_bytes + (cfg->layer_major ? mw_gpt2_lm_bytes(m, cfg->grad_accum)
-                                                              : mw_gpt2_defer_bytes(m, cfg->grad_accum)),
+        .acts_bytes = m->sizes.acts_bytes + (cfg->layer_major ? mw_gpt2_lm_bytes(m, cfg->grad_accum, cfg->acts_nvme)
+                                                              : mw_gpt2_defer_bytes(m, cfg->grad_accum)) +
+                      (cfg->acts_nvme ? MW_TRAIN_ACT_SLOTS * mw_train_acts_slot_bytes(mw_gpt2_act_slot_bytes(m)) : 0),
         .staging_bytes = o->plan.tier_bytes[MW_OFFLOAD_DRAM],
         .runtime_bytes = mw_proc_mem("VmRSS"),
     };
@@ -115,6 +117,9 @@ int mw_trainer_init(struct mw_trainer *tr, const struct mw_gpt2_config *mcfg,
                             "under ZeRO is not built yet); run without mpirun or keep the weights in dram");
     if (streaming && cfg->offload_policy && strcmp(cfg->offload_policy, "all-cpu"))
         return mw_error_set(-ENOTSUP, "--offload-params nvme updates on the CPU: use --offload-policy all-cpu");
+    if (cfg->acts_nvme && (!streaming || !cfg->layer_major))
+        return mw_error_set(-EINVAL, "activations on NVMe need streamed weights (--offload-params nvme) and the "
+                            "layer-major schedule");
     if (cfg->layer_major && tr->world > 1)
         return mw_error_set(-ENOTSUP, "the layer-major schedule runs on one rank for now; use --schedule batch-major");
     /* Layer-major recomputes each block from its saved input (bitwise the same gradients), so
@@ -189,6 +194,16 @@ int mw_trainer_init(struct mw_trainer *tr, const struct mw_gpt2_config *mcfg,
         /* The engine (and with it the initial weights, unit by unit) exists before the first
          * forward pass: the weights are fetched from its master. */
         if ((err = mw_train_opt_ensure(tr->opt))) goto err;
+        if (cfg->acts_nvme) {
+            if (!(tr->acts = calloc(1, sizeof *tr->acts))) { err = mw_error_set(-ENOMEM, "no memory"); goto err; }
+            if ((err = mw_train_acts_init(tr->acts, mcfg->n_layer, cfg->grad_accum, mw_gpt2_act_slot_bytes(&tr->model),
+                                          cfg->trace))) {
+                free(tr->acts);
+                tr->acts = NULL;
+                goto err;
+            }
+            tr->acts->eng = tr->opt->eng;
+        }
     }
     if (tr->res->ops->weights) {
         tr->model.weights_hook = tr->res->ops->weights;
@@ -216,6 +231,8 @@ void mw_trainer_free(struct mw_trainer *tr)
 {
     if (tr->opt) (void)mw_train_opt_finish(tr->opt); /* a failure here has no one to tell */
     if (tr->stream) mw_train_stream_free(tr->stream);
+    if (tr->acts) mw_train_acts_free(tr->acts);
+    free(tr->acts);
     if (tr->opt) mw_train_opt_free(tr->opt);
     free(tr->opt);
     free(tr->stream);
@@ -275,6 +292,16 @@ static uint64_t phase(struct mw_trace *trace, const char *name, uint64_t t0, int
     return t1 - t0;
 }
 
+/* Closes the optimizer's backward bracket; the first error (err, else its own) is the one told. */
+static int opt_backward_end(struct mw_trainer *tr, int err)
+{
+    if (!err) return mw_train_opt_backward_end(tr->opt);
+    char why[512];
+    snprintf(why, sizeof why, "%s", mw_error_msg());
+    (void)mw_train_opt_backward_end(tr->opt);
+    return mw_error_set(err, "%s", why);
+}
+
 /* Layer-major (docs/train.md): all micro-batches of the step go through the model unit by unit
  * (mw_gpt2_step_layer_major); the same data, the same sums in the same order. */
 struct lm_ctx { struct mw_trainer *tr; struct mw_train_step_stats *st; int64_t step; };
@@ -310,6 +337,12 @@ static void lm_backward_done(void *user, uint64_t ns)
     if (x->tr->cfg.trace) phase(x->tr->cfg.trace, "backward", mw_now_ns() - ns, x->step);
 }
 
+static int lm_acts(void *user, int event, int layer, int mb, float **buf)
+{
+    struct lm_ctx *x = user;
+    return mw_train_acts_call(x->tr->acts, event, layer, mb, buf);
+}
+
 static int step_layer_major(struct mw_trainer *tr, int64_t step, struct mw_train_step_stats *st, float *loss_sum)
 {
     const struct mw_train_config *c = &tr->cfg;
@@ -323,12 +356,13 @@ static int step_layer_major(struct mw_trainer *tr, int64_t step, struct mw_train
     int err = pass_begin(tr, 1);
     if (err) return err;
     struct lm_ctx x = {tr, st, step};
-    struct mw_gpt2_lm_calls calls = {lm_before_grads, lm_grad_ready, lm_forward_done, lm_backward_done, &x};
+    struct mw_gpt2_lm_calls calls = {lm_before_grads, lm_grad_ready, lm_forward_done, lm_backward_done,
+                                     tr->acts ? lm_acts : NULL, &x};
+    if (tr->acts) tr->acts->step = (int)step;
     err = mw_gpt2_step_layer_major(&tr->model, c->grad_accum, tr->inputs, tr->targets, tr->local_batch, c->seq,
                                    1.0f / (float)c->grad_accum, &calls, tr->lm_losses);
     if (!err) err = tr->res->ops->backward_end(tr->res->self);
-    int err2 = mw_train_opt_backward_end(tr->opt);
-    if (err || (err = err2)) return err;
+    if ((err = opt_backward_end(tr, err))) return err;
     for (int a = 0; a < c->grad_accum; a++) *loss_sum += tr->lm_losses[a];
     return 0;
 }
@@ -375,8 +409,7 @@ int mw_trainer_step(struct mw_trainer *tr, struct mw_train_step_stats *st)
             /* After a failure the job ends (a collective cannot be cancelled): no more waits. */
             if (!err) err = res->ops->backward_end(res->self);
         }
-        int err2 = mw_train_opt_backward_end(tr->opt);
-        if (err || (err = err2)) return err;
+        if ((err = opt_backward_end(tr, err))) return err;
         st->backward_ns += phase(trace, "backward", t, step);
     }
     t = mw_now_ns();
