@@ -17,11 +17,14 @@ bad() { echo "FAIL: $*"; fail=1; }
 "$cli" train --preset tiny --data "$src/data/kjv_excerpt.txt" --threads 2 --sample-len 0 --steps 3 \
   --subgroup-size 10000 --buffer-count 3 --optimizer-tier nvme --nvme-dir "$dir/nvme" --val-every 2 \
   --trace "$dir/train.json" >"$dir/train.out" 2>&1 || { bad "traced nvme training run failed"; cat "$dir/train.out"; }
+"$cli" train --preset tiny --data "$src/data/kjv_excerpt.txt" --threads 2 --sample-len 0 --steps 2 --grad-accum 3 \
+  --subgroup-size 4096 --offload-params nvme --nvme-dir "$dir/nv3" --val-every 0 --trace "$dir/train-stream.json" \
+  >"$dir/stream.out" 2>&1 || { bad "traced streamed training run failed"; cat "$dir/stream.out"; }
 "$cli" bench offload --params 300000 --subgroup-size 65536 --tier nvme --nvme-dir "$dir/nv2" --device \
   --policy every-2 --steps 1 --no-kernel --trace "$dir/bench.json" --json >"$dir/bench.out" 2>&1 \
   || { bad "traced bench offload run failed"; cat "$dir/bench.out"; }
 
-python3 - "$src/docs/trace-conventions.md" "$dir/train.json" "$dir/bench.json" <<'EOF' || fail=1
+python3 - "$src/docs/trace-conventions.md" "$dir/train.json" "$dir/bench.json" "$dir/train-stream.json" <<'EOF' || fail=1
 import json, re, sys
 doc, traces = sys.argv[1], sys.argv[2:]
 text = open(doc, encoding="utf-8").read()
@@ -56,6 +59,8 @@ for path in traces:
             ("X", "io", "write"), ("X", "offload", "step")]
     want += [("X", "phase", "forward"), ("X", "step", "step"), ("C", "counter", "loss")] if "train" in path else \
             [("X", "decision", "device"), ("X", "decision", "cpu"), ("X", "device", "kernel")]
+    want += [("X", "residency", n) for n in ("fetch", "resident", "grad_write", "act_write", "act_read")] \
+            if "stream" in path else []
     for key in want:
         if key not in seen:
             print("FAIL: %s has no %r events" % (path, key)); bad = 1

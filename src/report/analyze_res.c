@@ -143,6 +143,8 @@ static int units_table(struct mw_report *r, struct rp_trace *t)
                 U->grad_writes++; U->bytes_written += b; U->write_s += d; lane = MW_REPORT_RES_WRITE;
                 break;
             case RP_RES_WAIT: U->waits++; U->wait_s += d; lane = MW_REPORT_RES_WAIT; break;
+            case RP_RES_ACT_WRITE: lane = MW_REPORT_RES_WRITE; break; /* the disk busy for the unit: lanes only */
+            case RP_RES_ACT_READ: lane = MW_REPORT_RES_FETCH; break;
             case RP_RES_RESIDENT:
                 U->residencies++;
                 union_add(&all, s->t0, s->t1);

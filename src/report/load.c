@@ -187,10 +187,11 @@ static int take_comm(struct rp_trace *t, const char *name, double t0, double t1,
     return 0;
 }
 
-static const char *const res_names[] = {"fetch", "resident", "grad_write", "wait"};
+static const char *const res_names[] = {"fetch", "resident", "grad_write", "wait", "act_write", "act_read"};
 
 /* A span cat "residency": a weight unit's fetch from NVMe, its time resident in DRAM, its
- * gradients' write-back, or the training thread's wait for its fetch. Without a valid "unit"
+ * gradients' write-back, the training thread's wait for its fetch, or a block's activations
+ * written to NVMe in forward and read back for backward. Without a valid "unit"
  * the span is counted as ignored (it cannot be put in any lane). */
 static int take_residency(struct rp_trace *t, const char *name, double t0, double t1, const cJSON *args)
 {

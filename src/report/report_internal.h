@@ -60,7 +60,8 @@ struct rp_comm {          /* one span cat "comm": a collective, or a wait on one
     int64_t bytes, sent;  /* args "bytes" (payload), "sent"; -1 when absent */
 };
 
-enum rp_res_name { RP_RES_FETCH = 0, RP_RES_RESIDENT, RP_RES_GRAD_WRITE, RP_RES_WAIT, RP_RES_COUNT };
+enum rp_res_name { RP_RES_FETCH = 0, RP_RES_RESIDENT, RP_RES_GRAD_WRITE, RP_RES_WAIT, RP_RES_ACT_WRITE, RP_RES_ACT_READ,
+                   RP_RES_COUNT };
 
 struct rp_res {           /* one span cat "residency" */
     double t0, t1;        /* s */

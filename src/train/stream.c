@@ -1,7 +1,7 @@
 /*
  * stream.c — weights and gradients streamed from NVMe, unit by unit (see stream.h for why
  * this shape). The schedule of a training pass is forward 0, 1..L, L+1, 0 (the tied LM head)
- * then backward 0, L+1, L..1; an evaluation pass is the forward part alone. Fetches look ahead
+ * then backward L..1 (layer-major) or 0, L+1, L..1 (batch-major); an evaluation pass is the forward part alone. Fetches look ahead
  * along it by `depth` units but never across an optimizer step (the master changes there).
  */
 #include "train/stream.h"
