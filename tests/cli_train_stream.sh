@@ -4,7 +4,7 @@
 # validation losses and the final weights, for accumulation 1, 2 and 8, with and without
 # recompute, the blocks' activations kept on NVMe (the default) or recomputed, prefetch depth 0, 1 and 3, layer-major and
 # batch-major schedules, subgroups cut inside units (and one subgroup for the
-# whole model), the update overlapped with the next forward pass or not; a streamed checkpoint resumes bitwise; a --dram-budget below the plan is
+# whole model), the update overlapped with the next forward pass or not; --init-safetensors a unit at a time; a streamed checkpoint resumes bitwise; a --dram-budget below the plan is
 # refused before the first step with the numbers, one above it holds (VmHWM <= budget, on a
 # model whose resident run would not fit); bad combinations are usage errors.
 set -u
@@ -138,8 +138,16 @@ grep -q -- '--dram-budget 320.00 MiB: fits' "$dir/plan.out" && ok || bad "plan -
 # 4. Usage errors (exit 2) with a message.
 "$cli" train "${small[@]}" --steps 1 --offload-params nvme --optimizer-tier dram >"$dir/u1.out" 2>&1
 [ $? = 2 ] && grep -q 'needs --optimizer-tier nvme' "$dir/u1.out" && ok || bad "--offload-params nvme with a dram optimizer not refused"
-"$cli" train --steps 1 --offload-params nvme --init-safetensors "$dir/ref-one/model.safetensors" >"$dir/u2.out" 2>&1
-[ $? = 2 ] && grep -q 'init-safetensors' "$dir/u2.out" && ok || bad "--offload-params nvme with --init-safetensors not refused"
+# a fine-tune from a weights file streams too: the file is verified, then loaded a unit at a time
+run init-res "${small[@]}" --steps 3 --grad-accum 2 --init-safetensors "$dir/ref-one/model.safetensors" --seed 7
+run init-st "${small[@]}" --steps 3 --grad-accum 2 --init-safetensors "$dir/ref-one/model.safetensors" --seed 7 \
+  --subgroup-size 4096 --offload-params nvme --nvme-dir "$dir/nvme"
+same init-res init-st
+head -c 2000 "$dir/ref-one/model.safetensors" >"$dir/cut.safetensors"
+"$cli" train "${small[@]}" --steps 1 --offload-params nvme --nvme-dir "$dir/nvme" \
+  --init-safetensors "$dir/cut.safetensors" >"$dir/u2.out" 2>&1
+[ $? = 1 ] && grep -q 'cut.safetensors' "$dir/u2.out" && ! grep -q '^step' "$dir/u2.out" && [ -z "$(ls "$dir/nvme" 2>/dev/null | grep dat)" ] \
+  && ok || { bad "a cut weights file was not refused before the run (or left store files)"; tail -3 "$dir/u2.out"; }
 "$cli" train "${small[@]}" --steps 1 --offload-params nvme --prefetch-depth 9 >"$dir/u3.out" 2>&1
 [ $? = 2 ] && ok || bad "--prefetch-depth 9 accepted"
 "$cli" train "${small[@]}" --steps 1 --offload-params nvme --schedule batch-major --activations nvme >"$dir/u4.out" 2>&1

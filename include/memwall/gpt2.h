@@ -271,6 +271,13 @@ int mw_gpt2_config_from_safetensors(const char *path, struct mw_gpt2_config *cfg
  * (MW_EFORMAT) leaves the model's params bitwise unchanged. Only an I/O error while applying the
  * verified file (or the file changed during the load) leaves them partly written (said so). */
 int mw_gpt2_load_safetensors(struct mw_gpt2 *m, const char *path);
+/* The same a weight unit at a time, for callers that stream the weights: open verifies the whole
+ * file against the model (shapes, dtypes, every value finite) through a bounded buffer, loading
+ * nothing; unit loads the tensors of one unit (mw_gpt2_unit_range) into m->params. */
+struct mw_gpt2_st_loader;
+int mw_gpt2_st_loader_open(struct mw_gpt2_st_loader **out, const struct mw_gpt2 *m, const char *path);
+int mw_gpt2_st_loader_unit(struct mw_gpt2_st_loader *l, struct mw_gpt2 *m, int unit);
+void mw_gpt2_st_loader_close(struct mw_gpt2_st_loader *l);
 
 /* Writes all tensors (F32, HF names and shapes; wte with its V real rows, so HF loads it) plus
  * __metadata__ with n_layer, n_head, n_embd, max_seq_len, vocab_size, padded_vocab_size.

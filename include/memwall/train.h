@@ -77,6 +77,9 @@ struct mw_train_config {
      * MW_OFFLOAD_NVME streams them unit by unit from the optimizer's fp32 master on NVMe (needs
      * tier = MW_OFFLOAD_NVME, one rank). Not saved in checkpoints. */
     enum mw_offload_tier offload_params;
+    const char *init_safetensors; /* streaming only: the initial weights, loaded a unit at a time as the
+                                     engine writes its master (else cfg.seed); non-streamed runs load
+                                     the file into the model after mw_trainer_init */
     int prefetch_depth;         /* streaming: units fetched ahead of use (0..8) */
     int sync_update;            /* 1: the optimizer step finishes inside its step; 0 (default): with
                                    the optimizer state on NVMe and one rank, it runs behind the next

@@ -450,9 +450,6 @@ static int train_main(int argc, char **argv)
         if (world > 1)
             return usage_error("--offload-params nvme runs on one rank for now (each rank streaming its own shard is not "
                                "built yet)%s", "");
-        if (A.init_st)
-            return usage_error("--offload-params nvme starts from --seed weights or a --resume checkpoint; "
-                               "--init-safetensors would load the whole model into DRAM (not built for streaming yet)%s", "");
     } else if (GIVEN("prefetch-depth")) {
         mw_log(MW_LOG_WARN, "--prefetch-depth is used with --offload-params nvme only");
     }
@@ -509,6 +506,7 @@ static int train_main(int argc, char **argv)
         .nvme_budget = A.nvme_budget, .comm = world > 1 ? comm : NULL, .zero_stage = (int)A.zero,
         .offload_params = !strcmp(A.offload_params, "nvme") ? MW_OFFLOAD_NVME : MW_OFFLOAD_DRAM,
         .prefetch_depth = (int)A.prefetch_depth, .sync_update = A.sync_update,
+        .init_safetensors = streamed ? A.init_st : NULL, /* streamed: a unit at a time into the master */
         .layer_major = layer_major,
         .acts_nvme = !strcmp(A.activations, "nvme") ||
                      (!strcmp(A.activations, "auto") && streamed && layer_major && !A.recompute),
@@ -661,7 +659,7 @@ static int run(const char *data_path, const struct mw_gpt2_config *mc, const str
         if (comm) mw_comm_set_trace(comm, s.trace);
     }
     if ((err = mw_trainer_init(&s.tr, mc, &tcfg, &s.data))) { mw_cli_fail("building the model", err); goto out; }
-    if (A.init_st && (err = mw_gpt2_load_safetensors(&s.tr.model, A.init_st))) {
+    if (A.init_st && !tcfg.init_safetensors && (err = mw_gpt2_load_safetensors(&s.tr.model, A.init_st))) {
         mw_cli_fail("loading --init-safetensors", err);
         goto out;
     }

@@ -382,31 +382,63 @@ static int check_data(const struct mw_gpt2 *m, const struct mw_st_file *f, const
     return rc;
 }
 
-int mw_gpt2_load_safetensors(struct mw_gpt2 *m, const char *path)
-{
+/* A verified file, loaded a weight unit at a time (streamed weights: never all in DRAM). */
+struct mw_gpt2_st_loader {
     struct mw_st_file f;
-    int rc = mw_st_open(&f, path);
+    const struct mw_st_entry **ents; /* [n_tensors] */
+    uint64_t *numel;                 /* [n_tensors] elements in the file (wte may have fewer rows) */
+};
+
+void mw_gpt2_st_loader_close(struct mw_gpt2_st_loader *l)
+{
+    if (!l) return;
+    free(l->ents);
+    free(l->numel);
+    mw_st_close(&l->f);
+    free(l);
+}
+
+int mw_gpt2_st_loader_open(struct mw_gpt2_st_loader **out, const struct mw_gpt2 *m, const char *path)
+{
+    *out = NULL;
+    struct mw_gpt2_st_loader *l = calloc(1, sizeof *l);
+    if (!l) return mw_error_set(-ENOMEM, "%s: no memory", path);
+    int rc = mw_st_open(&l->f, path);
+    if (rc) { free(l); return rc; }
+    l->ents = calloc((size_t)m->n_tensors, sizeof *l->ents);
+    l->numel = calloc((size_t)m->n_tensors, sizeof *l->numel);
+    if (!l->ents || !l->numel) rc = mw_error_set(-ENOMEM, "%s: no memory", path);
+    /* Verify everything before anything is applied. */
+    if (!rc && !(rc = check_tensors(m, &l->f, l->ents, l->numel))) rc = check_data(m, &l->f, l->ents, l->numel);
+    if (rc) { mw_gpt2_st_loader_close(l); return rc; }
+    *out = l;
+    return 0;
+}
+
+int mw_gpt2_st_loader_unit(struct mw_gpt2_st_loader *l, struct mw_gpt2 *m, int unit)
+{
+    size_t a, n;
+    int rc = mw_gpt2_unit_range(m, unit, &a, &n);
     if (rc) return rc;
-    const struct mw_st_entry **ents = calloc((size_t)m->n_tensors, sizeof *ents);
-    uint64_t *numel = calloc((size_t)m->n_tensors, sizeof *numel);
-    if (!ents || !numel) { rc = mw_error_set(-ENOMEM, "%s: no memory", path); goto out; }
-    /* Verify (the model untouched on any failure)... */
-    if ((rc = check_tensors(m, &f, ents, numel)) || (rc = check_data(m, &f, ents, numel))) goto out;
-    /* ...then apply. Only an I/O error or a file changed under us can fail from here. */
     for (int i = 0; i < m->n_tensors; i++) {
         const struct mw_gpt2_tensor *t = &m->tensors[i];
+        if (t->offset < a || t->offset >= a + n) continue;
         float *dst = m->params + t->offset;
-        if ((rc = mw_st_read_f32(&f, ents[i], 0, numel[i], dst))) {
-            rc = mw_error_set(rc, "%s (while applying the verified file: the model's weights are now partly "
-                              "loaded)", mw_error_msg());
-            goto out;
-        }
-        if (numel[i] < t->numel) memset(dst + numel[i], 0, (t->numel - numel[i]) * sizeof(float));
+        if ((rc = mw_st_read_f32(&l->f, l->ents[i], 0, l->numel[i], dst)))
+            return mw_error_set(rc, "%s (while applying the verified file: the model's weights are now partly "
+                                "loaded)", mw_error_msg());
+        if (l->numel[i] < t->numel) memset(dst + l->numel[i], 0, (t->numel - l->numel[i]) * sizeof(float));
     }
-out:
-    free(ents);
-    free(numel);
-    mw_st_close(&f);
+    return 0;
+}
+
+int mw_gpt2_load_safetensors(struct mw_gpt2 *m, const char *path)
+{
+    struct mw_gpt2_st_loader *l;
+    int rc = mw_gpt2_st_loader_open(&l, m, path); /* verify (the model untouched on any failure)... */
+    /* ...then apply. Only an I/O error or a file changed under us can fail from here. */
+    for (int u = 0; !rc && u < mw_gpt2_n_units(m); u++) rc = mw_gpt2_st_loader_unit(l, m, u);
+    mw_gpt2_st_loader_close(l);
     return rc;
 }
 

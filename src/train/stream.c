@@ -142,6 +142,7 @@ void mw_train_stream_free(struct mw_train_stream *s)
     free(s->gw_unit);
     free(s->chunk_sumsq);
     free(s->chunk_done);
+    mw_gpt2_st_loader_close(s->init);
     memset(s, 0, sizeof *s);
 }
 
@@ -417,7 +418,8 @@ int mw_train_stream_engine_hook(void *user, int event, uint64_t first, uint64_t 
     if (event == MW_OFFLOAD_WEIGHTS_IN) { /* engine init: the initial weights of the units here */
         for (int u = 0; u < s->n_units; u++) {
             if (s->u_init[u] || sg < s->u_lo[u] || sg > s->u_hi[u]) continue;
-            int err = mw_gpt2_init_weights_unit(s->model, s->seed, u);
+            int err = s->init ? mw_gpt2_st_loader_unit(s->init, s->model, u)
+                              : mw_gpt2_init_weights_unit(s->model, s->seed, u);
             if (err) return err;
             s->u_init[u] = 1;
         }

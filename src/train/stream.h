@@ -34,7 +34,8 @@ struct mw_train_stream {
     struct mw_gpt2 *model;        /* borrowed */
     struct mw_train_opt *opt;     /* borrowed: its engine holds the master and the gradient objects */
     struct mw_trace *trace;       /* optional */
-    uint64_t seed;                /* initial weights (unit by unit, at engine init) */
+    uint64_t seed;                /* initial weights (unit by unit, at engine init) ... */
+    struct mw_gpt2_st_loader *init; /* ... or from this file (owned; closed once the engine has them) */
     int depth;                    /* units fetched ahead of use */
     int n_units;
     size_t *u_first, *u_n;        /* [n_units] element ranges */

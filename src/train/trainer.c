@@ -176,6 +176,8 @@ int mw_trainer_init(struct mw_trainer *tr, const struct mw_gpt2_config *mcfg,
         if ((err = mw_train_stream_init(tr->stream, &tr->model, tr->opt, cfg->prefetch_depth, cfg->seed, cfg->trace)))
             goto err;
         mw_residency_stream(tr->res, tr->stream);
+        if (cfg->init_safetensors && (err = mw_gpt2_st_loader_open(&tr->stream->init, &tr->model, cfg->init_safetensors)))
+            goto err;
         tr->stream->layer_major = cfg->layer_major;
         if ((err = stream_plan(&tr->model, tr->opt, cfg, &tr->stream->plan))) goto err;
         if (cfg->dram_budget && tr->stream->plan.total > cfg->dram_budget) {
@@ -194,6 +196,8 @@ int mw_trainer_init(struct mw_trainer *tr, const struct mw_gpt2_config *mcfg,
         /* The engine (and with it the initial weights, unit by unit) exists before the first
          * forward pass: the weights are fetched from its master. */
         if ((err = mw_train_opt_ensure(tr->opt))) goto err;
+        mw_gpt2_st_loader_close(tr->stream->init); /* the master holds the weights now */
+        tr->stream->init = NULL;
         if (cfg->acts_nvme) {
             if (!(tr->acts = calloc(1, sizeof *tr->acts))) { err = mw_error_set(-ENOMEM, "no memory"); goto err; }
             if ((err = mw_train_acts_init(tr->acts, mcfg->n_layer, cfg->grad_accum, mw_gpt2_act_slot_bytes(&tr->model),
