@@ -105,7 +105,8 @@ int mw_aio_fault_parse(const char *spec, struct mw_aio_faults *out)
         const char *c = memchr(s, ',', (size_t)(end - s));
         size_t n = (size_t)((c ? c : end) - s);
         if (k == MW_AIO_FAULT_MAX)
-            return mw_error_set(-EINVAL, "MEMWALL_FAULT='%s': more than %d rules", spec, MW_AIO_FAULT_MAX);
+            return mw_error_set(-EINVAL, "MEMWALL_FAULT='%s': more than %d rules; expected " SYNTAX, spec,
+                                MW_AIO_FAULT_MAX);
         char why[128];
         if (parse_rule(s, n, &out->rule[k], why, sizeof why))
             return mw_error_set(-EINVAL, "MEMWALL_FAULT='%s': rule %d ('%.*s'): %s; expected " SYNTAX, spec, k + 1,
