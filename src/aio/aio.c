@@ -10,6 +10,7 @@
 #include "aio/aio_impl.h"
 #include "memwall/tier.h"
 #include "memwall/trace.h"
+#include "memwall/fsutil.h"
 
 #include <errno.h>
 #include <stdatomic.h>
@@ -17,7 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 
 enum { REQ_IDLE = 0, REQ_QUEUED = 1, REQ_DONE = 2 };
 
@@ -211,20 +211,6 @@ int mw_aio_at_eof_(int fd, uint64_t end)
     return fstat(fd, &st) == 0 && (uint64_t)st.st_size <= end;
 }
 
-/* " — the disk holding DIR is full (N available)" for a file path, into buf. */
-static void full_hint(const char *path, char *buf, size_t n)
-{
-    const char *slash = strrchr(path, '/');
-    char *dir = !slash ? strdup(".") : slash == path ? strdup("/") : strndup(path, (size_t)(slash - path));
-    struct statvfs v;
-    char b[32];
-    if (dir && statvfs(dir, &v) == 0)
-        snprintf(buf, n, " — the disk holding %.*s is full (%s available there)", (int)MW_MIN(strlen(dir), 300),
-                 dir, mw_fmt_bytes(b, sizeof b, (uint64_t)v.f_bavail * v.f_frsize));
-    else snprintf(buf, n, " — the disk holding %.*s is full", dir ? (int)MW_MIN(strlen(dir), 300) : 1, dir ? dir : "?");
-    free(dir);
-}
-
 static void set_error(struct mw_aio_req *r, const struct mw_aio_piece *p, int res)
 {
     /* Report the failing piece with the lowest offset: deterministic whatever the completion order. */
@@ -235,7 +221,7 @@ static void set_error(struct mw_aio_req *r, const struct mw_aio_piece *p, int re
     char hint[MW_AIO_ERRMSG_LEN] = "";
     if (res == -EINVAL) snprintf(hint, sizeof hint, " (with O_DIRECT, buffer address, file offset and length must be 4096-aligned)");
     else if (res == -EFBIG) snprintf(hint, sizeof hint, " (the file size limit, ulimit -f, is reached)");
-    else if (res == -ENOSPC && r->path) full_hint(r->path, hint, sizeof hint);
+    else mw_fs_full_note(res, r->path, hint, sizeof hint);
     char b[32];
     snprintf(r->errmsg, sizeof r->errmsg, "%s of %s at offset %llu in %s (object '%s') failed: %s%s%s", op,
              mw_fmt_bytes(b, sizeof b, p->len), (unsigned long long)(p->off + p->done),

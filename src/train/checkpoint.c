@@ -151,8 +151,12 @@ struct wctx { FILE *f; uint32_t crc; uint64_t bytes; const char *path; };
 static int w_fn(void *user, void *buf, size_t n)
 {
     struct wctx *w = user;
-    if (n && fwrite(buf, 1, n, w->f) != n)
-        return mw_error_set(errno ? -errno : -EIO, "writing checkpoint %s failed: %s", w->path, strerror(errno ? errno : EIO));
+    if (n && fwrite(buf, 1, n, w->f) != n) {
+        int e = errno ? errno : EIO;
+        char note[600];
+        return mw_error_set(-e, "writing checkpoint %s failed: %s%s", w->path, strerror(e),
+                            mw_fs_full_note(-e, w->path, note, sizeof note));
+    }
     w->crc = mw_crc32c(w->crc, buf, n);
     w->bytes += n;
     return 0;
