@@ -649,6 +649,14 @@ static int run(const char *data_path, const struct mw_gpt2_config *mc, const str
     /* Checkpoints record the absolute path, so --resume works from any directory. */
     char abs_data[PATH_MAX];
     if (realpath(data_path, abs_data)) data_path = abs_data;
+    struct mw_ckpt_info ck_probe;
+    if (tc->ckpt_every > 0 && strlen(data_path) >= sizeof ck_probe.data_path) { /* refused now, not at the first checkpoint */
+        err = mw_error_set(-ENAMETOOLONG, "the data path is %zu bytes, and a checkpoint records at most %zu (move or "
+                           "link the data to a shorter path): %s", strlen(data_path), sizeof ck_probe.data_path - 1, data_path);
+        mw_cli_fail("checking --ckpt-every", err);
+        mw_data_free(&s.data);
+        return 1;
+    }
     struct mw_train_config tcfg = *tc;
     if (A.trace) {
         if ((err = mw_trace_init(&s.trace, 0))) { mw_cli_fail("creating the trace recorder", err); goto out; }

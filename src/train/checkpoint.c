@@ -76,7 +76,7 @@ static void encode_header(uint8_t *h, const struct mw_ckpt_info *in)
     putf64(h, H_B2, t->beta2); putf64(h, H_EPS, t->eps); putf64(h, H_CLIP, t->clip);
     put64(h, H_VALEVERY, (uint64_t)t->val_every); put64(h, H_VALB, (uint64_t)t->val_batches);
     put64(h, H_CKEVERY, (uint64_t)t->ckpt_every); put64(h, H_SEED, t->seed);
-    snprintf((char *)h + H_DATAPATH, H_DATAPATH_LEN, "%s", in->data_path);
+    snprintf((char *)h + H_DATAPATH, H_DATAPATH_LEN, "%s", in->data_path); /* fits: mw_trainer_save checks */
     put32(h, H_WORLD, (uint32_t)in->world); put32(h, H_RANK, (uint32_t)in->rank);
     put32(h, H_ZERO, (uint32_t)in->zero_stage); put64(h, H_SGSIZE, in->subgroup_size);
     put64(h, H_OWNFIRST, in->own_first); put64(h, H_OWNN, in->own_n);
@@ -191,6 +191,10 @@ int mw_trainer_save(struct mw_trainer *tr, const char *data_path, const char *pa
     in.train = tr->cfg;
     in.step = tr->step;
     in.data_rng = tr->data_rng;
+    if (data_path && strlen(data_path) >= sizeof in.data_path)
+        return mw_error_set(-ENAMETOOLONG, "checkpoint %s: the data path is %zu bytes, and a checkpoint records at most "
+                            "%zu (move or link the data to a shorter path): %s", path, strlen(data_path),
+                            sizeof in.data_path - 1, data_path);
     snprintf(in.data_path, sizeof in.data_path, "%s", data_path ? data_path : "");
     in.n_params = tr->model.sizes.n_params;
     in.opt_bytes = mw_train_opt_state_bytes(tr->opt);
