@@ -146,7 +146,7 @@ static int decode_header(const uint8_t *h, struct mw_ckpt_info *out, const char 
 
 /* ---- writing ---- */
 
-struct wctx { FILE *f; uint32_t crc; uint64_t bytes; const char *path; };
+struct wctx { FILE *f; uint32_t crc; uint64_t bytes; const char *path; int failed; };
 
 static int w_fn(void *user, void *buf, size_t n)
 {
@@ -154,6 +154,7 @@ static int w_fn(void *user, void *buf, size_t n)
     if (n && fwrite(buf, 1, n, w->f) != n) {
         int e = errno ? errno : EIO;
         char note[600];
+        w->failed = 1;
         return mw_error_set(-e, "writing checkpoint %s failed: %s%s", w->path, strerror(e),
                             mw_fs_full_note(-e, w->path, note, sizeof note));
     }
@@ -210,12 +211,14 @@ int mw_trainer_save(struct mw_trainer *tr, const char *data_path, const char *pa
     struct mw_atomic_file af;
     int err = mw_atomic_open(&af, path);
     if (err) return err;
-    struct wctx w = {af.f, 0, 0, af.tmp};
+    struct wctx w = {af.f, 0, 0, af.tmp, 0};
     uint8_t hdr[CKPT_HEADER_BYTES], trl[CKPT_TRAILER_BYTES];
     encode_header(hdr, &in);
     err = w_fn(&w, hdr, sizeof hdr);
     if (!err) err = write_weights(tr, &w);
-    if (!err) err = mw_train_opt_save(tr->opt, w_fn, &w);
+    if (!err && (err = mw_train_opt_save(tr->opt, w_fn, &w)) && !w.failed) /* a read of the state failed */
+        err = mw_error_set(err, "reading the optimizer state for checkpoint %s failed (%s is not written; an earlier "
+                           "checkpoint is untouched): %s", path, path, mw_error_msg());
     if (!err) {
         memcpy(trl, CKPT_END, 8);
         put64(trl, 8, w.crc);
