@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The trace names memwall writes are the documented ones: a real training run with the optimizer
-# state on the NVMe tier and an offload run with the emulated accelerator are traced, and every
+# state on the NVMe tier, one with the weights streamed from NVMe (--offload-params nvme) and an
+# offload run with the emulated accelerator are traced, and every
 # (ph, cat, name) in the two traces must be in the Events table of docs/trace-conventions.md
 # (not in its "Also accepted" table: legacy names are for reading old traces only). Then
 # `memwall report` reads the training trace and finds its offload read/write/update spans and
@@ -17,11 +18,15 @@ bad() { echo "FAIL: $*"; fail=1; }
 "$cli" train --preset tiny --data "$src/data/kjv_excerpt.txt" --threads 2 --sample-len 0 --steps 3 \
   --subgroup-size 10000 --buffer-count 3 --optimizer-tier nvme --nvme-dir "$dir/nvme" --val-every 2 \
   --trace "$dir/train.json" >"$dir/train.out" 2>&1 || { bad "traced nvme training run failed"; cat "$dir/train.out"; }
+"$cli" train --preset tiny --data "$src/data/kjv_excerpt.txt" --threads 2 --sample-len 0 --steps 3 \
+  --subgroup-size 8K --buffer-count 3 --offload-params nvme --nvme-dir "$dir/nv3" --val-every 2 \
+  --trace "$dir/train_stream.json" >"$dir/train_stream.out" 2>&1 \
+  || { bad "traced streamed training run failed"; cat "$dir/train_stream.out"; }
 "$cli" bench offload --params 300000 --subgroup-size 65536 --tier nvme --nvme-dir "$dir/nv2" --device \
   --policy every-2 --steps 1 --no-kernel --trace "$dir/bench.json" --json >"$dir/bench.out" 2>&1 \
   || { bad "traced bench offload run failed"; cat "$dir/bench.out"; }
 
-python3 - "$src/docs/trace-conventions.md" "$dir/train.json" "$dir/bench.json" <<'EOF' || fail=1
+python3 - "$src/docs/trace-conventions.md" "$dir/train.json" "$dir/train_stream.json" "$dir/bench.json" <<'EOF' || fail=1
 import json, re, sys
 doc, traces = sys.argv[1], sys.argv[2:]
 text = open(doc, encoding="utf-8").read()
@@ -56,6 +61,7 @@ for path in traces:
             ("X", "io", "write"), ("X", "offload", "step")]
     want += [("X", "phase", "forward"), ("X", "step", "step"), ("C", "counter", "loss")] if "train" in path else \
             [("X", "decision", "device"), ("X", "decision", "cpu"), ("X", "device", "kernel")]
+    want += [("X", "residency", "fetch")] if "stream" in path else []
     for key in want:
         if key not in seen:
             print("FAIL: %s has no %r events" % (path, key)); bad = 1
