@@ -218,7 +218,7 @@ static void set_error(struct mw_aio_req *r, const struct mw_aio_piece *p, int re
     r->result = res;
     r->err_at_ = p->off;
     const char *op = r->op == MW_AIO_READ ? "read" : "write";
-    char hint[MW_AIO_ERRMSG_LEN] = "";
+    char hint[400] = "";
     if (res == -EINVAL) snprintf(hint, sizeof hint, " (with O_DIRECT, buffer address, file offset and length must be 4096-aligned)");
     else if (res == -EFBIG) snprintf(hint, sizeof hint, " (the file size limit, ulimit -f, is reached)");
     else mw_fs_full_note(res, r->path, hint, sizeof hint);
