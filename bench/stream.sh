@@ -42,7 +42,7 @@ nv=(--nvme-dir "$dir/nvme")
 run dram-a1
 run opt-a1 --optimizer-tier nvme "${nv[@]}"
 run opt-sync-a1 --optimizer-tier nvme --sync-update "${nv[@]}"
-run stream-a1 --offload-params nvme "${nv[@]}" --subgroup-size 1M --buffer-count 4 --prefetch-depth 1 --recompute \
+run stream-a1 --offload-params nvme "${nv[@]}" --subgroup-size 1M --buffer-count 4 --prefetch-depth 1 \
   --dram-budget 1GiB
 run dram-a8 --grad-accum 8
 run dram-rc-a8 --grad-accum 8 --recompute
@@ -62,7 +62,7 @@ printf 'stream-a8 vs dram-rc-a8 (both recompute the blocks): %.3f\n' \
 if [ $xl = 1 ]; then
   echo "== GPT-2 XL shape under --dram-budget 4GiB" >&2
   "$cli" train --preset gpt2-124m --layers 48 --width 1600 --heads 25 --vocab 50257 --context 1024 --data "$data" \
-    --batch 4 --seq 256 --recompute --steps 3 --lr 2e-5 --warmup 0 --val-every 0 --sample-len 0 --threads 2 \
+    --batch 4 --seq 256 --steps 3 --lr 2e-5 --warmup 0 --val-every 0 --sample-len 0 --threads 2 \
     --offload-params nvme "${nv[@]}" --dram-budget 4GiB --trace "$dir/xl-trace.json" --log-json "$dir/xl.jsonl" \
     >"$dir/xl.out" 2>&1 || { echo "bench/stream.sh: the XL run failed" >&2; tail -5 "$dir/xl.out" >&2; exit 1; }
   grep -E '^step|VmHWM|planned DRAM' "$dir/xl.out"

@@ -28,8 +28,10 @@ else
   "$cli" train "${common[@]}" --steps 2 >"$dir/second.out" 2>&1
   rc=$?
   [ $rc = 1 ] || bad "a second run on the same --nvme-dir exited $rc, want 1"
-  grep -q "pid $first" "$dir/second.out" && grep -q "in use by another run" "$dir/second.out" \
-    || bad "the refusal does not name the first run (pid $first): $(cat "$dir/second.out")"
+  # The message, quoted (docs/train.md "Faults"; the prefix before "store:" says where it failed).
+  want="store: directory $dir/nvme is in use by another run (pid $first holds $dir/nvme/memwall.lock): two runs on one directory would overwrite each other's files; wait for it to finish or give this run another directory"
+  grep -q "^memwall: .*: $(printf '%s' "$want" | sed 's/[][\.*^$/]/\\&/g')\$" "$dir/second.out" \
+    || bad "the refusal is not the documented message naming the first run (pid $first): $(cat "$dir/second.out")"
   echo "second run: $(grep -m1 'in use' "$dir/second.out")"
   kill -0 $first 2>/dev/null || bad "the first run died while the second was refused: $(tail -3 "$dir/first.out")"
 fi

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The trace names memwall writes are the documented ones: a real training run with the optimizer
-# state on the NVMe tier and an offload run with the emulated accelerator are traced, and every
+# state on the NVMe tier, one with the weights streamed from NVMe (--offload-params nvme) and an
+# offload run with the emulated accelerator are traced, and every
 # (ph, cat, name) in the two traces must be in the Events table of docs/trace-conventions.md
 # (not in its "Also accepted" table: legacy names are for reading old traces only). Then
 # `memwall report` reads the training trace and finds its offload read/write/update spans and

@@ -123,6 +123,12 @@ expect1 "No such file" --resume "$dir/none.mwck"
 expect1 "No such file" --data "$dir/none.txt"
 printf 'tiny' >"$dir/small.txt"
 expect1 "no window" --preset tiny --data "$dir/small.txt"
+# A data path longer than a checkpoint records (511 bytes) with --ckpt-every: refused before
+# training, not cut at the first checkpoint.
+long="$dir/$(printf 'd%.0s' $(seq 200))/$(printf 'e%.0s' $(seq 200))/$(printf 'f%.0s' $(seq 200))"
+mkdir -p "$long" && cp "$src/data/kjv_excerpt.txt" "$long/data.txt"
+expect1 "a checkpoint records at most 511" --preset tiny --data "$long/data.txt" --steps 2 --ckpt-every 1 --out-dir "$dir/lp"
+[ ! -e "$dir/lp" ] || ! ls "$dir/lp"/*.mwck >/dev/null 2>&1 && ok || bad "a checkpoint was written with a cut data path"
 
 rm -rf "$dir"
 echo "cli_train: $pass passed, $fail failed"

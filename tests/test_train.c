@@ -159,6 +159,19 @@ static void test_checkpoint(const struct mw_data *d)
     CHECK_EQ_INT(info.step, 3);
     CHECK(info.data_rng == a.data_rng);
     CHECK(!strcmp(info.data_path, "some/data.txt"));
+    /* A data path the header cannot hold whole is refused, not cut (nothing written); 511 bytes fit. */
+    char longp[700], path2[640];
+    memset(longp, 'd', sizeof longp);
+    longp[512] = 0;
+    snprintf(path2, sizeof path2, "%s/long.mwck", g_dir);
+    CHECK_EQ_INT(mw_trainer_save(&a, longp, path2), -ENAMETOOLONG);
+    CHECK(strstr(mw_error_msg(), "at most 511"));
+    CHECK(access(path2, F_OK) != 0);
+    longp[511] = 0;
+    CHECK_EQ_INT(mw_trainer_save(&a, longp, path2), 0);
+    struct mw_ckpt_info info2;
+    CHECK(mw_ckpt_read_info(path2, &info2) == 0 && !strcmp(info2.data_path, longp));
+    unlink(path2);
     CHECK_EQ_INT(info.model.n_layer, 2);
     CHECK_EQ_INT(info.model.padded_vocab_size, 264);
     CHECK_EQ_INT(info.train.batch, 4);

@@ -93,7 +93,7 @@ enum {
     MW_AIO_ALLOW_SHORT = 1u << 0, /* a read ending at EOF is not an error (see done_bytes) */
 };
 
-#define MW_AIO_ERRMSG_LEN 256
+#define MW_AIO_ERRMSG_LEN 512
 
 /* One request. Caller-owned; zero-initialise, fill the first block, keep it alive and
  * untouched until done. */

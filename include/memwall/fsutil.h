@@ -1,6 +1,7 @@
 /*
  * memwall/fsutil.h — the file-system helpers every subsystem shares: one `mkdir -p`, one
- * atomic replacement of a file, one directory lock. (The one crc32c is in memwall/common.h.)
+ * atomic replacement of a file, one directory lock, one "disk full" note. (The one crc32c is
+ * in memwall/common.h.)
  *
  * Why one of each: the project had four mkdir_p and three "write PATH.tmp, rename" helpers,
  * each with its own bugs (a fixed 1 KiB path buffer that truncated silently, no fsync of the
@@ -56,6 +57,11 @@ void mw_atomic_abort(struct mw_atomic_file *af);
 int mw_atomic_write_file(const char *path, const void *data, size_t n);
 /* fsync the directory that holds path (so a rename or create in it is durable). */
 int mw_fsync_parent(const char *path);
+
+/* For a write to path that failed with err: when err is -ENOSPC (or -EDQUOT), the note
+ * " — the disk holding DIR is full (N available there)" (" — the disk quota ... is used up")
+ * with DIR the directory of path and N its free space now; else "". Returns buf. */
+const char *mw_fs_full_note(int err, const char *path, char *buf, size_t n);
 
 struct mw_dir_lock;
 /* Locks DIR/name (name: a file name, e.g. "memwall.lock"). -EBUSY when another process (or

@@ -72,7 +72,7 @@ struct mw_store;      /* opaque */
 struct mw_store_obj;  /* opaque; valid until deleted or the store is closed */
 
 #define MW_STORE_ALIGN ((size_t)4096)
-#define MW_STORE_ERRMSG_LEN 320
+#define MW_STORE_ERRMSG_LEN 640
 
 struct mw_store_config {
     const char *const *dirs;   /* one directory per SSD (created if missing) */

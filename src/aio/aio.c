@@ -10,6 +10,7 @@
 #include "aio/aio_impl.h"
 #include "memwall/tier.h"
 #include "memwall/trace.h"
+#include "memwall/fsutil.h"
 
 #include <errno.h>
 #include <stdatomic.h>
@@ -65,9 +66,19 @@ int mw_aio_init(struct mw_aio **out, const struct mw_aio_config *cin)
     if (want == MW_AIO_AUTO && env && *env && mw_aio_backend_parse(env, &want))
         return mw_error_set(-EINVAL, "MEMWALL_AIO='%s': expected uring, threads or auto", env);
 
+    struct mw_aio_faults faults;
+    int frc = mw_aio_fault_parse(getenv("MEMWALL_FAULT"), &faults);
+    if (frc) return frc;
+    if (faults.n) {
+        static atomic_int warned;
+        if (!atomic_exchange(&warned, 1))
+            mw_log(MW_LOG_WARN, "MEMWALL_FAULT=%s: injecting I/O faults (a test setting)", getenv("MEMWALL_FAULT"));
+    }
+
     struct mw_aio *aio = calloc(1, sizeof *aio);
     if (!aio) return mw_error_set(-ENOMEM, "aio: out of memory");
     aio->cfg = c;
+    aio->env_faults = faults;
     aio->pieces = calloc(c.queue_depth, sizeof *aio->pieces);
     if (!aio->pieces) { free(aio); return mw_error_set(-ENOMEM, "aio: out of memory"); }
     for (unsigned i = 0; i < c.queue_depth; i++) {
@@ -171,8 +182,15 @@ struct mw_aio_piece *mw_aio_take_piece_(struct mw_aio *aio)
     p->retries = 0;
     p->shorts = 0;
     p->inject = 0;
+    p->inject_env = 0;
+    p->delay_us = 0;
     if (aio->fault.err && aio->fault.op == r->op && p->off + p->len > aio->fault.from)
         p->inject = aio->fault.err;
+    if (aio->env_faults.n) {
+        int err = p->inject;
+        mw_aio_fault_pick_(&aio->env_faults, r->op, &err, &p->delay_us);
+        if (err != p->inject) { p->inject = err; p->inject_env = 1; }
+    }
     r->issued_ += p->len;
     r->pieces_left_++;
     if (r->issued_ == r->len) { /* fully issued: leave the FIFO */
@@ -200,13 +218,15 @@ static void set_error(struct mw_aio_req *r, const struct mw_aio_piece *p, int re
     r->result = res;
     r->err_at_ = p->off;
     const char *op = r->op == MW_AIO_READ ? "read" : "write";
-    const char *hint = "";
-    if (res == -EINVAL) hint = " (with O_DIRECT, buffer address, file offset and length must be 4096-aligned)";
-    else if (res == -ENOSPC || res == -EFBIG) hint = " (the file system or the file size limit is full)";
+    char hint[400] = "";
+    if (res == -EINVAL) snprintf(hint, sizeof hint, " (with O_DIRECT, buffer address, file offset and length must be 4096-aligned)");
+    else if (res == -EFBIG) snprintf(hint, sizeof hint, " (the file size limit, ulimit -f, is reached)");
+    else mw_fs_full_note(res, r->path, hint, sizeof hint);
     char b[32];
-    snprintf(r->errmsg, sizeof r->errmsg, "%s of %s at offset %llu in %s (object '%s') failed: %s%s", op,
+    snprintf(r->errmsg, sizeof r->errmsg, "%s of %s at offset %llu in %s (object '%s') failed: %s%s%s", op,
              mw_fmt_bytes(b, sizeof b, p->len), (unsigned long long)(p->off + p->done),
-             r->path ? r->path : "(fd)", r->object ? r->object : "?", mw_strerror(res), hint);
+             r->path ? r->path : "(fd)", r->object ? r->object : "?", mw_strerror(res), hint,
+             p->inject_env ? " [injected by MEMWALL_FAULT]" : "");
 }
 
 struct mw_aio_req *mw_aio_piece_done_(struct mw_aio *aio, struct mw_aio_piece *p, int res, int eof,

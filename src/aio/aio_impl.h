@@ -15,6 +15,23 @@
 #include <pthread.h>
 #include <stdint.h>
 
+/* MEMWALL_FAULT (aio_fault.c; syntax in docs/io.md). */
+#define MW_AIO_FAULT_MAX 4
+struct mw_aio_fault_rule {
+    int op;                    /* MW_AIO_READ, MW_AIO_WRITE, or -1: both */
+    int err;                   /* -EIO, -ENOSPC; 0: a delay rule */
+    uint64_t delay_us;
+    uint64_t after;            /* pieces of op that pass before the rule applies */
+    uint64_t count;            /* pieces it applies to from then on (UINT64_MAX: all) */
+    uint64_t seen;             /* pieces of op issued so far (engine mutex) */
+};
+struct mw_aio_faults { int n; struct mw_aio_fault_rule rule[MW_AIO_FAULT_MAX]; };
+/* Parses a MEMWALL_FAULT value (NULL or "": no rules). Returns 0 or -EINVAL with the message. */
+int mw_aio_fault_parse(const char *spec, struct mw_aio_faults *out);
+/* mu held: counts one issued piece of op against the rules; sets *err (if 0) and raises
+ * *delay_us for the rules that apply to it. */
+void mw_aio_fault_pick_(struct mw_aio_faults *f, enum mw_aio_op op, int *err, uint64_t *delay_us);
+
 /* One in-flight piece (<= block_size bytes) of a request. */
 struct mw_aio_piece {
     struct mw_aio_req *req;
@@ -24,6 +41,9 @@ struct mw_aio_piece {
     uint64_t submit_ns;
     uint32_t qd;               /* pieces in flight when issued (including this one) */
     int inject;                /* injected failure (0: none) */
+    int inject_env;            /* ... and it came from MEMWALL_FAULT (said in the message) */
+    uint64_t delay_us;         /* MEMWALL_FAULT latency still to add before the transfer */
+    struct __kernel_timespec delay_ts; /* io_uring: the timeout SQE's time (kept until it fires) */
     int retries;               /* -EAGAIN/-EINTR retries of this piece */
     int shorts;                /* short transfers whose rest was resubmitted */
     struct mw_aio_piece *next_free;
@@ -44,7 +64,8 @@ struct mw_aio {
     int first_err;             /* first failure since the last wait_all */
     char first_msg[MW_AIO_ERRMSG_LEN];
     struct mw_aio_stats stats;
-    struct { int err; enum mw_aio_op op; uint64_t from; } fault;
+    struct { int err; enum mw_aio_op op; uint64_t from; } fault; /* mw_aio_inject_fault */
+    struct mw_aio_faults env_faults;                              /* MEMWALL_FAULT */
     int stop;
     /* io_uring backend */
     struct io_uring ring;

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAX_RETRIES 10000
@@ -60,6 +61,10 @@ static void *worker_main(void *arg)
          * on every submit (a thundering herd on a 2-core machine). */
         if (aio->pend_head && aio->free_pieces) pthread_cond_signal(&aio->cv_work);
         pthread_mutex_unlock(&aio->mu);
+        if (p->delay_us) { /* MEMWALL_FAULT delay: this worker is the slow disk */
+            struct timespec ts = {(time_t)(p->delay_us / 1000000), (long)(p->delay_us % 1000000) * 1000};
+            while (nanosleep(&ts, &ts) && errno == EINTR) {}
+        }
         int eof = 0;
         int res = do_piece(p, &eof);
         pthread_mutex_lock(&aio->mu);

@@ -8,7 +8,8 @@
  * all submissions come from the completion thread itself: every completed piece frees a slot
  * that it refills before it goes back to waiting (the io_uring-cp.c loop).
  *
- * Each SQE carries its piece pointer in user_data; a NULL user_data is the shutdown NOP.
+ * Each SQE carries its piece pointer in user_data; a NULL user_data is the shutdown NOP, and a
+ * pointer with its low bit set is the timeout of a MEMWALL_FAULT delay (aio_fault.c).
  */
 #include "aio/aio_impl.h"
 
@@ -16,6 +17,7 @@
 #include <string.h>
 
 #define MAX_RETRIES 10000 /* -EAGAIN/-EINTR retries of one piece before giving up */
+#define DELAY_TAG ((uintptr_t)1) /* user_data of a piece's MEMWALL_FAULT delay timeout */
 
 static void prep_piece(struct mw_aio *aio, struct mw_aio_piece *p)
 {
@@ -26,6 +28,13 @@ static void prep_piece(struct mw_aio *aio, struct mw_aio_piece *p)
         MW_ASSERT(sqe);
     }
     struct mw_aio_req *r = p->req;
+    if (p->delay_us) { /* MEMWALL_FAULT delay: a timeout first; its completion issues the piece */
+        p->delay_ts.tv_sec = (long long)(p->delay_us / 1000000);
+        p->delay_ts.tv_nsec = (long long)(p->delay_us % 1000000) * 1000;
+        io_uring_prep_timeout(sqe, &p->delay_ts, 0, 0);
+        io_uring_sqe_set_data(sqe, (void *)((uintptr_t)p | DELAY_TAG));
+        return;
+    }
     if (p->inject) io_uring_prep_nop(sqe);
     else if (r->op == MW_AIO_READ)
         io_uring_prep_read(sqe, r->fd, mw_aio_piece_buf_(p), (unsigned)(p->len - p->done), p->off + p->done);
@@ -114,6 +123,12 @@ static void *cq_main(void *arg)
             n++;
             struct mw_aio_piece *p = io_uring_cqe_get_data(cqe);
             if (!p) { stop = 1; continue; }
+            if ((uintptr_t)p & DELAY_TAG) { /* the delay is over: now the transfer itself */
+                p = (struct mw_aio_piece *)((uintptr_t)p & ~DELAY_TAG);
+                p->delay_us = 0;
+                requeue(aio, p);
+                continue;
+            }
             struct mw_aio_req *r = on_cqe(aio, p, cqe->res);
             if (r) { /* reuse the FIFO link: r has left the pending FIFO */
                 r->next_ = NULL;

@@ -560,6 +560,17 @@ static int do_eval(struct run_state *s, int64_t step, float *val)
     return 0;
 }
 
+/* The last checkpoint this run wrote, named after a failure (what a re-run resumes from). */
+static char last_ckpt[PATH_MAX];
+static int64_t last_ckpt_step;
+
+static void ckpt_hint(void)
+{
+    if (last_ckpt[0])
+        fprintf(stderr, "memwall: the last checkpoint, %s (step %" PRId64 "), is intact: continue with --resume %s\n",
+                last_ckpt, last_ckpt_step, last_ckpt);
+}
+
 static int save_ckpt(struct run_state *s, const char *data_path)
 {
     char path[PATH_MAX];
@@ -572,7 +583,11 @@ static int save_ckpt(struct run_state *s, const char *data_path)
     uint64_t t0 = mw_now_ns();
     /* ZeRO-3: every rank writes the whole weights beside its optimizer shard. */
     int err = mw_trainer_save(&s->tr, data_path, path);
-    if (err) { mw_cli_fail("writing the checkpoint", err); return 1; }
+    if (err) { mw_cli_fail("writing the checkpoint", err); ckpt_hint(); return 1; }
+    if (world == 1) {
+        snprintf(last_ckpt, sizeof last_ckpt, "%s", path);
+        last_ckpt_step = s->tr.step;
+    }
     if (world > 1)
         printf("ckpt  step %6" PRId64 " | %s/ckpt_%08" PRId64 ".r%%r.mwck, one per rank (%.1f s)\n", s->tr.step, A.out_dir,
                s->tr.step, (double)(mw_now_ns() - t0) / 1e9);
@@ -643,6 +658,14 @@ static int run(const char *data_path, const struct mw_gpt2_config *mc, const str
     /* Checkpoints record the absolute path, so --resume works from any directory. */
     char abs_data[PATH_MAX];
     if (realpath(data_path, abs_data)) data_path = abs_data;
+    struct mw_ckpt_info ck_probe;
+    if (tc->ckpt_every > 0 && strlen(data_path) >= sizeof ck_probe.data_path) { /* refused now, not at the first checkpoint */
+        err = mw_error_set(-ENAMETOOLONG, "the data path is %zu bytes, and a checkpoint records at most %zu (move or "
+                           "link the data to a shorter path): %s", strlen(data_path), sizeof ck_probe.data_path - 1, data_path);
+        mw_cli_fail("checking --ckpt-every", err);
+        mw_data_free(&s.data);
+        return 1;
+    }
     struct mw_train_config tcfg = *tc;
     if (A.trace) {
         if ((err = mw_trace_init(&s.trace, 0))) { mw_cli_fail("creating the trace recorder", err); goto out; }
@@ -744,7 +767,7 @@ static int run(const char *data_path, const struct mw_gpt2_config *mc, const str
     uint64_t t_run = mw_now_ns(), tokens_run = 0;
     while (s.tr.step < tc->steps) {
         struct mw_train_step_stats st;
-        if ((err = mw_trainer_step(&s.tr, &st))) { mw_cli_fail("the training step", err); goto out; }
+        if ((err = mw_trainer_step(&s.tr, &st))) { mw_cli_fail("the training step", err); ckpt_hint(); goto out; }
         tokens_run += st.tokens;
         double ms = (double)st.ns / 1e6, tps = (double)st.tokens / ((double)st.ns / 1e9);
         test_exit_hook(st.step);

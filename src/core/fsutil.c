@@ -17,10 +17,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 /* "a" + "/" + "b" in fresh memory (NULL when out of memory). */
@@ -138,14 +140,21 @@ int mw_atomic_commit(struct mw_atomic_file *af)
 {
     int rc = 0;
     if (!af->f) return mw_error_set(-EBADF, "atomic write: the file is not open");
-    if (fflush(af->f) != 0 || ferror(af->f))
-        rc = mw_error_set(errno ? -errno : -EIO, "writing %s failed: %s", af->tmp, strerror(errno ? errno : EIO));
-    else if (fsync(af->fd) != 0)
-        rc = mw_error_set(-errno, "flushing %s to disk failed: %s", af->tmp, strerror(errno));
-    int e = fclose(af->f) != 0 ? errno : 0;
+    char note[600];
+    int e = 0;
+    if (fflush(af->f) != 0 || ferror(af->f)) {
+        e = errno ? errno : EIO;
+        rc = mw_error_set(-e, "writing %s failed: %s%s", af->tmp, strerror(e), mw_fs_full_note(-e, af->tmp, note, sizeof note));
+    } else if (fsync(af->fd) != 0) {
+        e = errno;
+        rc = mw_error_set(-e, "flushing %s to disk failed: %s%s", af->tmp, strerror(e),
+                          mw_fs_full_note(-e, af->tmp, note, sizeof note));
+    }
+    e = fclose(af->f) != 0 ? errno : 0;
     af->f = NULL;
     af->fd = -1;
-    if (!rc && e) rc = mw_error_set(-e, "closing %s failed: %s", af->tmp, strerror(e));
+    if (!rc && e)
+        rc = mw_error_set(-e, "closing %s failed: %s%s", af->tmp, strerror(e), mw_fs_full_note(-e, af->tmp, note, sizeof note));
     if (!rc && rename(af->tmp, af->path) != 0)
         rc = mw_error_set(-errno, "cannot rename %s to %s: %s", af->tmp, af->path, strerror(errno));
     if (rc) {
@@ -165,11 +174,31 @@ int mw_atomic_write_file(const char *path, const void *data, size_t n)
     if (rc) return rc;
     if (n && fwrite(data, 1, n, af.f) != n) {
         int e = errno ? errno : EIO;
-        rc = mw_error_set(-e, "writing %s failed: %s", af.tmp, strerror(e));
+        char note[600];
+        rc = mw_error_set(-e, "writing %s failed: %s%s", af.tmp, strerror(e), mw_fs_full_note(-e, af.tmp, note, sizeof note));
         mw_atomic_abort(&af);
         return rc;
     }
     return mw_atomic_commit(&af);
+}
+
+const char *mw_fs_full_note(int err, const char *path, char *buf, size_t n)
+{
+    if (!n) return buf;
+    buf[0] = 0;
+    if ((err != -ENOSPC && err != -EDQUOT) || !path) return buf;
+    const char *slash = strrchr(path, '/');
+    char *dir = !slash ? strdup(".") : slash == path ? strdup("/") : strndup(path, (size_t)(slash - path));
+    if (!dir) return buf;
+    struct statvfs v;
+    char b[32];
+    if (err == -EDQUOT) snprintf(buf, n, " — the disk quota on %s is used up", dir);
+    else if (statvfs(dir, &v) == 0)
+        snprintf(buf, n, " — the disk holding %s is full (%s available there)", dir,
+                 mw_fmt_bytes(b, sizeof b, (uint64_t)v.f_bavail * v.f_frsize));
+    else snprintf(buf, n, " — the disk holding %s is full", dir);
+    free(dir);
+    return buf;
 }
 
 /* ------------------------------------------------------------------ directory lock */

@@ -470,8 +470,18 @@ int mw_offload_scratch_start(struct mw_offload *e, int write, uint64_t offset, u
 int mw_offload_io_wait(struct mw_offload *e, struct mw_store_io *io)
 {
     int rc = mw_store_wait(e->store, io);
-    if (rc) return mw_error_set(rc, "offload: %s of %llu bytes of %s failed: %s", io->op == MW_AIO_WRITE ? "a write" : "a read",
-                                (unsigned long long)io->len, mw_store_obj_name(io->obj), mw_error_msg());
+    if (rc && e->scratch && io->obj == e->scratch)
+        return mw_error_set(rc, "offload: %s of %llu bytes of the scratch (kept activations) failed: %s",
+                            io->op == MW_AIO_WRITE ? "a write" : "a read", (unsigned long long)io->len, mw_error_msg());
+    if (rc) { /* the objects these transfers move: a subgroup's gradients, or its master weights */
+        uint32_t sg = 0;
+        while (sg < e->nsg && io->obj != e->obj[2 * sg] && io->obj != e->obj[2 * sg + 1] && !(e->gobj && io->obj == e->gobj[sg]))
+            sg++;
+        return mw_error_set(rc, "offload: %s of subgroup %u's %s (%llu bytes) failed: %s",
+                            io->op == MW_AIO_WRITE ? "a write" : "a read", sg,
+                            e->gobj && sg < e->nsg && io->obj == e->gobj[sg] ? "gradients" : "master weights",
+                            (unsigned long long)io->len, mw_error_msg());
+    }
     pthread_mutex_lock(&e->mu);
     if (io->op == MW_AIO_WRITE) e->stats.nvme_write_bytes += io->len;
     else e->stats.nvme_read_bytes += io->len;

@@ -96,7 +96,7 @@ struct ofl_sg {
     struct mw_store_io gio;    /* streaming: read of its gradient object, beside io */
     int reads_left;            /* reads of this admission still in flight (1, or 2 with gio) */
     int read_rc;               /* first failure among them */
-    char read_msg[400];
+    char read_msg[800];
     struct ofl_devjob job;
     double pred_cpu_s, pred_dev_s; /* decision inputs */
     uint64_t t_ready, t_loaded;    /* ns: became READY; current I/O started */
@@ -159,7 +159,7 @@ struct mw_offload {
     int n_reading, n_writing;                          /* NVMe reads / writes in flight */
     int master_alias;          /* the master weights ARE the caller's fp32 weight array (all-DRAM) */
     int *free_bufs; int nfree;
-    int err; char errmsg[512];
+    int err; char errmsg[1024];
     uint64_t writes_until_fail;    /* 0: no injected failure */
     double cpu_busy_until, dev_busy_until; /* cost-model clocks, seconds since step start */
     uint64_t step_t0;

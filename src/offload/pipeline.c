@@ -160,6 +160,15 @@ static void finish_locked(struct mw_offload *e, uint32_t sg, int ok)
     pthread_cond_signal(&e->cv_pipe);
 }
 
+/* What an NVMe object of subgroup sg holds, for messages. */
+static const char *obj_what(const struct mw_offload *e, uint32_t sg, const struct mw_store_io *io)
+{
+    if (e->gobj && io->obj == e->gobj[sg]) return "gradients";
+    int master_nv = e->cfg.place.tier[MW_OFFLOAD_MASTER] == MW_OFFLOAD_NVME;
+    int mom_nv = e->cfg.place.tier[MW_OFFLOAD_MOMENTS] == MW_OFFLOAD_NVME;
+    return master_nv && mom_nv ? "master weights and Adam moments" : master_nv ? "master weights" : "Adam moments";
+}
+
 static void io_done(struct mw_store_io *io, void *user)
 {
     struct ofl_sg *s = user;
@@ -168,14 +177,14 @@ static void io_done(struct mw_store_io *io, void *user)
     uint64_t now = mw_now_ns();
     int is_read = io->op == MW_AIO_READ;
     int rc = io->result;
-    char msg[400];
+    char msg[800];
     if (s->io_err) {
         rc = -EIO;
         snprintf(msg, sizeof msg, "offload: injected write failure on subgroup %u (torn write: %llu bytes written)",
                  sg, (unsigned long long)(io->result ? 0 : io->len));
     } else if (rc) {
-        snprintf(msg, sizeof msg, "offload: %s of subgroup %u failed: %s", is_read ? "read" : "write", sg,
-                 io->errmsg[0] ? io->errmsg : mw_strerror(rc));
+        snprintf(msg, sizeof msg, "offload: %s of subgroup %u's %s failed: %s", is_read ? "read" : "write", sg,
+                 obj_what(e, sg, io), io->errmsg[0] ? io->errmsg : mw_strerror(rc));
     }
     struct mw_trace_arg a[3] = {{"subgroup", sg}, {"bytes", (int64_t)io->len}, {"result", rc}};
     mw_trace_span(e->tr, "offload", is_read ? "read" : "write", s->t_loaded, now, a, 3);

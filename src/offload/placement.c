@@ -165,16 +165,18 @@ uint64_t ofl_dir_available(const char *dirs)
     while (*c) {
         const char *end = strchr(c, ':');
         size_t len = end ? (size_t)(end - c) : strlen(c);
-        char path[1024];
-        snprintf(path, sizeof path, "%.*s", (int)MW_MIN(len, sizeof path - 1), c);
+        char *path = strndup(c, len); /* whole: a cut path would ask another file system */
         struct statvfs sv;
-        while (statvfs(path[0] ? path : ".", &sv) != 0) {
+        int ok = 0;
+        while (path && !(ok = statvfs(path[0] ? path : ".", &sv) == 0)) {
             char *slash = strrchr(path, '/');
-            if (!slash) { strcpy(path, "."); continue; }
+            if (!slash && (!path[0] || !strcmp(path, "."))) break; /* not even the working directory: count 0 */
+            if (!slash) { path[0] = '.'; path[1] = 0; continue; }
             if (slash == path) { path[1] = 0; continue; }
             *slash = 0;
         }
-        sum += (uint64_t)sv.f_bavail * sv.f_frsize;
+        free(path);
+        if (ok) sum += (uint64_t)sv.f_bavail * sv.f_frsize;
         if (!end) break;
         c = end + 1;
     }

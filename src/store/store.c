@@ -111,11 +111,11 @@ static int open_file(struct mw_store *st, int i)
     f->created = 1;
     if (st->cfg.preallocate && fallocate(f->fd, 0, 0, (off_t)f->size)) {
         int e = errno;
-        char a[32], b[32];
-        return mw_error_set(-e, "store: cannot reserve %s in %s (%s free on that file system): %s%s",
-                            mw_fmt_bytes(a, sizeof a, f->size), f->path,
-                            mw_fmt_bytes(b, sizeof b, free_bytes(dir)), strerror(e),
-                            e == EFBIG ? " (the file size limit, ulimit -f, is lower)" : "");
+        char a[32], b[32], note[600];
+        mw_fs_full_note(-e, f->path, note, sizeof note);
+        if (!note[0]) snprintf(note, sizeof note, " (%s free there)", mw_fmt_bytes(b, sizeof b, free_bytes(dir)));
+        return mw_error_set(-e, "store: cannot reserve %s in %s: %s%s%s", mw_fmt_bytes(a, sizeof a, f->size), f->path,
+                            strerror(e), note, e == EFBIG ? " (the file size limit, ulimit -f, is lower)" : "");
     }
     f->free_ext = malloc(sizeof *f->free_ext * 8);
     if (!f->free_ext) return mw_error_set(-ENOMEM, "store: out of memory");

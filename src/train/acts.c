@@ -81,7 +81,7 @@ static int io_finish(struct mw_train_acts *a, struct mw_train_act_slot *s)
         span(a, "wait", s->tag, 0, t0, t1);
     }
     if (err) {
-        char why[256];
+        char why[1024];
         snprintf(why, sizeof why, "%s", mw_error_msg());
         s->valid = 0;
         return mw_error_set(err, "kept activations: %s block %lld, micro-batch %lld on NVMe failed: %s",

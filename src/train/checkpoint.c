@@ -76,7 +76,7 @@ static void encode_header(uint8_t *h, const struct mw_ckpt_info *in)
     putf64(h, H_B2, t->beta2); putf64(h, H_EPS, t->eps); putf64(h, H_CLIP, t->clip);
     put64(h, H_VALEVERY, (uint64_t)t->val_every); put64(h, H_VALB, (uint64_t)t->val_batches);
     put64(h, H_CKEVERY, (uint64_t)t->ckpt_every); put64(h, H_SEED, t->seed);
-    snprintf((char *)h + H_DATAPATH, H_DATAPATH_LEN, "%s", in->data_path);
+    snprintf((char *)h + H_DATAPATH, H_DATAPATH_LEN, "%s", in->data_path); /* fits: mw_trainer_save checks */
     put32(h, H_WORLD, (uint32_t)in->world); put32(h, H_RANK, (uint32_t)in->rank);
     put32(h, H_ZERO, (uint32_t)in->zero_stage); put64(h, H_SGSIZE, in->subgroup_size);
     put64(h, H_OWNFIRST, in->own_first); put64(h, H_OWNN, in->own_n);
@@ -146,13 +146,18 @@ static int decode_header(const uint8_t *h, struct mw_ckpt_info *out, const char 
 
 /* ---- writing ---- */
 
-struct wctx { FILE *f; uint32_t crc; uint64_t bytes; const char *path; };
+struct wctx { FILE *f; uint32_t crc; uint64_t bytes; const char *path; int failed; };
 
 static int w_fn(void *user, void *buf, size_t n)
 {
     struct wctx *w = user;
-    if (n && fwrite(buf, 1, n, w->f) != n)
-        return mw_error_set(errno ? -errno : -EIO, "writing checkpoint %s failed: %s", w->path, strerror(errno ? errno : EIO));
+    if (n && fwrite(buf, 1, n, w->f) != n) {
+        int e = errno ? errno : EIO;
+        char note[600];
+        w->failed = 1;
+        return mw_error_set(-e, "writing checkpoint %s failed: %s%s", w->path, strerror(e),
+                            mw_fs_full_note(-e, w->path, note, sizeof note));
+    }
     w->crc = mw_crc32c(w->crc, buf, n);
     w->bytes += n;
     return 0;
@@ -187,6 +192,10 @@ int mw_trainer_save(struct mw_trainer *tr, const char *data_path, const char *pa
     in.train = tr->cfg;
     in.step = tr->step;
     in.data_rng = tr->data_rng;
+    if (data_path && strlen(data_path) >= sizeof in.data_path)
+        return mw_error_set(-ENAMETOOLONG, "checkpoint %s: the data path is %zu bytes, and a checkpoint records at most "
+                            "%zu (move or link the data to a shorter path): %s", path, strlen(data_path),
+                            sizeof in.data_path - 1, data_path);
     snprintf(in.data_path, sizeof in.data_path, "%s", data_path ? data_path : "");
     in.n_params = tr->model.sizes.n_params;
     in.opt_bytes = mw_train_opt_state_bytes(tr->opt);
@@ -202,12 +211,14 @@ int mw_trainer_save(struct mw_trainer *tr, const char *data_path, const char *pa
     struct mw_atomic_file af;
     int err = mw_atomic_open(&af, path);
     if (err) return err;
-    struct wctx w = {af.f, 0, 0, af.tmp};
+    struct wctx w = {af.f, 0, 0, af.tmp, 0};
     uint8_t hdr[CKPT_HEADER_BYTES], trl[CKPT_TRAILER_BYTES];
     encode_header(hdr, &in);
     err = w_fn(&w, hdr, sizeof hdr);
     if (!err) err = write_weights(tr, &w);
-    if (!err) err = mw_train_opt_save(tr->opt, w_fn, &w);
+    if (!err && (err = mw_train_opt_save(tr->opt, w_fn, &w)) && !w.failed) /* a read of the state failed */
+        err = mw_error_set(err, "reading the optimizer state for checkpoint %s failed (%s is not written; an earlier "
+                           "checkpoint is untouched): %s", path, path, mw_error_msg());
     if (!err) {
         memcpy(trl, CKPT_END, 8);
         put64(trl, 8, w.crc);

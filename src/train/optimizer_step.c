@@ -204,6 +204,17 @@ static int align_steps(struct mw_train_opt *o, uint64_t done)
     return mw_offload_committed_steps(o->eng) == done ? 0 : mw_offload_set_committed_steps(o->eng, done);
 }
 
+/* After a failed step (err, message set): the committed state (the step before) is intact; put
+ * the working copy back to it. Keeps the step's message, adding a failure of the recovery. */
+static int recover_after(struct mw_train_opt *o, int err)
+{
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", mw_error_msg());
+    if (mw_offload_recover(o->eng))
+        return mw_error_set(err, "%s; reading the committed state back failed too: %s", msg, mw_error_msg());
+    return mw_error_set(err, "%s", msg);
+}
+
 static int step_(struct mw_train_opt *o, double lr, float grad_scale, int64_t t, int async)
 {
     /* The engine's AdamW step number is its committed steps + 1; skipped steps keep it aligned. */
@@ -218,12 +229,7 @@ static int step_(struct mw_train_opt *o, double lr, float grad_scale, int64_t t,
     hp.weight_decay = o->weight_decay;
     hp.grad_scale = grad_scale;
     err = async ? mw_offload_step_start(o->eng, &hp) : mw_offload_step(o->eng, &hp);
-    if (err && !async) {
-        /* The committed state (step t-1) is intact; put the working copy back to it. */
-        int err2 = mw_offload_recover(o->eng);
-        (void)err2;
-    }
-    return err;
+    return err && !async ? recover_after(o, err) : err;
 }
 
 int mw_train_opt_step(struct mw_train_opt *o, double lr, float grad_scale, int64_t t)
@@ -240,8 +246,7 @@ int mw_train_opt_finish(struct mw_train_opt *o)
 {
     if (!o->eng || !mw_offload_step_in_flight(o->eng)) return 0;
     int err = mw_offload_step_wait(o->eng);
-    if (err) (void)mw_offload_recover(o->eng); /* the committed state (the step before) is intact */
-    return err;
+    return err ? recover_after(o, err) : 0;
 }
 
 int mw_train_opt_in_flight(const struct mw_train_opt *o) { return o->eng && mw_offload_step_in_flight(o->eng); }
@@ -254,7 +259,9 @@ int mw_train_opt_wait_range(struct mw_train_opt *o, uint64_t first, uint64_t n, 
     uint64_t S = o->plan.subgroup_size;
     for (uint64_t g = (a - o->own_first) / S; g <= (b - 1 - o->own_first) / S; g++) {
         int r = mw_offload_sg_wait(o->eng, (uint32_t)g, block);
-        if (r <= 0) return r;
+        /* A failed step: wait for its end, which says what stays committed, and recover. */
+        if (r < 0) return mw_train_opt_finish(o);
+        if (r == 0) return 0;
     }
     return 1;
 }

@@ -371,7 +371,7 @@ static int step_layer_major(struct mw_trainer *tr, int64_t step, struct mw_train
     return 0;
 }
 
-int mw_trainer_step(struct mw_trainer *tr, struct mw_train_step_stats *st)
+static int step_run(struct mw_trainer *tr, struct mw_train_step_stats *st)
 {
     const struct mw_train_config *c = &tr->cfg;
     struct mw_trace *trace = c->trace;
@@ -466,6 +466,25 @@ int mw_trainer_step(struct mw_trainer *tr, struct mw_train_step_stats *st)
         mw_trace_counter(trace, "loss", t1, st->loss);
     }
     return 0;
+}
+
+int mw_trainer_step(struct mw_trainer *tr, struct mw_train_step_stats *st)
+{
+    int err = step_run(tr, st);
+    if (!err || !tr->opt || !tr->opt->eng || tr->opt->tier != MW_OFFLOAD_NVME) return err;
+    /* The step failed (a read, a write, the data...): an update of the step before may still run
+     * behind it; let it end, then say which step the NVMe state holds. A failed update says so
+     * itself (mw_offload_step_wait: "step N not committed; ..."). */
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", mw_error_msg());
+    if (mw_train_opt_in_flight(tr->opt) && mw_train_opt_finish(tr->opt)) {
+        size_t l = strlen(msg);
+        if (strstr(mw_error_msg(), msg)) snprintf(msg, sizeof msg, "%s", mw_error_msg()); /* the same failure */
+        else snprintf(msg + l, sizeof msg - l, "; the update behind it failed too: %s", mw_error_msg());
+    }
+    if (strstr(msg, "not committed")) return mw_error_set(err, "%s", msg);
+    return mw_error_set(err, "%s (step %lld not committed; the optimizer state of step %llu is intact)", msg,
+                        (long long)tr->step + 1, (unsigned long long)mw_offload_committed_steps(tr->opt->eng));
 }
 
 int mw_trainer_eval(struct mw_trainer *tr, float *val_loss)
