@@ -225,6 +225,12 @@ int mw_gpt2_step_layer_major(struct mw_gpt2 *m, int nmb, const int32_t *inputs, 
 size_t mw_gpt2_lm_bytes(const struct mw_gpt2 *m, int nmb, int acts);
 /* Bytes of one block's kept activations and its input (calls->acts' buffers), whole pages. */
 size_t mw_gpt2_act_slot_bytes(const struct mw_gpt2 *m);
+/* A caller that keeps the blocks' activations in its own slots lends the model one of them
+ * (a buffer of mw_gpt2_act_slot_bytes) for every other pass (evaluation, plain forward/backward)
+ * of a model built with recompute: the model's own block activations (mw_gpt2_own_block_bytes
+ * of its activation bytes) are then never touched, so never resident. Only between steps. */
+void mw_gpt2_acts_lend(struct mw_gpt2 *m, float *slot);
+size_t mw_gpt2_own_block_bytes(const struct mw_gpt2 *m);
 
 /* grads = 0 (call between optimizer steps; backward never clears). */
 void mw_gpt2_zero_grad(struct mw_gpt2 *m);

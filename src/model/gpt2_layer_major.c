@@ -67,6 +67,16 @@ size_t mw_gpt2_act_slot_bytes(const struct mw_gpt2 *m)
     return MW_ALIGN_UP((slot_res_floats(m) + mw_gpt2_block_acts_floats(m)) * sizeof(float), 4096);
 }
 
+size_t mw_gpt2_own_block_bytes(const struct mw_gpt2 *m)
+{
+    return mw_gpt2_block_acts_floats(m) * sizeof(float) * (m->opts.recompute ? 1 : (size_t)m->cfg.n_layer);
+}
+
+void mw_gpt2_acts_lend(struct mw_gpt2 *m, float *slot)
+{
+    for (int l = 0; l < m->cfg.n_layer; l++) mw_gpt2_block_acts_bind(m, l, slot + slot_res_floats(m));
+}
+
 static void ptrs_get(const struct mw_gpt2 *m, struct lm_ptrs *p)
 {
     const struct mw_gpt2_impl *im = m->impl;

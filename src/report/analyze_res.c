@@ -17,7 +17,8 @@
  *     NVMe = bytes read from nvme / read bandwidth + bytes written to nvme / write bandwidth
  *       (reads and writes share the disk, so their times add);
  *     bound = max(compute, NVMe); achieved fraction = bound / wall;
- *   the run's figure: median of the fraction over all steps but the first (warm-up).
+ *   the run's figure: median of the fraction over the steady steps: all but the first (warm-up)
+ *     and, with three or more, the last (drain: its update overlaps nothing).
  */
 #include "report/report_internal.h"
 
@@ -200,8 +201,10 @@ static int roofline(struct mw_report *r, const struct mw_report_opts *o)
         s->roof_bound_s = MW_MAX(s->roof_compute_s, s->roof_nvme_s);
         s->roof_fraction = s->wall_s > 0 ? s->roof_bound_s / s->wall_s : NAN;
     }
+    /* Steady state: not the first step (warm-up), nor the last of three or more (drain: its
+     * update has no next forward pass to hide behind). */
     r->roof_first = r->nsteps >= 2 ? 1 : 0;
-    r->roof_last = r->nsteps - 1;
+    r->roof_last = r->nsteps >= 3 ? r->nsteps - 2 : r->nsteps - 1;
     double *buf = malloc((size_t)r->nsteps * sizeof *buf);
     if (!buf) return -ENOMEM;
     r->roof_median_fraction = steady_median(r, offsetof(struct mw_report_step, roof_fraction), buf);

@@ -53,15 +53,19 @@ static int stream_plan(const struct mw_gpt2 *m, const struct mw_train_opt *o, co
 {
     mw_gpt2_warm_runtime(m); /* the baseline includes the matrix library's buffers */
     const struct mw_gpt2_config *mc = &m->cfg;
+    /* The model's activations (with kept activations on NVMe its own block set is lent out:
+     * slot 0 stands in, never touched), what a layer-major step or the lookups keep per
+     * micro-batch, the kept activations' slots. */
+    uint64_t acts = m->sizes.acts_bytes - (cfg->acts_nvme ? mw_gpt2_own_block_bytes(m) : 0);
+    acts += cfg->layer_major ? mw_gpt2_lm_bytes(m, cfg->grad_accum, cfg->acts_nvme) : mw_gpt2_defer_bytes(m, cfg->grad_accum);
+    if (cfg->acts_nvme) acts += MW_TRAIN_ACT_SLOTS * mw_train_acts_slot_bytes(mw_gpt2_act_slot_bytes(m));
     struct mw_plan_stream_in pi = {
         .n_layer = mc->n_layer, .n_embd = mc->n_embd,
         .padded_vocab = mc->padded_vocab_size ? mc->padded_vocab_size : mc->vocab_size,
         .max_seq = mc->max_seq_len, .grad_accum = cfg->grad_accum, .prefetch_depth = cfg->prefetch_depth,
         .subgroup_size = o->plan.subgroup_size, .buffer_count = o->cfg.buffer_count,
         .layer_major = cfg->layer_major, .overlap = !cfg->sync_update,
-        .acts_bytes = m->sizes.acts_bytes + (cfg->layer_major ? mw_gpt2_lm_bytes(m, cfg->grad_accum, cfg->acts_nvme)
-                                                              : mw_gpt2_defer_bytes(m, cfg->grad_accum)) +
-                      (cfg->acts_nvme ? MW_TRAIN_ACT_SLOTS * mw_train_acts_slot_bytes(mw_gpt2_act_slot_bytes(m)) : 0),
+        .acts_bytes = acts,
         .staging_bytes = o->plan.tier_bytes[MW_OFFLOAD_DRAM],
         .runtime_bytes = mw_proc_mem("VmRSS"),
     };
@@ -207,6 +211,7 @@ int mw_trainer_init(struct mw_trainer *tr, const struct mw_gpt2_config *mcfg,
                 goto err;
             }
             tr->acts->eng = tr->opt->eng;
+            mw_gpt2_acts_lend(&tr->model, tr->acts->mem); /* slot 0 serves evaluation passes too */
         }
     }
     if (tr->res->ops->weights) {
