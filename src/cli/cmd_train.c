@@ -496,7 +496,13 @@ static int train_main(int argc, char **argv)
     struct mw_ckpt_info ci;
     struct stat rst;
     resume_dir = 0;
-    if (A.resume && stat(A.resume, &rst) == 0 && S_ISDIR(rst.st_mode)) {
+    if (A.resume && stat(A.resume, &rst) != 0) {
+        int e = errno;
+        mw_cli_fail("resuming", mw_error_set(-e, "--resume %s: %s (neither a checkpoint nor the NVMe directory of a run)",
+                                             A.resume, strerror(e)));
+        return 1;
+    }
+    if (A.resume && S_ISDIR(rst.st_mode)) {
         if ((r = read_resume_dir(&ci))) return r;
     } else if (A.resume) {
         int err = mw_ckpt_read_info(A.resume, &ci);

@@ -56,6 +56,7 @@ static int open_store(struct mw_offload *e)
     sc.file_prefix = OFL_FILE_PREFIX;
     const struct mw_offload_record *rec = e->cfg.resume;
     sc.reopen = rec != NULL;
+    sc.keep_files = rec != NULL; /* a resume that fails must not take the run's files with it */
     e->sto_ndirs = nd;
     e->sto_stripe = sc.stripe_size;
     e->sto_crc_block = sc.crc_block;

@@ -181,7 +181,7 @@ int mw_store_open(struct mw_store **out, const struct mw_store_config *c)
     *out = st;
     return 0;
 err:
-    st->cfg.keep_files = 0;
+    st->cfg.keep_files = st->cfg.reopen; /* a failed reopen leaves the run's files as they were */
     mw_store_close(st);
     return rc;
 err0:
