@@ -2,7 +2,8 @@
 # One run per NVMe directory: while `memwall train --optimizer-tier nvme` runs, a second one on
 # the same --nvme-dir exits 1 naming the first one's pid (and leaves the first undisturbed);
 # after the first is killed with SIGKILL its files stay, the next run on the directory is
-# refused listing them (exit 1) without touching them, and runs once they are removed.
+# refused listing them and saying --resume continues it (exit 1) without touching them, and runs
+# once they are removed.
 set -u
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 cli=${MW_CLI:?}
@@ -45,6 +46,7 @@ if [ -n "$leftover" ]; then
   rc=$?
   [ $rc = 1 ] || bad "a run on a crashed run's files exited $rc, want 1"
   grep -q "did not finish" "$dir/third.out" && grep -q "$(basename "$leftover")" "$dir/third.out" \
+    && grep -q "memwall train --resume $dir/nvme' continues it" "$dir/third.out" \
     || bad "the refusal does not list the crashed run's files: $(cat "$dir/third.out")"
   echo "third run: $(grep -m1 'did not finish' "$dir/third.out")"
   [ -f "$leftover" ] && [ "$(stat -c %s "$leftover")" = "$size" ] || bad "the refused run changed $leftover"
