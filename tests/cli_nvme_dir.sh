@@ -34,6 +34,12 @@ else
   echo "second run: $(grep -m1 'in use' "$dir/second.out")"
   kill -0 $first 2>/dev/null || bad "the first run died while the second was refused: $(tail -3 "$dir/first.out")"
 fi
+# Killed once its first step is committed (the record is there), so that it can be resumed.
+for _ in $(seq 600); do
+  [ -f "$dir/nvme/memwall-offload.commit" ] && break
+  kill -0 $first 2>/dev/null || break
+  sleep 0.1
+done
 kill -KILL $first 2>/dev/null
 wait $first 2>/dev/null
 
