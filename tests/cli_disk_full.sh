@@ -58,9 +58,17 @@ grep -qxF "memwall: the last checkpoint, $run/ckpt_00000001.mwck (step 1), is in
   "$dir/full.out" && ok || bad "no line naming the intact step-1 checkpoint"
 [ "$(ls -A "$run")" = "ckpt_00000001.mwck" ] && ok || bad "the failed checkpoint left files: $(ls -A "$run")"
 cmp -s "$dir/ref/ckpt_00000001.mwck" "$run/ckpt_00000001.mwck" && ok || bad "the step-1 checkpoint is not the one a run with room wrote"
-# Space freed: resume from the last checkpoint, on the same disk.
+# Space freed: the NVMe state of the failed run (kept: its last committed step is 2) continues
+# with --resume DIR, and the step-1 checkpoint resumes too (into a fresh NVMe directory: the
+# failed run's files belong to its own resume).
 rm -f "$mnt/filler"
-"$cli" train --resume "$run/ckpt_00000001.mwck" --sample-len 0 --nvme-dir "$dir/nvme" --out-dir "$run" \
+[ -f "$dir/nvme/memwall-offload.commit" ] && ok || bad "the failed run did not keep its NVMe state for --resume DIR"
+"$cli" train --resume "$dir/nvme" --sample-len 0 --out-dir "$dir/resdir" --log-json "$dir/resdir.jsonl" \
+  >"$dir/resdir.out" 2>&1 || { bad "--resume DIR after freeing space failed"; tail -3 "$dir/resdir.out"; }
+want=$(losses "$dir/ref.jsonl" | grep -E '"step":(3|4),')
+[ -n "$want" ] && [ "$want" = "$(losses "$dir/resdir.jsonl")" ] && ok \
+  || { bad "the losses resumed from the NVMe state differ"; diff <(echo "$want") <(losses "$dir/resdir.jsonl"); }
+"$cli" train --resume "$run/ckpt_00000001.mwck" --sample-len 0 --nvme-dir "$dir/nvme2" --out-dir "$run" \
   --log-json "$dir/res.jsonl" >"$dir/res.out" 2>&1 || { bad "the resume after freeing space failed"; tail -3 "$dir/res.out"; }
 want=$(losses "$dir/ref.jsonl" | grep -vE '"step":1,')
 [ -n "$want" ] && [ "$want" = "$(losses "$dir/res.jsonl")" ] && ok \

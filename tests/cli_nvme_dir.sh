@@ -2,7 +2,8 @@
 # One run per NVMe directory: while `memwall train --optimizer-tier nvme` runs, a second one on
 # the same --nvme-dir exits 1 naming the first one's pid (and leaves the first undisturbed);
 # after the first is killed with SIGKILL its files stay, the next run on the directory is
-# refused listing them (exit 1) without touching them, and runs once they are removed.
+# refused listing them and saying --resume continues it (exit 1) without touching them, and runs
+# once they are removed.
 set -u
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 cli=${MW_CLI:?}
@@ -35,6 +36,12 @@ else
   echo "second run: $(grep -m1 'in use' "$dir/second.out")"
   kill -0 $first 2>/dev/null || bad "the first run died while the second was refused: $(tail -3 "$dir/first.out")"
 fi
+# Killed once its first step is committed (the record is there), so that it can be resumed.
+for _ in $(seq 600); do
+  [ -f "$dir/nvme/memwall-offload.commit" ] && break
+  kill -0 $first 2>/dev/null || break
+  sleep 0.1
+done
 kill -KILL $first 2>/dev/null
 wait $first 2>/dev/null
 
@@ -47,6 +54,7 @@ if [ -n "$leftover" ]; then
   rc=$?
   [ $rc = 1 ] || bad "a run on a crashed run's files exited $rc, want 1"
   grep -q "did not finish" "$dir/third.out" && grep -q "$(basename "$leftover")" "$dir/third.out" \
+    && grep -q "memwall train --resume $dir/nvme' continues it" "$dir/third.out" \
     || bad "the refusal does not list the crashed run's files: $(cat "$dir/third.out")"
   echo "third run: $(grep -m1 'did not finish' "$dir/third.out")"
   [ -f "$leftover" ] && [ "$(stat -c %s "$leftover")" = "$size" ] || bad "the refused run changed $leftover"

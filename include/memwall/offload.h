@@ -135,6 +135,7 @@ double mw_offload_predict_dev_s(const struct mw_offload_profile *p, uint64_t n, 
 
 struct mw_trace; /* memwall/trace.h; optional */
 struct mw_store_io; /* memwall/store.h */
+struct mw_offload_record; /* below: the durable commit record */
 
 /* Streaming callers (docs/offload.md, "Weights and gradients streamed"): the caller keeps its
  * weight and gradient arrays only partly resident, and the engine tells it when it is about to
@@ -184,6 +185,11 @@ struct mw_offload_config {
     void *stream_user;
     uint64_t scratch_bytes;          /* NVMe space for the caller (kept activations), 0 = none:
                                         mw_offload_scratch_start; not state (never committed) */
+    /* Durable commit record (docs/resume.md; needs master and moments on NVMe): journal = 1 keeps
+     * one in the first NVMe directory from mw_offload_journal_commit on; resume (with journal)
+     * reopens the run a record describes instead of writing a fresh state. */
+    int journal;
+    const struct mw_offload_record *resume; /* borrowed for mw_offload_init only */
 };
 void mw_offload_config_default(struct mw_offload_config *c);
 
@@ -330,6 +336,56 @@ int mw_offload_io_wait(struct mw_offload *e, struct mw_store_io *io);
 #define MW_OFFLOAD_SCRATCH_ALIGN ((uint64_t)64 << 10) /* scratch writes start on it: the store's checksum block */
 int mw_offload_scratch_start(struct mw_offload *e, int write, uint64_t offset, uint64_t len, void *buf,
                              struct mw_store_io *io);
+
+/* ---------------------------------------------------------------- durable commit record
+ *
+ * With cfg.journal, every commit (a step, mw_offload_set_committed_steps, or
+ * mw_offload_journal_commit) first fdatasyncs the store files, then atomically replaces
+ * DIR0/memwall-offload.commit (format: src/offload/journal.c, docs/resume.md) with: the step,
+ * the engine and store settings a reopen must match, every object's place in the files, the
+ * digest of the committed slot's checksums, and the caller's blob (what it needs to continue,
+ * bitwise; at most MW_OFFLOAD_BLOB_MAX bytes). A step whose record cannot be written fails (not
+ * committed). From the first record on the store files are kept at free (a crash, or an error,
+ * leaves a resumable run) until mw_offload_journal_end says the run finished. */
+#define MW_OFFLOAD_RECORD_NAME "memwall-offload.commit"
+#define MW_OFFLOAD_BLOB_MAX 65536u
+
+struct mw_offload_record_obj {
+    uint32_t sg;                 /* subgroup */
+    uint8_t kind, slot;          /* kind 0: optimizer state in slot 0/1; 1: gradients (streamed) */
+    uint8_t has_digest;          /* the committed slot's objects */
+    uint32_t digest;             /* crc32c of the object's block checksums (mw_store_obj_digest) */
+    uint64_t bytes;
+};
+struct mw_offload_record {
+    uint32_t version;
+    uint64_t step;               /* committed steps */
+    uint64_t total_elems, subgroup_size;
+    uint32_t n_subgroups, moments, master_tier, moments_tier, stream, ndirs;
+    uint64_t stripe_size, crc_block, capacity;
+    char *nvme_dir;              /* the run's "d1:d2" */
+    uint32_t nobj;
+    struct mw_offload_record_obj *obj; /* [nobj] subgroup by subgroup: slot 0, slot 1 (, gradients) */
+    uint64_t *ext_off;           /* [nobj * ndirs] each object's offset in each backing file */
+    uint8_t *blob;
+    uint32_t blob_len;
+};
+/* Parses a record (hostile input: lengths and counts checked, crc32c and length verified before
+ * any field is used); MW_EFORMAT / MW_ECHECKSUM with a message. Free with _free. */
+int mw_offload_record_parse(const void *data, size_t n, struct mw_offload_record *out);
+/* Reads DIR/MW_OFFLOAD_RECORD_NAME (DIR: the first of "d1:d2"); -ENOENT when there is none. */
+int mw_offload_record_read(const char *dir, struct mw_offload_record *out);
+void mw_offload_record_free(struct mw_offload_record *r);
+/* The record's path for an NVMe directory list, and the path of backing file i of a record. */
+int mw_offload_record_path(const char *nvme_dir, char *buf, size_t n);
+int mw_offload_record_file_path(const struct mw_offload_record *r, int i, char *buf, size_t n);
+
+/* The blob the next record carries (copied). */
+int mw_offload_journal_note(struct mw_offload *e, const void *blob, size_t n);
+/* Notes the blob and writes the record of the committed state now (not during a step). */
+int mw_offload_journal_commit(struct mw_offload *e, const void *blob, size_t n);
+/* The run finished: the record goes now, the store files at mw_offload_free. */
+int mw_offload_journal_end(struct mw_offload *e);
 
 /* Testing: the k-th NVMe write from now (k >= 1) fails with -EIO after writing half its bytes
  * (a torn write); 0 disarms. */

@@ -19,7 +19,13 @@
  * second store on the directory is -EBUSY naming that pid. Backing files are created with
  * O_EXCL | O_NOFOLLOW | O_CLOEXEC (0600; directories 0700): an existing file (a run that did not
  * finish, kept for its resume) or a symlink there is -EEXIST, listing the leftover files. Close
- * removes only files this store created (unless keep_files), then the lock file.
+ * removes only files this store created or reopened (unless keep_files), then the lock file.
+ *
+ * Resume (reopen = 1): the files of a run that did not finish are opened instead (never created,
+ * still O_NOFOLLOW | O_CLOEXEC and locked; each at least the size that run reserved), objects are
+ * placed at the offsets it recorded (mw_store_obj_place), and an object whose bytes are to be
+ * trusted again is read once and adopted against the digest of its block checksums
+ * (mw_store_obj_digest when it was written, mw_store_obj_adopt on resume).
  *
  * I/O: files are opened with O_DIRECT; where the file system refuses it (e.g. tmpfs) the store
  * falls back to buffered I/O and logs one warning. All object I/O goes through the async engine
@@ -84,6 +90,7 @@ struct mw_store_config {
     int direct;                /* try O_DIRECT; default 1 */
     int preallocate;           /* fallocate capacity at open; default 1 */
     int keep_files;            /* leave the backing files at close; default 0 (unlinked) */
+    int reopen;                /* open the existing files of a run to resume it (see above); default 0 */
     const char *file_prefix;   /* default "memwall" */
     struct mw_aio *aio;        /* engine to use; NULL: the store creates one with aio_config */
     struct mw_aio_config aio_config; /* used only when aio == NULL */
@@ -102,6 +109,13 @@ int mw_store_obj_create(struct mw_store *st, const char *name, uint64_t size, st
 /* The same, with the kind the nvme tier accounts the bytes under (create uses MW_KIND_OTHER). */
 int mw_store_obj_create_ex(struct mw_store *st, const char *name, uint64_t size, enum mw_alloc_kind kind,
                            struct mw_store_obj **out);
+/* Resume: the same, at the given byte offset in each backing file ([ndirs]; an entry for a file
+ * the object does not use is ignored). MW_EFORMAT when that range is not free (overlaps another
+ * object, or past the file's end). */
+int mw_store_obj_place(struct mw_store *st, const char *name, uint64_t size, enum mw_alloc_kind kind,
+                       const uint64_t *file_offsets, struct mw_store_obj **out);
+/* Where the object starts in backing file `file` (its extent there; 0 when it has none). */
+uint64_t mw_store_obj_file_offset(const struct mw_store_obj *obj, int file);
 struct mw_store_obj *mw_store_obj_find(struct mw_store *st, const char *name);
 int mw_store_obj_delete(struct mw_store *st, struct mw_store_obj *obj);
 const char *mw_store_obj_name(const struct mw_store_obj *obj); /* interned in the store's trace */
@@ -154,6 +168,17 @@ struct mw_store_stats {
     int direct;                /* 1 when every file is open with O_DIRECT */
 };
 void mw_store_stats(struct mw_store *st, struct mw_store_stats *out);
+
+/* Durability. sync: fdatasync of every backing file (what completed writes wrote is on the
+ * device, and with it the extents fallocate reserved). digest: a crc32c over the object's block
+ * checksums (little-endian), -ENODATA when a block was never written. adopt: data holds the
+ * object's whole content as read back (size bytes); its block checksums are computed and, when
+ * their digest is `digest`, kept as the object's (reads are checked again from then on);
+ * MW_ECHECKSUM (naming object, file and offset) otherwise. keep_files: changes the config's. */
+int mw_store_sync(struct mw_store *st);
+int mw_store_obj_digest(struct mw_store *st, const struct mw_store_obj *obj, uint32_t *digest);
+int mw_store_obj_adopt(struct mw_store *st, struct mw_store_obj *obj, const void *data, uint32_t digest);
+void mw_store_set_keep_files(struct mw_store *st, int keep);
 
 /* The engine the store uses (its own or the one given). */
 struct mw_aio *mw_store_aio(struct mw_store *st);

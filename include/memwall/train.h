@@ -93,6 +93,12 @@ struct mw_train_config {
      * DeepSpeed's aio.block_size / aio.queue_depth). */
     uint64_t io_block_size;     /* bytes per NVMe request piece, a multiple of 4096 (default 1 MiB) */
     unsigned io_queue_depth;    /* NVMe pieces in flight, at most 4096 (default 128) */
+    /* Crash-anywhere resume (docs/resume.md; tier nvme, one rank). journal: the engine keeps a
+     * durable commit record of every step (mw_trainer_journal_begin starts it). resume: the
+     * record of a run that did not finish (mw_train_resume_read); the trainer continues it
+     * from its last committed step instead of starting (borrowed for mw_trainer_init). */
+    int journal;
+    const struct mw_offload_record *resume;
 };
 
 /* Learning rate at optimizer step `step` (1-based): linear warm-up over `warmup` steps to lr,
@@ -148,6 +154,7 @@ struct mw_trainer {
     int world, rank;               /* ranks of the run and this one's (1, 0 without MPI) */
     int local_batch;               /* sequences this rank runs per micro-batch */
     int overlap;                   /* the update runs behind the next forward (cfg.sync_update) */
+    char *journal_data;            /* commit records are written (the data path they name); NULL: not */
 };
 
 /* Builds the model (weights initialised from cfg->seed), the optimizer and the batch buffers.
@@ -243,6 +250,30 @@ int mw_ckpt_read_info(const char *path, struct mw_ckpt_info *info);
  * exactly as it was. Only an I/O error of the offload engine while applying, or the file
  * changing during the load, leaves it partly loaded (the message says so; it is then unusable). */
 int mw_trainer_load(struct mw_trainer *tr, const char *path);
+
+/* ---- crash-anywhere resume (docs/resume.md) ---- */
+
+/* What the commit record of a run in an NVMe directory says: the trainer's part (its settings
+ * and continuation state, as a checkpoint header holds them, plus the offload settings a
+ * checkpoint does not keep) and the engine's record. */
+struct mw_train_resume {
+    struct mw_ckpt_info info;            /* model, training settings, step, data-RNG state, data path */
+    enum mw_offload_tier offload_params; /* streamed weights or not */
+    int layer_major, sync_update, prefetch_depth, buffer_count;
+    uint64_t subgroup_size, io_block_size;
+    unsigned io_queue_depth;
+    struct mw_offload_record rec;        /* pass &rec as mw_train_config.resume */
+};
+/* Reads and validates DIR's commit record (hostile input; -ENOENT when there is none). */
+int mw_train_resume_read(const char *dir, struct mw_train_resume *out);
+int mw_train_resume_parse(const void *data, size_t n, struct mw_train_resume *out); /* the record's bytes */
+void mw_train_resume_free(struct mw_train_resume *r);
+/* Starts the commit records (cfg.journal): the engine is created if it is not yet, and the
+ * state as it is now (step 0, a loaded checkpoint's, or a resumed one's) is recorded; from then
+ * on every step is. data_path is recorded for `memwall train --resume DIR`. */
+int mw_trainer_journal_begin(struct mw_trainer *tr, const char *data_path);
+/* The run finished: its record and store files are removed (the files at mw_trainer_free). */
+int mw_trainer_journal_end(struct mw_trainer *tr);
 
 #ifdef __cplusplus
 }

@@ -105,7 +105,7 @@ static const struct mw_opt train_opts[] = {
     {"val-batches", MW_OPT_INT, &A.val_batches, "N", "micro-batches per validation", 1, 1e9, NULL},
     {"ckpt-every", MW_OPT_INT, &A.ckpt_every, "N", "checkpoint every N steps (and at the end) into --out-dir; 0 = never", 0, 1e12, NULL},
     {"out-dir", MW_OPT_STRING, &A.out_dir, "DIR", "checkpoints and the final model.safetensors go here (none if unset)", 0, 0, NULL},
-    {"resume", MW_OPT_STRING, &A.resume, "FILE", "continue the run saved in this checkpoint (its settings are the defaults); several ranks: ckpt_N.r%r.mwck", 0, 0, NULL},
+    {"resume", MW_OPT_STRING, &A.resume, "FILE|DIR", "continue the run saved in this checkpoint (its settings are the defaults); several ranks: ckpt_N.r%r.mwck. DIR: the --nvme-dir of a run that was killed or failed (--optimizer-tier nvme, one rank): it continues from its last committed step", 0, 0, NULL},
     {"init-safetensors", MW_OPT_STRING, &A.init_st, "FILE", "start from these weights (HF gpt2 model.safetensors, with the config.json beside it when present); the files set the model shape, shape flags fill what they do not say", 0, 0, NULL},
     {"data", MW_OPT_STRING, &A.data, "FILE|DIR", "text file(s) or llm.c .bin shards (default: the bundled corpus " BUNDLED_CORPUS ")", 0, 0, NULL},
     {"seed", MW_OPT_INT, &A.seed, "N", "seed of the weights and the batch order (same seed: bitwise same run)", 0, 9.2e18, NULL},
@@ -360,6 +360,78 @@ static int rank_paths(void)
 
 static int train_main(int argc, char **argv);
 
+/* --resume DIR: the commit record of the run in that NVMe directory (docs/resume.md). */
+static struct mw_train_resume rsm;
+static int resume_dir;
+
+/* The first directory of a "d1:d2" list, as "%.*s" arguments. */
+#define DIR0(list) (int)strcspn(list, ":"), list
+
+/* A fresh run refused on a directory holding a run that did not finish: how to continue it. */
+static void leftover_hint(int err, const char *dirs)
+{
+    if (err != -EEXIST || !strstr(mw_error_msg(), "did not finish")) return;
+    char msg[1400];
+    snprintf(msg, sizeof msg, "%s", mw_error_msg());
+    struct mw_offload_record rec;
+    int has = mw_offload_record_read(dirs, &rec) == 0;
+    if (has) mw_offload_record_free(&rec);
+    if (has)
+        mw_error_set(err, "%s; 'memwall train --resume %.*s' continues it from its last committed step", msg, DIR0(dirs));
+    else
+        mw_error_set(err, "%s; it stopped before its first step was committed (no %s): there is nothing to resume", msg,
+                     MW_OFFLOAD_RECORD_NAME);
+}
+
+/* Prints one file of the resumed run with its size. */
+static void print_found(const char *path)
+{
+    struct stat st;
+    char b[32];
+    if (stat(path, &st) == 0) printf("  found and used: %s (%s)\n", path, mw_fmt_bytes(b, sizeof b, (uint64_t)st.st_size));
+    else printf("  found and used: %s (cannot stat: %s)\n", path, strerror(errno));
+}
+
+/* --resume DIR: reads the record, makes its settings the defaults of everything the command line
+ * did not give (as a checkpoint's), and lists the files of the run that are used. */
+static int read_resume_dir(struct mw_ckpt_info *ci)
+{
+    if (world > 1)
+        return usage_error("--resume %s: resuming from the NVMe state runs on one rank for now; resume a multi-rank "
+                           "run from its checkpoints (--resume ckpt_N.r%%r.mwck)", A.resume);
+    int err = mw_train_resume_read(A.resume, &rsm);
+    if (err) {
+        mw_cli_fail("reading the commit record", err);
+        if (err == -ENOENT)
+            fprintf(stderr, "memwall train: %s: a run killed before its first step was committed, or one that "
+                    "finished, leaves nothing to resume (remove %s/%s.* and start again)\n", A.resume, A.resume,
+                    "memwall-offload");
+        return 1;
+    }
+    resume_dir = 1;
+    *ci = rsm.info;
+    int r = apply_checkpoint(ci);
+    if (r) return r;
+    if (!GIVEN("offload-params")) A.offload_params = rsm.offload_params == MW_OFFLOAD_NVME ? "nvme" : "dram";
+    if (!GIVEN("schedule")) A.schedule = rsm.layer_major ? "layer-major" : "batch-major";
+    if (!GIVEN("sync-update")) A.sync_update = rsm.sync_update;
+    if (!GIVEN("prefetch-depth")) A.prefetch_depth = rsm.prefetch_depth;
+    if (!GIVEN("buffer-count")) A.buffer_count = rsm.buffer_count;
+    if (!GIVEN("subgroup-size")) A.subgroup_size = rsm.subgroup_size;
+    if (!GIVEN("aio-block-size")) A.aio_block_size = rsm.io_block_size;
+    if (!GIVEN("aio-queue-depth")) A.aio_queue_depth = rsm.io_queue_depth;
+    if (!GIVEN("nvme-dir")) A.nvme_dir = rsm.rec.nvme_dir;
+    A.tier = "nvme";
+    char path[PATH_MAX];
+    printf("resuming the run in %s from its last committed step, %" PRId64 " of %" PRId64 " (a step in flight when it "
+           "stopped runs again)\n", A.resume, ci->step, ci->train.steps);
+    if (!mw_offload_record_path(rsm.rec.nvme_dir, path, sizeof path)) print_found(path);
+    for (uint32_t i = 0; i < rsm.rec.ndirs; i++)
+        if (!mw_offload_record_file_path(&rsm.rec, (int)i, path, sizeof path)) print_found(path);
+    fflush(stdout);
+    return 0;
+}
+
 /* The settings read from --ds-config: string options point into it until the command ends. */
 static struct mw_ds_config ds;
 
@@ -398,6 +470,7 @@ int mw_cmd_train(int argc, char **argv)
     rank = 0;
     int rc = train_main(argc, argv);
     mw_ds_config_free(&ds);
+    mw_train_resume_free(&rsm);
     if (comm) {
         fflush(stdout);
         /* A runtime failure on one rank would leave the others waiting in a collective. */
@@ -425,7 +498,17 @@ static int train_main(int argc, char **argv)
     if ((r = rank_paths())) return r;
 
     struct mw_ckpt_info ci;
-    if (A.resume) {
+    struct stat rst;
+    resume_dir = 0;
+    if (A.resume && stat(A.resume, &rst) != 0) {
+        int e = errno;
+        mw_cli_fail("resuming", mw_error_set(-e, "--resume %s: %s (neither a checkpoint nor the NVMe directory of a run)",
+                                             A.resume, strerror(e)));
+        return 1;
+    }
+    if (A.resume && S_ISDIR(rst.st_mode)) {
+        if ((r = read_resume_dir(&ci))) return r;
+    } else if (A.resume) {
         int err = mw_ckpt_read_info(A.resume, &ci);
         if (err) { mw_cli_fail("reading the checkpoint", err); return 1; }
         if ((r = apply_checkpoint(&ci))) return r;
@@ -511,6 +594,7 @@ static int train_main(int argc, char **argv)
         .acts_nvme = !strcmp(A.activations, "nvme") ||
                      (!strcmp(A.activations, "auto") && streamed && layer_major && !A.recompute),
         .io_block_size = A.aio_block_size, .io_queue_depth = (unsigned)A.aio_queue_depth,
+        .journal = world == 1 && !strcmp(A.tier, "nvme"), .resume = resume_dir ? &rsm.rec : NULL,
     };
     if (tc.threads == 0) tc.threads = omp_get_max_threads();
     char corpus[PATH_MAX];
@@ -526,7 +610,7 @@ static int train_main(int argc, char **argv)
     }
     if ((A.nvme_dir || A.nvme_budget) && !strcmp(A.tier, "dram"))
         mw_log(MW_LOG_WARN, "--nvme-dir and --nvme-budget are unused with --optimizer-tier dram");
-    return run(data_path, &mc, &tc, A.resume ? &ci : NULL);
+    return run(data_path, &mc, &tc, A.resume && !resume_dir ? &ci : NULL);
 }
 
 struct run_state {
@@ -681,14 +765,24 @@ static int run(const char *data_path, const struct mw_gpt2_config *mc, const str
         tcfg.trace = s.trace;
         if (comm) mw_comm_set_trace(comm, s.trace);
     }
-    if ((err = mw_trainer_init(&s.tr, mc, &tcfg, &s.data))) { mw_cli_fail("building the model", err); goto out; }
+    if ((err = mw_trainer_init(&s.tr, mc, &tcfg, &s.data))) {
+        leftover_hint(err, tc->nvme_dir);
+        mw_cli_fail(resume_dir ? "resuming from the NVMe state" : "building the model", err);
+        goto out;
+    }
     if (A.init_st && !tcfg.init_safetensors && (err = mw_gpt2_load_safetensors(&s.tr.model, A.init_st))) {
         mw_cli_fail("loading --init-safetensors", err);
         goto out;
     }
     if (resume_info && (err = mw_trainer_load(&s.tr, A.resume))) { mw_cli_fail("resuming from the checkpoint", err); goto out; }
+    /* From here on every committed step is durable: a kill leaves a run that --resume DIR continues. */
+    if (tc->journal && (err = mw_trainer_journal_begin(&s.tr, data_path))) {
+        leftover_hint(err, tc->nvme_dir);
+        mw_cli_fail("starting the commit records", err);
+        goto out;
+    }
     if (A.out_dir && (err = mw_mkdir_p(A.out_dir, 0777))) { mw_cli_fail("creating --out-dir", err); goto out; }
-    if (A.log_json && rank == 0 && !(s.log = fopen(A.log_json, resume_info ? "a" : "w"))) {
+    if (A.log_json && rank == 0 && !(s.log = fopen(A.log_json, resume_info || resume_dir ? "a" : "w"))) {
         mw_error_set(-errno, "cannot open %s: %s", A.log_json, strerror(errno));
         mw_cli_fail("opening --log-json", -errno);
         goto out;
@@ -756,7 +850,10 @@ static int run(const char *data_path, const struct mw_gpt2_config *mc, const str
                tc->dram_budget ? ", budget " : "", tc->dram_budget ? mw_fmt_bytes(b[7], 32, tc->dram_budget) : "");
     }
     if (A.trace) printf("  trace: %s%s\n", A.trace, world > 1 ? " (this rank's; one file per rank)" : "");
-    if (resume_info) printf("  resumed from %s at step %" PRId64 "\n", A.resume, s.tr.step);
+    if (resume_info || resume_dir) printf("  resumed from %s at step %" PRId64 "\n", A.resume, s.tr.step);
+    if (tc->journal)
+        printf("  commit record: %.*s/%s after every step (kill -9 loses at most the step in flight; "
+               "'memwall train --resume %.*s' continues)\n", DIR0(tc->nvme_dir), MW_OFFLOAD_RECORD_NAME, DIR0(tc->nvme_dir));
     fflush(stdout);
 
     float val = 0;
@@ -767,7 +864,14 @@ static int run(const char *data_path, const struct mw_gpt2_config *mc, const str
     uint64_t t_run = mw_now_ns(), tokens_run = 0;
     while (s.tr.step < tc->steps) {
         struct mw_train_step_stats st;
-        if ((err = mw_trainer_step(&s.tr, &st))) { mw_cli_fail("the training step", err); ckpt_hint(); goto out; }
+        if ((err = mw_trainer_step(&s.tr, &st))) {
+            mw_cli_fail("the training step", err);
+            ckpt_hint();
+            if (tc->journal)
+                fprintf(stderr, "memwall train: the NVMe state of the last committed step is kept in %.*s: "
+                        "'memwall train --resume %.*s' continues the run\n", DIR0(tc->nvme_dir), DIR0(tc->nvme_dir));
+            goto out;
+        }
         tokens_run += st.tokens;
         double ms = (double)st.ns / 1e6, tps = (double)st.tokens / ((double)st.ns / 1e9);
         test_exit_hook(st.step);
@@ -838,6 +942,8 @@ static int run(const char *data_path, const struct mw_gpt2_config *mc, const str
         if (err) { mw_cli_fail("writing the model", err); goto out; }
         printf("model: %s\n", path);
     }
+    /* Finished: the commit record and the store files go (a crashed run's stay for its resume). */
+    if ((err = mw_trainer_journal_end(&s.tr))) { mw_cli_fail("removing the run's NVMe files", err); goto out; }
     if (A.sample_len > 0) {
         int32_t prompt = s.data.tokenizer == MW_TOKENIZER_BYTES ? MW_TOK_EOT : (mc->vocab_size > 50256 ? 50256 : 0);
         int32_t *out = malloc((size_t)A.sample_len * sizeof *out);

@@ -9,12 +9,14 @@
  * the step was written back, and never when any of them failed.
  */
 #include "offload/internal.h"
+#include "memwall/fsutil.h"
 
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 void mw_offload_hparams_default(struct mw_offload_hparams *h)
 {
@@ -51,13 +53,30 @@ static int open_store(struct mw_offload *e)
     sc.capacity = e->plan.tier_bytes[MW_OFFLOAD_NVME] + (uint64_t)nd * sc.stripe_size;
     sc.tier = e->tier[MW_OFFLOAD_NVME];
     sc.trace = e->tr;
-    sc.file_prefix = "memwall-offload";
+    sc.file_prefix = OFL_FILE_PREFIX;
+    const struct mw_offload_record *rec = e->cfg.resume;
+    sc.reopen = rec != NULL;
+    sc.keep_files = rec != NULL; /* a resume that fails must not take the run's files with it */
+    e->sto_ndirs = nd;
+    e->sto_stripe = sc.stripe_size;
+    e->sto_crc_block = sc.crc_block;
+    e->sto_capacity = sc.capacity;
     /* reads of the next subgroups and writes of the last share one queue: keep it deep */
     sc.aio_config.queue_depth = e->cfg.io_queue_depth ? e->cfg.io_queue_depth : 128;
     if (e->cfg.io_block_size) sc.aio_config.block_size = e->cfg.io_block_size;
+    if (rec && (rc = ofl_journal_check(e, rec))) { free(dirs_copy); return rc; }
     rc = mw_store_open(&e->store, &sc);
     free(dirs_copy);
     if (rc) return rc;
+    if (e->cfg.journal) {
+        size_t n = strlen(e->cfg.nvme_dir) + sizeof MW_OFFLOAD_RECORD_NAME + 2;
+        if (!(e->jpath = malloc(n))) return mw_error_set(-ENOMEM, "offload: out of memory");
+        if ((rc = mw_offload_record_path(e->cfg.nvme_dir, e->jpath, n))) return rc;
+        /* The directory is ours now (locked): a fresh run drops a record left without its files. */
+        if (!rec) unlink(e->jpath);
+        ofl_journal_sweep(e->jpath);
+    }
+    uint32_t per = e->cfg.stream ? 3 : 2; /* objects per subgroup in a record */
     e->obj = calloc(2 * (size_t)e->nsg, sizeof *e->obj);
     if (!e->obj) return mw_error_set(-ENOMEM, "offload: out of memory");
     for (uint32_t i = 0; i < e->nsg; i++) {
@@ -67,24 +86,30 @@ static int open_store(struct mw_offload *e)
             char name[64];
             snprintf(name, sizeof name, "sg%u.slot%d", i, slot);
             enum mw_alloc_kind k = e->cfg.place.tier[MW_OFFLOAD_MOMENTS] == MW_OFFLOAD_NVME ? MW_KIND_MOMENTS : MW_KIND_MASTER;
-            rc = mw_store_obj_create_ex(e->store, name, len, k, &e->obj[2 * i + slot]);
+            rc = rec ? mw_store_obj_place(e->store, name, len, k, rec->ext_off + (size_t)(i * per + (uint32_t)slot) * rec->ndirs,
+                                          &e->obj[2 * i + slot])
+                     : mw_store_obj_create_ex(e->store, name, len, k, &e->obj[2 * i + slot]);
             if (rc) return rc;
         }
     }
-    if (e->plan.scratch_bytes &&
-        (rc = mw_store_obj_create_ex(e->store, "scratch", e->plan.scratch_bytes, MW_KIND_ACTIVATIONS, &e->scratch)))
-        return rc;
     if (e->cfg.stream) {
         e->gobj = calloc((size_t)e->nsg, sizeof *e->gobj);
         if (!e->gobj) return mw_error_set(-ENOMEM, "offload: out of memory");
         for (uint32_t i = 0; i < e->nsg; i++) {
             char name[64];
             snprintf(name, sizeof name, "sg%u.grad", i);
-            if ((rc = mw_store_obj_create_ex(e->store, name, MW_ALIGN_UP(4 * e->sgs[i].n, OFL_PAD), MW_KIND_GRADS,
-                                             &e->gobj[i])))
+            uint64_t len = MW_ALIGN_UP(4 * e->sgs[i].n, OFL_PAD);
+            if ((rc = rec ? mw_store_obj_place(e->store, name, len, MW_KIND_GRADS, rec->ext_off + (size_t)(i * per + 2) * rec->ndirs,
+                                               &e->gobj[i])
+                          : mw_store_obj_create_ex(e->store, name, len, MW_KIND_GRADS, &e->gobj[i])))
                 return rc;
         }
     }
+    /* The caller's scratch comes last: not in a record (not state), a resume makes it afresh in
+     * the space the placed objects leave. */
+    if (e->plan.scratch_bytes &&
+        (rc = mw_store_obj_create_ex(e->store, "scratch", e->plan.scratch_bytes, MW_KIND_ACTIVATIONS, &e->scratch)))
+        return rc;
     return 0;
 }
 
@@ -119,6 +144,13 @@ int mw_offload_init(struct mw_offload **out, const struct mw_offload_registry *r
     struct mw_offload *e = calloc(1, sizeof *e);
     if (!e) return mw_error_set(-ENOMEM, "offload: out of memory");
     e->cfg = *cfg;
+    if ((cfg->journal || cfg->resume) &&
+        (cfg->place.tier[MW_OFFLOAD_MASTER] != MW_OFFLOAD_NVME || cfg->place.tier[MW_OFFLOAD_MOMENTS] != MW_OFFLOAD_NVME ||
+         !cfg->journal)) {
+        free(e);
+        return mw_error_set(-EINVAL, "offload: a commit record (and a resume from one) needs the master weights and the "
+                            "moments on NVMe, and journal = 1");
+    }
     int rc = mw_offload_plan_make(r, cfg, &e->plan);
     if (rc) { free(e); return rc; }
     pthread_mutex_init(&e->mu, NULL);
@@ -184,7 +216,13 @@ int mw_offload_init(struct mw_offload **out, const struct mw_offload_registry *r
         if ((rc = ofl_dev_init(&e->dev, e->tier[MW_OFFLOAD_DEVICE], e->plan.device_arena_bytes / 2, &e->cfg, e->tr))) goto err;
     }
     const float *src = cfg->ext_weights && cfg->weights == MW_OFFLOAD_W_FP32 ? cfg->ext_weights : NULL;
-    if ((rc = write_initial(e, src))) goto err;
+    if (cfg->resume) { /* the committed state of the record, checked against its digests */
+        if ((rc = ofl_journal_restore(e, cfg->resume))) goto err;
+        e->jon = 1;
+        e->jkeep = 1; /* its files stay until the run finishes, whatever happens to this process */
+        mw_store_set_keep_files(e->store, 1);
+    } else if ((rc = write_initial(e, src))) goto err;
+    e->cfg.resume = NULL;
     if ((rc = ofl_pipe_start(e))) goto err;
     *out = e;
     return 0;
@@ -206,6 +244,8 @@ void mw_offload_free(struct mw_offload *e)
     if (e->store) mw_store_close(e->store);
     free(e->obj);
     free(e->gobj);
+    free(e->jpath);
+    free(e->jblob);
     for (int b = 0; b < e->nbuf && e->staging; b++) mw_tier_free(&e->staging[b]);
     free(e->staging);
     free(e->free_bufs);
@@ -335,6 +375,16 @@ int mw_offload_step_wait(struct mw_offload *e)
     uint64_t t0 = e->step_call_t0;
     while (e->n_done < e->n_started || (e->threads_up && (e->n_reading || e->n_writing || e->upd_head != e->upd_tail)))
         pthread_cond_wait(&e->cv_done, &e->mu);
+    if (!e->failed && e->jon) { /* every write of the step landed: make it durable, then record it */
+        pthread_mutex_unlock(&e->mu);
+        int jrc = ofl_journal_write(e, e->committed + 1);
+        pthread_mutex_lock(&e->mu);
+        if (jrc) {
+            e->failed = 1;
+            e->err = jrc;
+            snprintf(e->errmsg, sizeof e->errmsg, "%s", mw_error_msg());
+        }
+    }
     e->in_flight = 0;
     int failed = e->failed;
     uint64_t started = e->step_t0 ? e->step_t0 : t0;
@@ -494,4 +544,47 @@ void mw_offload_inject_write_failure(struct mw_offload *e, uint64_t k)
     pthread_mutex_lock(&e->mu);
     e->writes_until_fail = k;
     pthread_mutex_unlock(&e->mu);
+}
+
+/* ------------------------------------------------------------------ the commit record's calls */
+
+int mw_offload_journal_note(struct mw_offload *e, const void *blob, size_t n)
+{
+    if (!e->cfg.journal) return mw_error_set(-EINVAL, "offload: no commit record (journal = 0)");
+    if (n > MW_OFFLOAD_BLOB_MAX) return mw_error_set(-EINVAL, "offload: a record blob of %zu bytes (at most %u)", n, MW_OFFLOAD_BLOB_MAX);
+    uint8_t *b = malloc(n ? n : 1);
+    if (!b) return mw_error_set(-ENOMEM, "offload: out of memory");
+    if (n) memcpy(b, blob, n);
+    free(e->jblob);
+    e->jblob = b;
+    e->jblob_len = n;
+    return 0;
+}
+
+int mw_offload_journal_commit(struct mw_offload *e, const void *blob, size_t n)
+{
+    int rc = ofl_check_quiet(e, "journal_commit");
+    if (!rc) rc = mw_offload_journal_note(e, blob, n);
+    if (rc) return rc;
+    if ((rc = ofl_journal_write(e, e->committed))) return rc;
+    e->jon = 1;
+    return 0;
+}
+
+int mw_offload_journal_end(struct mw_offload *e)
+{
+    if (!e->jpath) return 0;
+    e->jon = 0;
+    /* The record first: files without a record are a run that cannot be resumed, never a record
+     * pointing at files that are gone. */
+    int rc = 0;
+    if (unlink(e->jpath) != 0 && errno != ENOENT)
+        rc = mw_error_set(-errno, "offload: cannot remove the commit record %s: %s", e->jpath, strerror(errno));
+    ofl_journal_sweep(e->jpath);
+    if (!rc) rc = mw_fsync_parent(e->jpath);
+    if (!rc) {
+        mw_store_set_keep_files(e->store, 0);
+        e->jkeep = 0;
+    }
+    return rc;
 }

@@ -22,6 +22,7 @@
 #include <stdatomic.h>
 
 #define OFL_PAD ((uint64_t)4096)
+#define OFL_FILE_PREFIX "memwall-offload" /* DIR/memwall-offload.<i>.dat, the store's backing files */
 
 enum ofl_region { OFL_R_MASTER = 0, OFL_R_M, OFL_R_MSCALE, OFL_R_V, OFL_R_VSCALE, OFL_NREGIONS };
 
@@ -140,6 +141,15 @@ struct mw_offload {
     struct mw_store_obj **gobj;            /* [nsg] gradients (streaming only), one slot */
     struct mw_store_obj *scratch;          /* the caller's (cfg.scratch_bytes), or NULL */
     struct ofl_dev *dev;
+    int sto_ndirs;                         /* the store's settings, as the commit record keeps them */
+    uint64_t sto_stripe, sto_crc_block, sto_capacity;
+
+    /* durable commit record (journal.c; cfg.journal) */
+    char *jpath;                           /* DIR0/MW_OFFLOAD_RECORD_NAME */
+    uint8_t *jblob;                        /* the caller's blob for the next record */
+    size_t jblob_len;
+    int jon;                               /* records are written at every commit */
+    int jkeep;                             /* a record exists: the files stay for a resume */
 
     /* step state (guarded by mu) */
     pthread_mutex_t mu;
@@ -193,6 +203,14 @@ int ofl_check_range(const struct mw_offload *e, uint64_t first, uint64_t n, cons
 int ofl_check_quiet(struct mw_offload *e, const char *what);       /* -EBUSY during a step */
 /* Writes master[0..n) (the master of elements first..) into the working copy, converted. */
 void ofl_refresh_weights(struct mw_offload *e, uint64_t first, uint64_t n, const float *master);
+
+/* journal.c: the commit record of `step` (its slot step % 2) after an fdatasync of the store;
+ * the check of a record against this engine's settings and objects; the restore of its
+ * committed state (read, checksums adopted, working copy refreshed); stale temporaries. */
+int ofl_journal_write(struct mw_offload *e, uint64_t step);
+int ofl_journal_check(struct mw_offload *e, const struct mw_offload_record *r);
+int ofl_journal_restore(struct mw_offload *e, const struct mw_offload_record *r);
+void ofl_journal_sweep(const char *record_path);
 
 /* policy.c */
 /* 1: run on the device, 0: on the CPU. Updates the cost-model clocks. */

@@ -132,5 +132,7 @@ int mw_offload_set_committed_steps(struct mw_offload *e, uint64_t steps)
         }
     }
     e->committed = steps;
-    return 0;
+    /* The committed slot moved (or the step count did): the record must say so before a step
+     * writes into the slot the old record points at. */
+    return e->jon ? ofl_journal_write(e, steps) : 0;
 }

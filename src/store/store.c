@@ -75,8 +75,9 @@ static int open_file(struct mw_store *st, int i)
     snprintf(f->path, n, "%s/%s.%d.dat", dir, st->cfg.file_prefix, i);
     f->fd = -1;
     /* Created exclusively and never through a symlink: a file already there belongs to a run that
-     * did not finish (kept for its resume), and a planted link must not redirect our writes. */
-    const int flags = O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+     * did not finish (kept for its resume), and a planted link must not redirect our writes. A
+     * resume (reopen) opens that run's file instead: never created, still never through a link. */
+    const int flags = st->cfg.reopen ? O_RDWR | O_NOFOLLOW | O_CLOEXEC : O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
     int e = EINVAL;
     if (st->cfg.direct) {
         f->fd = open(f->path, flags | O_DIRECT, 0600);
@@ -93,6 +94,9 @@ static int open_file(struct mw_store *st, int i)
         f->fd = open(f->path, flags, 0600);
         e = f->fd < 0 ? errno : 0;
     }
+    if (f->fd < 0 && st->cfg.reopen)
+        return mw_error_set(-e, "store: cannot open %s to resume the run that wrote it: %s%s", f->path, strerror(e),
+                            e == ELOOP ? " (it is a symbolic link: refused)" : "");
     if (f->fd < 0) {
         struct stat ls;
         if (e == EEXIST && lstat(f->path, &ls) == 0 && S_ISLNK(ls.st_mode))
@@ -102,14 +106,23 @@ static int open_file(struct mw_store *st, int i)
             char left[600];
             list_leftovers(dir, st->cfg.file_prefix, left, sizeof left);
             return mw_error_set(-EEXIST, "store: %s already exists: %s holds the files of a run that did not finish "
-                                "(killed or crashed; they are kept for its resume): %s. Remove them (rm %s/%s.*.dat) "
+                                "(killed or crashed; they are kept for its resume): %s. Remove them (rm %s/%s.*) "
                                 "or give this run another directory", f->path, dir, left[0] ? left : f->path, dir,
                                 st->cfg.file_prefix);
         }
         return mw_error_set(-e, "store: cannot create %s: %s", f->path, strerror(e));
     }
-    f->created = 1;
-    if (st->cfg.preallocate && fallocate(f->fd, 0, 0, (off_t)f->size)) {
+    f->created = 1; /* reopened: the run's own file, removed when that run finishes */
+    if (st->cfg.reopen) {
+        struct stat fs;
+        if (fstat(f->fd, &fs) != 0) return mw_error_set(-errno, "store: cannot stat %s: %s", f->path, strerror(errno));
+        if (!S_ISREG(fs.st_mode) || (uint64_t)fs.st_size < f->size) {
+            char a[32], b[32];
+            return mw_error_set(MW_EFORMAT, "store: %s is %s, the run that wrote it reserved %s: it was truncated or "
+                                "replaced; the run cannot be resumed from it", f->path,
+                                mw_fmt_bytes(a, sizeof a, (uint64_t)fs.st_size), mw_fmt_bytes(b, sizeof b, f->size));
+        }
+    } else if (st->cfg.preallocate && fallocate(f->fd, 0, 0, (off_t)f->size)) {
         int e = errno;
         char a[32], b[32], note[600];
         mw_fs_full_note(-e, f->path, note, sizeof note);
@@ -168,7 +181,7 @@ int mw_store_open(struct mw_store **out, const struct mw_store_config *c)
     *out = st;
     return 0;
 err:
-    st->cfg.keep_files = 0;
+    st->cfg.keep_files = st->cfg.reopen; /* a failed reopen leaves the run's files as they were */
     mw_store_close(st);
     return rc;
 err0:
@@ -201,7 +214,7 @@ void mw_store_close(struct mw_store *st)
     for (int i = 0; st->files && i < st->ndirs; i++) {
         struct mw_store_file *f = &st->files[i];
         if (f->fd >= 0) close(f->fd);
-        if (f->created && !st->cfg.keep_files) unlink(f->path); /* never a file this store did not make */
+        if (f->created && !st->cfg.keep_files) unlink(f->path); /* never a file that is not this store's own */
         mw_dir_unlock(f->lock);                                   /* after the files are gone */
         free(f->path);
         free(f->free_ext);
@@ -276,8 +289,49 @@ static struct mw_store_obj *find_locked(struct mw_store *st, const char *name)
     return NULL;
 }
 
+/* Takes [off, off+len) out of file f's free list: it must lie inside one free extent (else -1:
+ * it overlaps an object already placed, or lies past the file's end). mu held. */
+static int ext_claim(struct mw_store_file *f, uint64_t off, uint64_t len)
+{
+    for (int i = 0; i < f->nfree; i++) {
+        struct mw_store_extent x = f->free_ext[i];
+        if (off < x.off || off - x.off > x.len || len > x.len - (off - x.off)) continue;
+        uint64_t head = off - x.off, tail = x.len - head - len;
+        if (head && tail) { /* split in two: the head stays at i, the tail goes after it */
+            f->free_ext[i].len = head;
+            if (ext_release(f, off + len, tail)) return -1;
+        } else if (head) {
+            f->free_ext[i].len = head;
+        } else if (tail) {
+            f->free_ext[i].off = off + len;
+            f->free_ext[i].len = tail;
+        } else {
+            memmove(&f->free_ext[i], &f->free_ext[i + 1], sizeof *f->free_ext * (size_t)(f->nfree - i - 1));
+            f->nfree--;
+        }
+        return 0;
+    }
+    return -1;
+}
+
+static int obj_make(struct mw_store *st, const char *name, uint64_t size, enum mw_alloc_kind kind,
+                    const uint64_t *at, struct mw_store_obj **out);
+
 int mw_store_obj_create_ex(struct mw_store *st, const char *name, uint64_t size, enum mw_alloc_kind kind,
                            struct mw_store_obj **out)
+{
+    return obj_make(st, name, size, kind, NULL, out);
+}
+
+int mw_store_obj_place(struct mw_store *st, const char *name, uint64_t size, enum mw_alloc_kind kind,
+                       const uint64_t *file_offsets, struct mw_store_obj **out)
+{
+    return obj_make(st, name, size, kind, file_offsets, out);
+}
+
+/* Creates the object: first fit, or (at != NULL) at the given offset in each file. */
+static int obj_make(struct mw_store *st, const char *name, uint64_t size, enum mw_alloc_kind kind,
+                    const uint64_t *at, struct mw_store_obj **out)
 {
     *out = NULL;
     if (!name || !*name || strlen(name) >= sizeof((struct mw_store_obj *)0)->name || !size)
@@ -316,6 +370,18 @@ int mw_store_obj_create_ex(struct mw_store *st, const char *name, uint64_t size,
     }
     for (int f = 0; f < nd; f++) {
         if (!o->ext_len[f]) continue;
+        if (at) {
+            o->ext_off[f] = at[f];
+            if (at[f] % MW_STORE_ALIGN == 0 && !ext_claim(&st->files[f], at[f], o->ext_len[f])) continue;
+            rc = mw_error_set(MW_EFORMAT, "store: object '%s' cannot be placed at offset %llu (%llu bytes) of %s: it "
+                              "overlaps another object or lies past the file's end (%llu bytes)", name,
+                              (unsigned long long)at[f], (unsigned long long)o->ext_len[f], st->files[f].path,
+                              (unsigned long long)st->files[f].size);
+            for (int g = 0; g < f; g++)
+                if (o->ext_len[g]) ext_release(&st->files[g], o->ext_off[g], o->ext_len[g]);
+            pthread_mutex_unlock(&st->mu);
+            goto err;
+        }
         o->ext_off[f] = ext_alloc(&st->files[f], o->ext_len[f]);
         if (o->ext_off[f] != UINT64_MAX) continue;
         char a[32], b[32], c[32], d[32];
@@ -413,4 +479,72 @@ void mw_store_stats(struct mw_store *st, struct mw_store_stats *out)
     out->bytes_read = atomic_load(&st->bytes_read);
     out->bytes_written = atomic_load(&st->bytes_written);
     out->checksum_failures = atomic_load(&st->checksum_failures);
+}
+
+uint64_t mw_store_obj_file_offset(const struct mw_store_obj *obj, int file) { return obj->ext_off[file]; }
+
+void mw_store_set_keep_files(struct mw_store *st, int keep)
+{
+    pthread_mutex_lock(&st->mu);
+    st->cfg.keep_files = keep;
+    pthread_mutex_unlock(&st->mu);
+}
+
+int mw_store_sync(struct mw_store *st)
+{
+    for (int i = 0; i < st->ndirs; i++)
+        if (fdatasync(st->files[i].fd) != 0) {
+            int e = errno;
+            return mw_error_set(-e, "store: flushing %s to disk (fdatasync) failed: %s", st->files[i].path, strerror(e));
+        }
+    return 0;
+}
+
+/* The digest of a list of block crcs: their crc32c, each as 4 little-endian bytes. */
+static uint32_t crcs_digest(const uint32_t *crc, uint64_t n)
+{
+    uint32_t d = 0;
+    for (uint64_t b = 0; b < n; b++) {
+        uint8_t le[4] = {(uint8_t)crc[b], (uint8_t)(crc[b] >> 8), (uint8_t)(crc[b] >> 16), (uint8_t)(crc[b] >> 24)};
+        d = mw_crc32c(d, le, 4);
+    }
+    return d;
+}
+
+int mw_store_obj_digest(struct mw_store *st, const struct mw_store_obj *obj, uint32_t *digest)
+{
+    if (!st->cfg.checksum) return mw_error_set(-EINVAL, "store: '%s' has no checksums (checksum = 0)", obj->name);
+    for (uint64_t b = 0; b < obj->nblocks; b++)
+        if (!obj->crc_valid[b])
+            return mw_error_set(-ENODATA, "store: block %llu of '%s' was never written: it has no checksum",
+                                (unsigned long long)b, obj->name);
+    *digest = crcs_digest(obj->crc, obj->nblocks);
+    return 0;
+}
+
+int mw_store_obj_adopt(struct mw_store *st, struct mw_store_obj *obj, const void *data, uint32_t digest)
+{
+    if (!st->cfg.checksum) return mw_error_set(-EINVAL, "store: '%s' has no checksums (checksum = 0)", obj->name);
+    uint64_t cb = st->cfg.crc_block;
+    uint32_t *crc = malloc(sizeof *crc * (size_t)obj->nblocks);
+    if (!crc) return mw_error_set(-ENOMEM, "store: out of memory");
+    for (uint64_t b = 0; b < obj->nblocks; b++) {
+        uint64_t bs = b * cb, be = MW_MIN(bs + cb, obj->size);
+        crc[b] = mw_crc32c(0, (const char *)data + bs, (size_t)(be - bs));
+    }
+    uint32_t got = crcs_digest(crc, obj->nblocks);
+    if (got != digest) {
+        free(crc);
+        const char *path = "?";
+        uint64_t foff = 0;
+        mw_store_locate(st, obj, 0, NULL, &path, &foff);
+        atomic_fetch_add(&st->checksum_failures, 1);
+        return mw_error_set(MW_ECHECKSUM, "store: object '%s' (file %s, offset %llu) does not hold what was committed: "
+                            "digest 0x%08x, the record says 0x%08x — the data on disk is corrupt or was overwritten",
+                            obj->name, path, (unsigned long long)foff, got, digest);
+    }
+    memcpy(obj->crc, crc, sizeof *crc * (size_t)obj->nblocks);
+    memset(obj->crc_valid, 1, (size_t)obj->nblocks);
+    free(crc);
+    return 0;
 }

@@ -16,6 +16,7 @@
 #include "train/optimizer_step.h"
 #include "train/residency.h"
 #include "train/zero.h"
+#include "train/resume.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -27,7 +28,7 @@
 #define CKPT_MAGIC "MWCKPT01"
 #define CKPT_END "MWCKEND1"
 #define CKPT_VERSION 1u
-#define CKPT_HEADER_BYTES 1024u
+#define CKPT_HEADER_BYTES MW_CKPT_HEADER_BYTES
 #define CKPT_TRAILER_BYTES 24u
 
 /* ---- little-endian fields ---- */
@@ -52,7 +53,7 @@ enum {
     H_WORLD = 728, H_RANK = 732, H_ZERO = 736, H_SGSIZE = 744, H_OWNFIRST = 752, H_OWNN = 760,
 };
 
-static void encode_header(uint8_t *h, const struct mw_ckpt_info *in)
+void mw_ckpt_header_encode(uint8_t *h, const struct mw_ckpt_info *in)
 {
     memset(h, 0, CKPT_HEADER_BYTES);
     memcpy(h + H_MAGIC, CKPT_MAGIC, 8);
@@ -82,7 +83,7 @@ static void encode_header(uint8_t *h, const struct mw_ckpt_info *in)
     put64(h, H_OWNFIRST, in->own_first); put64(h, H_OWNN, in->own_n);
 }
 
-static int decode_header(const uint8_t *h, struct mw_ckpt_info *out, const char *path)
+int mw_ckpt_header_decode(const uint8_t *h, struct mw_ckpt_info *out, const char *path)
 {
     memset(out, 0, sizeof *out);
     if (memcmp(h + H_MAGIC, CKPT_MAGIC, 8))
@@ -213,7 +214,7 @@ int mw_trainer_save(struct mw_trainer *tr, const char *data_path, const char *pa
     if (err) return err;
     struct wctx w = {af.f, 0, 0, af.tmp, 0};
     uint8_t hdr[CKPT_HEADER_BYTES], trl[CKPT_TRAILER_BYTES];
-    encode_header(hdr, &in);
+    mw_ckpt_header_encode(hdr, &in);
     err = w_fn(&w, hdr, sizeof hdr);
     if (!err) err = write_weights(tr, &w);
     if (!err && (err = mw_train_opt_save(tr->opt, w_fn, &w)) && !w.failed) /* a read of the state failed */
@@ -260,7 +261,7 @@ static int open_checked(const char *path, FILE **fp, struct mw_ckpt_info *info)
         goto err;
     }
     if (fread(hdr, 1, sizeof hdr, f) != sizeof hdr) { err = mw_error_set(-EIO, "cannot read %s", path); goto err; }
-    if ((err = decode_header(hdr, info, path)) || (err = expected_size(info, &want, path))) goto err;
+    if ((err = mw_ckpt_header_decode(hdr, info, path)) || (err = expected_size(info, &want, path))) goto err;
     if ((uint64_t)st.st_size != want) {
         err = mw_error_set(MW_EFORMAT, "checkpoint %s is %s: %lld bytes, its header describes %llu "
                            "(was the write interrupted?)", path,

@@ -124,6 +124,8 @@ static int opt_init(struct mw_train_opt *o, struct mw_gpt2 *m, const struct mw_t
     }
     cfg->cpu_threads = c->threads;
     cfg->trace = c->trace;
+    cfg->journal = c->journal && c->tier == MW_OFFLOAD_NVME;
+    cfg->resume = c->resume;
     if (c->dram_budget) {
         if (model_dram_bytes >= c->dram_budget) {
             char a[32], b[32];

@@ -11,6 +11,7 @@
 #include "train/acts.h"
 #include "train/optimizer_step.h"
 #include "train/residency.h"
+#include "train/resume.h"
 #include "train/stream.h"
 #include "train/zero.h"
 #include "memwall/comm.h"
@@ -225,6 +226,8 @@ int mw_trainer_init(struct mw_trainer *tr, const struct mw_gpt2_config *mcfg,
     }
     /* The sampler's stream is derived from the seed but distinct from the weights' stream. */
     tr->data_rng = cfg->seed ^ 0xda7a5eedda7a5eedull;
+    /* A run that did not finish: its committed state, step and data position (docs/resume.md). */
+    if (cfg->resume && (err = mw_train_resume_apply(tr, cfg->resume))) goto err;
     return 0;
 err:
     mw_trainer_free(tr);
@@ -253,6 +256,7 @@ void mw_trainer_free(struct mw_trainer *tr)
     free(tr->lm_losses);
     free(tr->g_inputs);
     free(tr->g_targets);
+    free(tr->journal_data);
     if (tr->model.params) mw_gpt2_free(&tr->model);
     memset(tr, 0, sizeof *tr);
 }
@@ -428,6 +432,11 @@ static int step_run(struct mw_trainer *tr, struct mw_train_step_stats *st)
     st->lr = mw_train_lr(c, step);
     st->tokens = (uint64_t)c->batch * (uint64_t)c->seq * (uint64_t)c->grad_accum;
     err = res->ops->grad_norm(res->self, &st->grad_norm);
+    /* Every batch of this step is drawn, none of the next: what the commit of this step records. */
+    if ((!err || err == MW_EOVERFLOW) && tr->journal_data) {
+        int jerr = mw_train_journal_note(tr, step);
+        if (jerr) return jerr;
+    }
     if (err == MW_EOVERFLOW) {
         st->skipped = 1; /* keep the weights; the step still counts for the schedule */
         if ((err = mw_train_opt_skip(tr->opt, step))) return err;

@@ -1,0 +1,191 @@
+/*
+ * test_offload_journal.c — the engine's durable commit record (docs/resume.md): an engine with
+ * its state on NVMe and journal = 1 runs three steps and is dropped without finishing (its files
+ * and record stay, as after a kill); an engine reopened from the record has bitwise the state of
+ * step 3 (master, moments, working copy) and its next steps match an engine that never stopped.
+ * A record cut short or with a flipped byte is refused (MW_EFORMAT / MW_ECHECKSUM); a committed
+ * object changed on disk is refused naming it (MW_ECHECKSUM), the record against other settings
+ * too; a finished run (mw_offload_journal_end) leaves no file behind.
+ */
+#include "offload_util.h"
+#include "memwall/store.h"
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+
+static const int64_t sizes[] = {3000, 700, 9000, 5000, 1};
+
+static struct mw_offload *make(const struct mw_offload_registry *r, const char *dir, float *w, float *g,
+                               const struct mw_offload_record *rec, uint64_t sgsize, int *rc_out)
+{
+    struct mw_offload_config c;
+    mw_offload_config_default(&c);
+    c.subgroup_size = sgsize;
+    c.buffer_count = 2;
+    c.nvme_dir = dir;
+    c.ext_weights = w;
+    c.ext_grads = g;
+    c.journal = 1;
+    c.resume = rec;
+    REQUIRE(mw_offload_placement_parse("optim=nvme", &c.place) == 0);
+    struct mw_offload *e = NULL;
+    *rc_out = mw_offload_init(&e, r, &c);
+    return e;
+}
+
+static void steps(struct mw_offload *e, float *g, uint64_t n, int from, int to)
+{
+    for (int s = from; s <= to; s++) {
+        struct mw_offload_hparams hp;
+        ou_hparams(&hp, s);
+        ou_grads(g, n, s, 0);
+        char blob[16];
+        snprintf(blob, sizeof blob, "step %d", s);
+        CHECK(mw_offload_journal_note(e, blob, strlen(blob)) == 0);
+        CHECK_MSG(mw_offload_step(e, &hp) == 0, "step %d: %s", s, mw_error_msg());
+    }
+}
+
+static int count_files(const char *dir)
+{
+    DIR *d = opendir(dir);
+    int n = 0;
+    for (struct dirent *x; d && (x = readdir(d));) n += x->d_name[0] != '.';
+    if (d) closedir(d);
+    return n;
+}
+
+static size_t slurp(const char *path, unsigned char **out)
+{
+    FILE *f = fopen(path, "rb");
+    REQUIRE(f);
+    unsigned char *b = malloc(1 << 20);
+    REQUIRE(b);
+    size_t n = fread(b, 1, 1 << 20, f);
+    fclose(f);
+    *out = b;
+    return n;
+}
+
+int main(void)
+{
+    mw_log_set(NULL, NULL);
+    struct mw_offload_registry r;
+    ou_model(&r, sizes, 5);
+    uint64_t n = r.total, sg = 4096;
+    const char *dir = ou_scratch_dir("offload_journal");
+    char ref_dir[300], rec_path[400];
+    snprintf(ref_dir, sizeof ref_dir, "%s/ref", dir);
+    char run_dir[300];
+    snprintf(run_dir, sizeof run_dir, "%s/run", dir);
+    snprintf(rec_path, sizeof rec_path, "%s/%s", run_dir, MW_OFFLOAD_RECORD_NAME);
+    float *w = malloc(4 * n), *g = malloc(4 * n), *w2 = malloc(4 * n), *wr = malloc(4 * n), *gr = malloc(4 * n);
+    REQUIRE(w && g && w2 && wr && gr);
+    int rc;
+
+    /* The reference: 5 steps without a stop. */
+    ou_init_weights(wr, n);
+    struct mw_offload *ref = make(&r, ref_dir, wr, gr, NULL, sg, &rc);
+    REQUIRE(rc == 0);
+    CHECK(mw_offload_journal_commit(ref, "step 0", 6) == 0);
+    steps(ref, gr, n, 1, 3);
+    struct ou_snap at3, at5, now;
+    ou_snap_take(ref, MW_OFFLOAD_M_FP32, n, &at3);
+    steps(ref, gr, n, 4, 5);
+    ou_snap_take(ref, MW_OFFLOAD_M_FP32, n, &at5);
+    CHECK(mw_offload_journal_end(ref) == 0);
+    mw_offload_free(ref);
+    CHECK_EQ_INT(count_files(ref_dir), 0); /* finished: record, store file and lock gone */
+
+    /* Three steps, then dropped without journal_end: what a kill leaves. */
+    ou_init_weights(w, n);
+    struct mw_offload *e = make(&r, run_dir, w, g, NULL, sg, &rc);
+    REQUIRE(rc == 0);
+    CHECK(mw_offload_journal_commit(e, "step 0", 6) == 0);
+    steps(e, g, n, 1, 3);
+    mw_offload_free(e);
+    CHECK(access(rec_path, F_OK) == 0);
+
+    struct mw_offload_record rec;
+    rc = mw_offload_record_read(run_dir, &rec);
+    CHECK_MSG(rc == 0, "read: %s", mw_error_msg());
+    REQUIRE(rc == 0);
+    CHECK_EQ_INT(rec.step, 3);
+    CHECK(rec.blob_len == 6 && !memcmp(rec.blob, "step 3", 6));
+    CHECK_EQ_INT(rec.ndirs, 1);
+
+    /* A fresh run on the directory is refused (the crashed run's files are kept). */
+    struct mw_offload *x = make(&r, run_dir, w2, g, NULL, sg, &rc);
+    CHECK_EQ_INT(rc, -EEXIST);
+    CHECK(x == NULL);
+
+    /* Another subgroup size: the record does not describe this run. */
+    x = make(&r, run_dir, w2, g, &rec, 2 * sg, &rc);
+    CHECK_EQ_INT(rc, -EINVAL);
+    CHECK_MSG(strstr(mw_error_msg(), "subgroup size"), "message: %s", mw_error_msg());
+
+    /* Reopened: bitwise step 3 (the working copy refreshed from the master), then steps 4-5 as the reference. */
+    memset(w2, 0, 4 * n);
+    e = make(&r, run_dir, w2, g, &rec, sg, &rc);
+    CHECK_MSG(rc == 0, "resume: %s", mw_error_msg());
+    REQUIRE(rc == 0);
+    CHECK_EQ_INT(mw_offload_committed_steps(e), 3);
+    ou_snap_take(e, MW_OFFLOAD_M_FP32, n, &now);
+    CHECK(ou_snap_equal(&now, &at3, "resumed at step 3"));
+    ou_snap_free(&now);
+    steps(e, g, n, 4, 5);
+    ou_snap_take(e, MW_OFFLOAD_M_FP32, n, &now);
+    CHECK(ou_snap_equal(&now, &at5, "resumed run at step 5"));
+    ou_snap_free(&now);
+    mw_offload_free(e); /* not finished: kept again, now at step 5 */
+    mw_offload_record_free(&rec);
+
+    /* Torn or corrupt records are refused. */
+    unsigned char *buf;
+    size_t len = slurp(rec_path, &buf);
+    REQUIRE(len > 100);
+    CHECK_EQ_INT(mw_offload_record_parse(buf, len - 1, &rec), MW_EFORMAT);
+    CHECK_EQ_INT(mw_offload_record_parse(buf, len / 2, &rec), MW_EFORMAT);
+    buf[len / 2] ^= 0x40;
+    CHECK_EQ_INT(mw_offload_record_parse(buf, len, &rec), MW_ECHECKSUM);
+    buf[len / 2] ^= 0x40;
+    CHECK(mw_offload_record_parse(buf, len, &rec) == 0);
+    CHECK_EQ_INT(rec.step, 5);
+
+    /* A committed object changed behind the run's back: refused, the object named. */
+    uint64_t foff = rec.ext_off[(size_t)(rec.step % 2) * rec.ndirs] + 8; /* subgroup 0, committed slot */
+    char dat[400];
+    snprintf(dat, sizeof dat, "%s/memwall-offload.0.dat", run_dir);
+    int fd = open(dat, O_RDWR);
+    REQUIRE(fd >= 0);
+    unsigned char c;
+    REQUIRE(pread(fd, &c, 1, (off_t)foff) == 1);
+    c ^= 1;
+    REQUIRE(pwrite(fd, &c, 1, (off_t)foff) == 1);
+    e = make(&r, run_dir, w2, g, &rec, sg, &rc);
+    CHECK_EQ_INT(rc, MW_ECHECKSUM);
+    CHECK_MSG(strstr(mw_error_msg(), "sg0.slot1") && strstr(mw_error_msg(), "record"), "message: %s", mw_error_msg());
+    c ^= 1;
+    REQUIRE(pwrite(fd, &c, 1, (off_t)foff) == 1);
+    close(fd);
+
+    /* Restored, it resumes; finished, nothing stays. */
+    e = make(&r, run_dir, w2, g, &rec, sg, &rc);
+    CHECK_MSG(rc == 0, "resume after repair: %s", mw_error_msg());
+    if (e) {
+        ou_snap_take(e, MW_OFFLOAD_M_FP32, n, &now);
+        CHECK(ou_snap_equal(&now, &at5, "resumed at step 5"));
+        ou_snap_free(&now);
+        CHECK(mw_offload_journal_end(e) == 0);
+        mw_offload_free(e);
+    }
+    CHECK_EQ_INT(count_files(run_dir), 0);
+    mw_offload_record_free(&rec);
+    free(buf);
+    ou_snap_free(&at3);
+    ou_snap_free(&at5);
+    free(w); free(g); free(w2); free(wr); free(gr);
+    mw_offload_registry_free(&r);
+    tu_rm_rf(dir);
+    TEST_END();
+}
