@@ -239,6 +239,7 @@ void mw_offload_free(struct mw_offload *e)
 {
     if (!e) return;
     if (e->in_flight) (void)mw_offload_step_wait(e); /* its result is lost with the engine */
+    if (e->threads_up) (void)ofl_journal_settle(e);     /* likewise a record being written */
     ofl_pipe_stop(e);
     ofl_dev_free(e->dev);
     if (e->store) mw_store_close(e->store);
@@ -329,9 +330,22 @@ static void reset_step_locked(struct mw_offload *e)
     for (uint32_t i = 0; i < e->nsg; i++) e->st[i].state = OFL_SG_IDLE;
 }
 
+int ofl_journal_settle(struct mw_offload *e)
+{
+    pthread_mutex_lock(&e->mu);
+    while (e->jstate != 0) pthread_cond_wait(&e->cv_done, &e->mu);
+    int rc = e->jerr;
+    char msg[sizeof e->jmsg];
+    snprintf(msg, sizeof msg, "%s", e->jmsg);
+    pthread_mutex_unlock(&e->mu);
+    return rc ? mw_error_set(rc, "offload: %s", msg) : 0;
+}
+
 int mw_offload_step_start(struct mw_offload *e, const struct mw_offload_hparams *hp)
 {
     if (e->failed) return mw_error_set(-EBUSY, "offload: the last step failed; call mw_offload_recover first");
+    int jrc = ofl_journal_settle(e); /* this step writes the slot the last record's step left */
+    if (jrc) return jrc;
     if (e->in_backward) return mw_error_set(-EINVAL, "offload step: call mw_offload_backward_end first");
     if (e->in_flight) return mw_error_set(-EBUSY, "offload step: the previous step is still running (mw_offload_step_wait)");
     int rc;
@@ -375,7 +389,14 @@ int mw_offload_step_wait(struct mw_offload *e)
     uint64_t t0 = e->step_call_t0;
     while (e->n_done < e->n_started || (e->threads_up && (e->n_reading || e->n_writing || e->upd_head != e->upd_tail)))
         pthread_cond_wait(&e->cv_done, &e->mu);
-    if (!e->failed && e->jon) { /* every write of the step landed: make it durable, then record it */
+    /* Every write of the step landed: durable, then recorded, by the pipeline thread (asked here
+     * if it has not started on its own; the next step waits for it: ofl_journal_settle). */
+    if (!e->failed && e->jon && e->jstep < e->committed + 1 && e->threads_up) {
+        e->jstep = e->committed + 1;
+        e->jstate = 1;
+        pthread_cond_signal(&e->cv_pipe);
+    } else if (!e->failed && e->jon && e->jstep < e->committed + 1) {
+        e->jstep = e->committed + 1;
         pthread_mutex_unlock(&e->mu);
         int jrc = ofl_journal_write(e, e->committed + 1);
         pthread_mutex_lock(&e->mu);
@@ -552,6 +573,8 @@ int mw_offload_journal_note(struct mw_offload *e, const void *blob, size_t n)
 {
     if (!e->cfg.journal) return mw_error_set(-EINVAL, "offload: no commit record (journal = 0)");
     if (n > MW_OFFLOAD_BLOB_MAX) return mw_error_set(-EINVAL, "offload: a record blob of %zu bytes (at most %u)", n, MW_OFFLOAD_BLOB_MAX);
+    int jrc = ofl_journal_settle(e); /* the record being written reads the blob it was given */
+    if (jrc) return jrc;
     uint8_t *b = malloc(n ? n : 1);
     if (!b) return mw_error_set(-ENOMEM, "offload: out of memory");
     if (n) memcpy(b, blob, n);
@@ -564,6 +587,7 @@ int mw_offload_journal_note(struct mw_offload *e, const void *blob, size_t n)
 int mw_offload_journal_commit(struct mw_offload *e, const void *blob, size_t n)
 {
     int rc = ofl_check_quiet(e, "journal_commit");
+    if (!rc) rc = ofl_journal_settle(e);
     if (!rc) rc = mw_offload_journal_note(e, blob, n);
     if (rc) return rc;
     if ((rc = ofl_journal_write(e, e->committed))) return rc;
@@ -574,6 +598,8 @@ int mw_offload_journal_commit(struct mw_offload *e, const void *blob, size_t n)
 int mw_offload_journal_end(struct mw_offload *e)
 {
     if (!e->jpath) return 0;
+    int jrc = ofl_journal_settle(e);
+    if (jrc) return jrc; /* a run whose last record failed keeps its files for a resume */
     e->jon = 0;
     /* The record first: files without a record are a run that cannot be resumed, never a record
      * pointing at files that are gone. */

@@ -61,6 +61,8 @@ int mw_offload_backward_begin(struct mw_offload *e, int last, const struct mw_of
     if (e->in_backward) return mw_error_set(-EINVAL, "offload: backward_begin twice without backward_end");
     if (e->in_flight) return mw_error_set(-EBUSY, "offload: backward_begin while the last step runs (mw_offload_step_wait)");
     if (hp && !last) return mw_error_set(-EINVAL, "offload: only the last micro-step can be armed");
+    int jrc = hp ? ofl_journal_settle(e) : 0; /* armed: updates may write slots during backward */
+    if (jrc) return jrc;
     e->in_backward = 1;
     e->nranges = 0;
     for (uint32_t i = 0; i < e->nsg; i++) e->st[i].ready_elems = 0;

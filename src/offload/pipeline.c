@@ -443,6 +443,30 @@ static void *pipe_main(void *arg)
             pthread_mutex_lock(&e->mu);
             continue;
         }
+        /* Every subgroup of the step in flight is written: its record can start now. */
+        if (e->jon && e->in_flight && e->jstate == 0 && e->jstep < e->committed + 1 && !e->failed &&
+            e->n_started == e->nsg && e->n_done == e->n_started && !e->n_reading && !e->n_writing &&
+            e->upd_head == e->upd_tail) {
+            e->jstep = e->committed + 1;
+            e->jstate = 1;
+        }
+        if (e->jstate == 1) { /* durable, then recorded, while the caller computes */
+            e->jstate = 2;
+            uint64_t step = e->jstep;
+            pthread_mutex_unlock(&e->mu);
+            int jrc = ofl_journal_write(e, step);
+            char msg[480];
+            if (jrc) snprintf(msg, sizeof msg, "%s", mw_error_msg());
+            pthread_mutex_lock(&e->mu);
+            if (jrc && !e->jerr) {
+                e->jerr = jrc;
+                snprintf(e->jmsg, sizeof e->jmsg, "recording step %llu failed (a resume finds step %llu): %s",
+                         (unsigned long long)step, (unsigned long long)step - 1, msg);
+            }
+            e->jstate = 0;
+            pthread_cond_broadcast(&e->cv_done);
+            continue;
+        }
         pthread_cond_wait(&e->cv_pipe, &e->mu);
     }
     pthread_mutex_unlock(&e->mu);

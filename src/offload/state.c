@@ -124,6 +124,7 @@ int mw_offload_set_master(struct mw_offload *e, uint64_t first, uint64_t n, cons
 int mw_offload_set_committed_steps(struct mw_offload *e, uint64_t steps)
 {
     int rc = ofl_check_quiet(e, "set_committed_steps");
+    if (!rc) rc = ofl_journal_settle(e);
     if (rc) return rc;
     if (e->txn && steps % 2 != e->committed % 2) { /* the committed slot moves: copy every subgroup over */
         for (uint32_t i = 0; i < e->nsg; i++) {
