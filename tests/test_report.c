@@ -399,6 +399,47 @@ static void test_escaping(const char *dir)
     free(html);
 }
 
+/* An update overlapped with the next forward pass: the update thread's I/O waits during the
+ * forward block no one; one inside the trainer's update phase does, and so does the training
+ * thread's own wait for the update (arg caller = 1). The engine's offload "step" spans stand
+ * for update phases only in traces without the trainer's phases. */
+static const char overlap_trace[] =
+    "{\"traceEvents\":[\n"
+    "{\"ph\":\"X\",\"cat\":\"step\",\"name\":\"step\",\"ts\":0,\"dur\":100,\"pid\":1,\"tid\":1,\"args\":{\"step\":1}},\n"
+    "{\"ph\":\"X\",\"cat\":\"phase\",\"name\":\"forward\",\"ts\":0,\"dur\":40,\"pid\":1,\"tid\":1,\"args\":{\"step\":1}},\n"
+    "{\"ph\":\"X\",\"cat\":\"phase\",\"name\":\"backward\",\"ts\":40,\"dur\":50,\"pid\":1,\"tid\":1,\"args\":{\"step\":1}},\n"
+    "{\"ph\":\"X\",\"cat\":\"phase\",\"name\":\"update\",\"ts\":90,\"dur\":10,\"pid\":1,\"tid\":1,\"args\":{\"step\":1}},\n"
+    "{\"ph\":\"X\",\"cat\":\"offload\",\"name\":\"step\",\"ts\":0,\"dur\":30,\"pid\":1,\"tid\":2,\"args\":{}},\n"
+    "{\"ph\":\"X\",\"cat\":\"offload\",\"name\":\"wait\",\"ts\":5,\"dur\":10,\"pid\":1,\"tid\":2,\"args\":{}},\n"
+    "{\"ph\":\"X\",\"cat\":\"offload\",\"name\":\"wait\",\"ts\":20,\"dur\":4,\"pid\":1,\"tid\":1,\"args\":{\"caller\":1}},\n"
+    "{\"ph\":\"X\",\"cat\":\"offload\",\"name\":\"wait\",\"ts\":92,\"dur\":3,\"pid\":1,\"tid\":2,\"args\":{}}\n"
+    "]}\n";
+
+static void test_overlap(const char *dir)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/overlap.json", dir);
+    write_file(path, overlap_trace, strlen(overlap_trace));
+    struct mw_report *r;
+    int rc = mw_report_load(&r, path, NULL);
+    CHECK_MSG(rc == 0, "%s", mw_error_msg());
+    REQUIRE(rc == 0);
+    CHECK_MSG(NEAR(r->wait_s, 7e-6, 1e-12), "exposed wait %g s, want 7e-6 (caller 4 + inside update 3)", r->wait_s);
+    REQUIRE(r->nsteps == 1);
+    CHECK(NEAR(r->steps[0].exposed_wait_s, 7e-6, 1e-12));
+    mw_report_free(r);
+    /* Without the trainer's phases (memwall bench offload) every wait of the update thread counts. */
+    static const char bench[] =
+        "{\"traceEvents\":[\n"
+        "{\"ph\":\"X\",\"cat\":\"offload\",\"name\":\"step\",\"ts\":0,\"dur\":30,\"pid\":1,\"tid\":2,\"args\":{}},\n"
+        "{\"ph\":\"X\",\"cat\":\"offload\",\"name\":\"wait\",\"ts\":5,\"dur\":10,\"pid\":1,\"tid\":2,\"args\":{}}\n"
+        "]}\n";
+    write_file(path, bench, strlen(bench));
+    REQUIRE(mw_report_load(&r, path, NULL) == 0);
+    CHECK_MSG(NEAR(r->wait_s, 10e-6, 1e-12), "bench trace: exposed wait %g s, want 1e-5", r->wait_s);
+    mw_report_free(r);
+}
+
 int main(int argc, char **argv)
 {
     if ((argc == 4 || argc == 6) && !strcmp(argv[1], "gen")) { /* test_report gen STEPS PATH [RANK WORLD] */
@@ -411,6 +452,7 @@ int main(int argc, char **argv)
     }
     const char *dir = tu_scratch_dir("report");
     test_hand(dir);
+    test_overlap(dir);
     test_synth(dir);
     test_errors(dir);
     test_escaping(dir);

@@ -330,6 +330,13 @@ static void reset_step_locked(struct mw_offload *e)
     for (uint32_t i = 0; i < e->nsg; i++) e->st[i].state = OFL_SG_IDLE;
 }
 
+/* The caller's thread blocked on the step from tw to now (trace: exposed wait, docs/report.md). */
+static void caller_wait(struct mw_offload *e, uint64_t tw)
+{
+    struct mw_trace_arg a[1] = {{"caller", 1}};
+    mw_trace_span(e->tr, "offload", "wait", tw, mw_now_ns(), a, 1);
+}
+
 int ofl_journal_settle(struct mw_offload *e)
 {
     pthread_mutex_lock(&e->mu);
@@ -368,7 +375,13 @@ int mw_offload_sg_wait(struct mw_offload *e, uint32_t sg, int block)
 {
     if (sg >= e->nsg) return mw_error_set(-EINVAL, "offload sg_wait: no subgroup %u (%u)", sg, e->nsg);
     pthread_mutex_lock(&e->mu);
-    while (block && e->in_flight && !e->failed && e->st[sg].state != OFL_SG_DONE) pthread_cond_wait(&e->cv_done, &e->mu);
+    uint64_t tw = mw_now_ns();
+    int waited = 0;
+    while (block && e->in_flight && !e->failed && e->st[sg].state != OFL_SG_DONE) {
+        pthread_cond_wait(&e->cv_done, &e->mu);
+        waited = 1;
+    }
+    if (waited) caller_wait(e, tw);
     int rc = !e->in_flight || e->st[sg].state == OFL_SG_DONE ? 1 : 0;
     if (e->in_flight && e->failed) rc = mw_error_set(e->err ? e->err : -EIO, "%s", e->errmsg);
     pthread_mutex_unlock(&e->mu);
@@ -386,9 +399,13 @@ int mw_offload_step_wait(struct mw_offload *e)
     int rc;
     pthread_mutex_lock(&e->mu);
     if (!e->in_flight) { pthread_mutex_unlock(&e->mu); return 0; }
-    uint64_t t0 = e->step_call_t0;
-    while (e->n_done < e->n_started || (e->threads_up && (e->n_reading || e->n_writing || e->upd_head != e->upd_tail)))
+    uint64_t t0 = e->step_call_t0, tw = mw_now_ns();
+    int waited = 0;
+    while (e->n_done < e->n_started || (e->threads_up && (e->n_reading || e->n_writing || e->upd_head != e->upd_tail))) {
         pthread_cond_wait(&e->cv_done, &e->mu);
+        waited = 1;
+    }
+    if (waited) caller_wait(e, tw);
     /* Every write of the step landed: durable, then recorded, by the pipeline thread (asked here
      * if it has not started on its own; the next step waits for it: ofl_journal_settle). */
     if (!e->failed && e->jon && e->jstep < e->committed + 1 && e->threads_up) {

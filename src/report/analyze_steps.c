@@ -2,7 +2,8 @@
  * analyze_steps.c — the per-step table, the whole-run time budget, the per-subgroup table and
  * the one-step detail view. The definitions (docs/report.md) as set algebra on intervals:
  *   C  (compute)  = ∪ phase spans forward|backward|update  \  (W ∪ Wc)
- *   W  (exposed I/O wait) = ∪ offload "wait" spans ∪ residency "wait" spans
+ *   W  (exposed I/O wait) = ∪ (the update thread's offload "wait" spans ∩ update phases; all of
+ *        them in a trace without phases) ∪ the caller's offload "wait" spans ∪ residency "wait"
  *   Wc (exposed comm wait) = ∪ comm "wait" spans (analyze_comm.c)
  *   IO (I/O busy) = ∪ cat "io" request intervals, all tier pairs
  *   overlap fraction = |IO ∩ C| / |IO|
@@ -35,17 +36,35 @@ static int is_compute(const struct rp_span *s)
 
 static int steps_table(struct mw_report *r, const struct rp_trace *t)
 {
-    struct rp_ivls raw = {0}, W = {0}, WA = {0}, C = {0}, IO = {0}, OV = {0}, ph[MW_PHASE_COUNT];
+    struct rp_ivls raw = {0}, W = {0}, WA = {0}, C = {0}, IO = {0}, OV = {0}, ph[MW_PHASE_COUNT], ow = {0}, owu = {0}, upd = {0};
     memset(ph, 0, sizeof ph);
     double *walls = NULL;
     int rc = -ENOMEM;
+    /* The update thread's I/O waits are exposed where the training thread waits for the update:
+     * inside the trainer's update phases (an overlapped update's waits during the next forward
+     * pass block no one), or everywhere in a trace without the trainer's phases (memwall bench
+     * offload, whose offload "step" spans stand for update phases). The training
+     * thread's own waits for the update (arg caller = 1) always are. */
+    int phases = 0;
     for (size_t i = 0; i < t->nspan; i++) {
         const struct rp_span *s = &t->span[i];
         if (is_compute(s) && rp_ivls_push(&raw, s->t0, s->t1)) goto out;
         if (s->cat == RP_CAT_PHASE && rp_ivls_push(&ph[s->name], s->t0, s->t1)) goto out;
-        if (s->cat == RP_CAT_OFFLOAD && s->name == RP_OFF_WAIT &&
+        if (s->cat == RP_CAT_PHASE && s->who != RP_WHO_ENGINE) phases = 1;
+        if (s->cat == RP_CAT_PHASE && s->name == MW_PHASE_UPDATE && s->who != RP_WHO_ENGINE &&
+            rp_ivls_push(&upd, s->t0, s->t1)) goto out;
+        if (s->cat == RP_CAT_OFFLOAD && s->name == RP_OFF_WAIT && s->who == RP_WHO_CALLER &&
             (rp_ivls_push(&W, s->t0, s->t1) || rp_ivls_push(&WA, s->t0, s->t1))) goto out;
+        if (s->cat == RP_CAT_OFFLOAD && s->name == RP_OFF_WAIT && s->who != RP_WHO_CALLER && rp_ivls_push(&ow, s->t0, s->t1))
+            goto out;
         if (s->cat == RP_CAT_STEP) r->nsteps++;
+    }
+    rp_ivls_normalize(&ow);
+    rp_ivls_normalize(&upd);
+    if (phases && rp_ivls_intersect(&ow, &upd, &owu)) goto out;
+    for (size_t i = 0; i < (phases ? owu.n : ow.n); i++) {
+        const struct rp_ivl *v = phases ? &owu.v[i] : &ow.v[i];
+        if (rp_ivls_push(&W, v->a, v->b) || rp_ivls_push(&WA, v->a, v->b)) goto out;
     }
     /* The training thread blocked on a weight unit's fetch is exposed I/O wait too. */
     if (rp_res_wait_ivls(t, &W) || rp_res_wait_ivls(t, &WA)) goto out;
@@ -115,6 +134,7 @@ static int steps_table(struct mw_report *r, const struct rp_trace *t)
     rc = rp_analyze_comm(r, t, &C);
 out:
     rp_ivls_free(&raw); rp_ivls_free(&W); rp_ivls_free(&WA); rp_ivls_free(&C); rp_ivls_free(&IO); rp_ivls_free(&OV);
+    rp_ivls_free(&ow); rp_ivls_free(&owu); rp_ivls_free(&upd);
     for (int p = 0; p < MW_PHASE_COUNT; p++) rp_ivls_free(&ph[p]);
     free(walls);
     return rc;

@@ -268,6 +268,7 @@ int rp_take_event(struct rp_trace *t, const cJSON *e, const char **why)
         if (rp_grow((void **)&t->span, &t->capspan, t->nspan + 1, sizeof *t->span)) return -ENOMEM;
         struct rp_span *s = &t->span[t->nspan++];
         s->t0 = ts; s->t1 = t1; s->cat = (int8_t)c; s->name = (int8_t)n; s->synth = 0;
+        s->who = offload_step ? RP_WHO_ENGINE : inum(args, "caller") == 1 ? RP_WHO_CALLER : RP_WHO_ANY;
         const cJSON *tv = cJSON_GetObjectItemCaseSensitive(args, "tier");
         s->tier = (int16_t)(tv ? tier_from_json(t, tv) : -1);
         s->step = inum(args, "step");

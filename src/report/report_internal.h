@@ -43,6 +43,8 @@ struct rp_mem {           /* alloc/free (delta) and/or the tier's bytes after it
 struct rp_span {          /* a span of one of the categories above */
     double t0, t1;        /* s */
     int8_t cat, name;     /* rp_cat; MW_PHASE_* / rp_offload / rp_decision / 0 for "step" */
+    int8_t who;           /* RP_WHO_CALLER: an offload "wait" with arg caller = 1 (the training thread
+                             blocked); RP_WHO_ENGINE: the "update" phase made of an offload "step" */
     int8_t synth;         /* derived: a decision from an offload "update" span's args.device, or
                              a step from an offload "step" span (used only if the trace has none
                              of its own); analyze.c drops them when real ones exist */
@@ -50,6 +52,7 @@ struct rp_span {          /* a span of one of the categories above */
     int64_t step, tokens, sub, bytes, predicted_ns, measured_ns; /* -1 when absent */
 };
 
+enum { RP_WHO_ANY = 0, RP_WHO_CALLER = 1, RP_WHO_ENGINE = 2 };
 #define RP_COMM_WAIT MW_REPORT_COMM_NOPS /* rp_comm.op of a comm "wait" span */
 
 struct rp_comm {          /* one span cat "comm": a collective, or a wait on one */
