@@ -88,6 +88,14 @@ static size_t mulc(int *ovf, size_t a, size_t b)
     return r;
 }
 
+/* The layout walkers below: with base NULL only count; every piece rounded up to ALIGN_FLOATS;
+ * a size that overflows sets *ovf. (Each walker has locals base, used and ovf.) */
+#define M2(a, b) mulc(ovf, (a), (b))
+#define TAKE(ptr, n) do { size_t n_ = (n), r_; \
+        if (mw_add_size(n_, ALIGN_FLOATS - 1, &r_)) *ovf = 1; else n_ = r_ / ALIGN_FLOATS * ALIGN_FLOATS; \
+        if (base) { (ptr) = base + used; } \
+        if (mw_add_size(used, n_, &used)) *ovf = 1; } while (0)
+
 /* One block's activations at base (NULL: only counts); floats used, each piece aligned. */
 static size_t carve_layer(const struct mw_gpt2_config *c, const struct mw_gpt2_options *o, float *base,
                           struct mw_gpt2_layer_acts *a, int *ovf)
@@ -96,17 +104,10 @@ static size_t carve_layer(const struct mw_gpt2_config *c, const struct mw_gpt2_o
     size_t NH = (size_t)c->n_head, B = (size_t)o->max_batch;
     size_t BT = mulc(ovf, B, T);
     size_t used = 0;
-#define M2(a, b) mulc(ovf, (a), (b))
-#define TAKE(ptr, n) do { size_t n_ = (n), r_; \
-        if (mw_add_size(n_, ALIGN_FLOATS - 1, &r_)) *ovf = 1; else n_ = r_ / ALIGN_FLOATS * ALIGN_FLOATS; \
-        if (base) { (ptr) = base + used; } \
-        if (mw_add_size(used, n_, &used)) *ovf = 1; } while (0)
     TAKE(a->ln1, M2(BT, C)); TAKE(a->ln1_mean, BT); TAKE(a->ln1_rstd, BT);
     TAKE(a->qkv, M2(M2(BT, 3), C)); TAKE(a->atty, M2(BT, C)); TAKE(a->att, M2(M2(M2(B, NH), T), T));
     TAKE(a->res2, M2(BT, C)); TAKE(a->ln2, M2(BT, C)); TAKE(a->ln2_mean, BT); TAKE(a->ln2_rstd, BT);
     TAKE(a->fch, M2(M2(BT, 4), C)); TAKE(a->fch_gelu, M2(M2(BT, 4), C));
-#undef TAKE
-#undef M2
     return *ovf ? 0 : used;
 }
 
@@ -132,11 +133,6 @@ static size_t carve(const struct mw_gpt2_config *c, const struct mw_gpt2_options
     size_t B = (size_t)o->max_batch, L = (size_t)c->n_layer;
     size_t BT = mulc(ovf, B, T);
     size_t used = 0;
-#define M2(a, b) mulc(ovf, (a), (b))
-#define TAKE(ptr, n) do { size_t n_ = (n), r_; \
-        if (mw_add_size(n_, ALIGN_FLOATS - 1, &r_)) *ovf = 1; else n_ = r_ / ALIGN_FLOATS * ALIGN_FLOATS; \
-        if (base) { (ptr) = base + used; } \
-        if (mw_add_size(used, n_, &used)) *ovf = 1; } while (0)
     float *dummy;
     size_t nsets = recompute ? 1 : L;
     for (size_t l = 0; l < nsets; l++) {
