@@ -54,6 +54,18 @@ int main(void)
     CHECK(mw_plan_stream_dram(&in, &p) == 0);
     CHECK(p.grads_peak == MW_ALIGN_UP(108288 * 4, 4096));
 
+    /* Data parallel: the gradients are what the trainer says its ZeRO stage keeps, at every
+     * position; the collectives' buffers are added to the total. */
+    in = shape(2, 64, 64, 64, 4096, 1, 1);
+    in.dp_grads_bytes = 100000;
+    in.dp_buffer_bytes = 70000;
+    CHECK(mw_plan_stream_dram(&in, &p) == 0);
+    CHECK(p.grads_peak == 100000);
+    CHECK(p.weights_peak == 24 * 16384 + 8192);       /* the weights as on one rank */
+    CHECK(p.passes == 24 * 16384 + 8192 + 100000);
+    CHECK(p.dp_buffers == 70000);
+    CHECK(p.total == p.runtime + p.acts + p.staging + 70000 + p.passes);
+
     /* GPT-2 124M: more prefetch never plans less, and the total holds its parts. */
     uint64_t last = 0;
     for (int d = 0; d <= 8; d++) {

@@ -313,6 +313,10 @@ struct mw_plan_stream_in {
                                      saved micro-batches (mw_gpt2_lm_bytes) */
     uint64_t staging_bytes;       /* the optimizer's staging buffers (its plan) */
     uint64_t runtime_bytes;       /* the process before the model: code, libraries, thread stacks */
+    /* Data parallel over MPI (0 on one rank): the gradient bytes a rank holds through a pass (its
+     * ZeRO stage decides: the whole array for stages 0-1, the owned shard plus the buckets being
+     * reduced for 2-3) and its collectives' whole-shard buffers (receive, accumulate). */
+    uint64_t dp_grads_bytes, dp_buffer_bytes;
 };
 struct mw_plan_stream {
     uint64_t params;              /* elements */
@@ -324,7 +328,8 @@ struct mw_plan_stream {
     uint64_t passes;              /* weights + gradients at the worst moment of a pass (<= the sum
                                      of the two peaks, which come at different moments) */
     uint64_t acts, staging, runtime; /* bytes, as given */
-    uint64_t total;               /* runtime + acts + staging + max(passes, step_grads) */
+    uint64_t dp_buffers;          /* bytes, as given (dp_buffer_bytes) */
+    uint64_t total;               /* runtime + acts + staging + dp_buffers + max(passes, step_grads) */
 };
 int mw_plan_stream_dram(const struct mw_plan_stream_in *in, struct mw_plan_stream *out);
 /* The weight unit at position p of a training pass of an L-block GPT-2 (units: 0 embeddings,

@@ -197,6 +197,8 @@ void mw_trainer_zero_info(const struct mw_trainer *tr, struct mw_train_zero_info
 int mw_trainer_zero_peak(struct mw_trainer *tr, uint64_t *max_bytes, int reset);
 /* The same for the gradient array under ZeRO-2/3 (collective). */
 int mw_trainer_zero_grads_peak(struct mw_trainer *tr, uint64_t *max_bytes);
+/* The largest v over the ranks (collective under data parallelism; v itself on one rank). */
+int mw_trainer_max_u64(struct mw_trainer *tr, uint64_t v, uint64_t *max);
 /* Writes the model as model.safetensors (HF names) through the residency interface: a unit at a
  * time is brought into DRAM (streamed weights, ZeRO-3 gathered). Collective under ZeRO-3 (every
  * rank calls it); only a rank with write != 0 writes the file. */
@@ -216,6 +218,7 @@ struct mw_train_stream_info {
     /* The planned DRAM peak (bytes, src/plan mw_plan_stream_dram) and its parts. */
     uint64_t planned_total, planned_runtime, planned_acts, planned_staging, planned_weights, planned_grads;
     uint64_t planned_streamed;     /* weights + gradients at their worst moment (or the step's) */
+    uint64_t planned_dp;           /* data parallel: the ZeRO collectives' shard buffers (0 on one rank) */
 };
 void mw_trainer_stream_info(const struct mw_trainer *tr, struct mw_train_stream_info *si);
 

@@ -114,10 +114,10 @@ static const struct mw_opt train_opts[] = {
     {"log-json", MW_OPT_STRING, &A.log_json, "FILE", "one JSON object per step (step, loss, val_loss, tokens_per_s, ms, ...)", 0, 0, NULL},
     {"trace", MW_OPT_STRING, &A.trace, "FILE", "trace of the run (Chrome/Perfetto JSON, for 'memwall report'); a summary is printed at the end; several ranks: one per rank, put %r in FILE", 0, 0, NULL},
     {"optimizer-tier", MW_OPT_CHOICE, &A.tier, NULL, "where the AdamW state (master weights, moments) lives: host DRAM or NVMe files", 0, 0, tier_names},
-    {"offload-params", MW_OPT_CHOICE, &A.offload_params, NULL, "where the weights and gradients live between uses: host DRAM, or streamed unit by unit from NVMe with the optimizer state (implies --optimizer-tier nvme; one rank)", 0, 0, tier_names},
+    {"offload-params", MW_OPT_CHOICE, &A.offload_params, NULL, "where the weights and gradients live between uses: host DRAM, or streamed unit by unit from NVMe with the optimizer state (implies --optimizer-tier nvme; under mpirun each rank streams its own state: its ZeRO shard, or the whole model at --zero 0)", 0, 0, tier_names},
     {"prefetch-depth", MW_OPT_INT, &A.prefetch_depth, "N", "--offload-params nvme: weight units read ahead of their use", 0, 8, NULL},
     {"sync-update", MW_OPT_FLAG, &A.sync_update, NULL, "finish each optimizer step before the next forward pass (default with --optimizer-tier nvme on one rank: the update runs behind the next forward, each unit waiting for its own; same results)", 0, 0, NULL},
-    {"schedule", MW_OPT_CHOICE, &A.schedule, NULL, "the step's micro-batches: one at a time through the whole model (batch-major), or all of them through each weight unit in turn (layer-major: the streamed weights are read once per step, not once per micro-batch; one rank); auto = layer-major with --offload-params nvme", 0, 0, schedule_names},
+    {"schedule", MW_OPT_CHOICE, &A.schedule, NULL, "the step's micro-batches: one at a time through the whole model (batch-major), or all of them through each weight unit in turn (layer-major: the streamed weights are read once per step, not once per micro-batch; one rank); auto = layer-major with --offload-params nvme on one rank", 0, 0, schedule_names},
     {"activations", MW_OPT_CHOICE, &A.activations, NULL, "layer-major: how backward gets each block's activations: recompute them from the block's input, or read back what forward wrote to NVMe (--nvme-dir; same results, no recomputation); auto = nvme with --offload-params nvme unless --recompute is given", 0, 0, acts_names},
     {"nvme-dir", MW_OPT_STRING, &A.nvme_dir, "DIR", "directory for the NVMe tier's files (several: D1:D2); default run/nvme; %r = the rank (several ranks without %r: /rank<r> is appended)", 0, 0, NULL},
     {"subgroup-size", MW_OPT_SIZE, &A.subgroup_size, "N", "parameters per optimizer subgroup (the unit of NVMe I/O and update); default 4M = 4194304", 1, 1e15, NULL},
@@ -530,16 +530,14 @@ static int train_main(int argc, char **argv)
         if (strcmp(A.tier, "nvme"))
             return usage_error("--offload-params nvme needs --optimizer-tier nvme: the fp32 master weights on NVMe are the "
                                "streamed weights%s", "");
-        if (world > 1)
-            return usage_error("--offload-params nvme runs on one rank for now (each rank streaming its own shard is not "
-                               "built yet)%s", "");
     } else if (GIVEN("prefetch-depth")) {
         mw_log(MW_LOG_WARN, "--prefetch-depth is used with --offload-params nvme only");
     }
     if (!strcmp(A.schedule, "layer-major") && world > 1)
         return usage_error("--schedule layer-major runs on one rank for now%s", "");
     int streamed = !strcmp(A.offload_params, "nvme");
-    int layer_major = !strcmp(A.schedule, "layer-major") || (!strcmp(A.schedule, "auto") && streamed);
+    /* (Several ranks: batch-major; the layer-major step is one rank's for now.) */
+    int layer_major = !strcmp(A.schedule, "layer-major") || (!strcmp(A.schedule, "auto") && streamed && world == 1);
     if (!strcmp(A.activations, "nvme") && (!streamed || !layer_major))
         return usage_error("--activations nvme needs --offload-params nvme and the layer-major schedule%s", "");
     if (!strcmp(A.activations, "nvme") && A.recompute)
@@ -837,16 +835,19 @@ static int run(const char *data_path, const struct mw_gpt2_config *mc, const str
         }
     }
     if (si.active) {
-        char b[8][32];
+        char b[9][32];
         printf("  streaming: weights and gradients on NVMe with the optimizer state, a weight unit at a time in DRAM "
-               "(prefetch depth %d, schedule %s, block activations %s)\n", si.prefetch_depth,
+               "(prefetch depth %d, schedule %s, block activations %s)%s\n", si.prefetch_depth,
                tc->layer_major ? "layer-major" : "batch-major",
-               tc->acts_nvme ? "on NVMe" : tc->layer_major || tc->recompute ? "recomputed" : "in DRAM");
+               tc->acts_nvme ? "on NVMe" : tc->layer_major || tc->recompute ? "recomputed" : "in DRAM",
+               world > 1 && A.zero >= 1 ? "; each rank reads its own shard and all-gathers the rest of a unit"
+               : world > 1 ? "; each rank streams the whole model from its own NVMe directory" : "");
         printf("  planned DRAM peak %s = runtime %s + activations %s + optimizer staging %s + streamed weights and "
-               "gradients %s (weights at most %s, gradients at most %s)%s%s\n", mw_fmt_bytes(b[0], 32, si.planned_total),
+               "gradients %s (weights at most %s, gradients at most %s)%s%s%s%s\n", mw_fmt_bytes(b[0], 32, si.planned_total),
                mw_fmt_bytes(b[1], 32, si.planned_runtime), mw_fmt_bytes(b[2], 32, si.planned_acts),
                mw_fmt_bytes(b[3], 32, si.planned_staging), mw_fmt_bytes(b[4], 32, si.planned_streamed),
                mw_fmt_bytes(b[5], 32, si.planned_weights), mw_fmt_bytes(b[6], 32, si.planned_grads),
+               si.planned_dp ? " + collective buffers " : "", si.planned_dp ? mw_fmt_bytes(b[8], 32, si.planned_dp) : "",
                tc->dram_budget ? ", budget " : "", tc->dram_budget ? mw_fmt_bytes(b[7], 32, tc->dram_budget) : "");
     }
     if (A.trace) printf("  trace: %s%s\n", A.trace, world > 1 ? " (this rank's; one file per rank)" : "");
@@ -918,16 +919,22 @@ static int run(const char *data_path, const struct mw_gpt2_config *mc, const str
     }
     double secs = (double)(mw_now_ns() - t_run) / 1e9;
     if (tokens_run) printf("done: %" PRIu64 " tokens in %.1f s, %.0f tokens/s\n", tokens_run, secs, (double)tokens_run / secs);
-    if (world > 1 && s.tr.zero && (err = report_zero_memory(&s, mc))) goto out;
+    if (world > 1 && s.tr.zero && !s.tr.stream && (err = report_zero_memory(&s, mc))) goto out;
     if (si.active) {
         struct mw_train_stream_info se;
         mw_trainer_stream_info(&s.tr, &se);
-        uint64_t hwm = mw_proc_mem("VmHWM");
+        /* Several ranks: the largest figures over them, and the worst rank's ratio. */
+        uint64_t hwm = mw_proc_mem("VmHWM"), planned = se.planned_total, ratio = planned ? hwm * 1000000 / planned : 0;
+        if ((err = mw_trainer_max_u64(&s.tr, hwm, &hwm)) || (err = mw_trainer_max_u64(&s.tr, planned, &planned)) ||
+            (err = mw_trainer_max_u64(&s.tr, ratio, &ratio))) {
+            mw_cli_fail("collecting the memory figures", err);
+            goto out;
+        }
         char b[6][32];
-        printf("streaming: measured peak resident set (VmHWM) %s vs planned %s (measured/planned %.3f)%s%s; weights "
+        printf("streaming: measured peak resident set (VmHWM) %s vs planned %s (measured/planned %.3f%s)%s%s; weights "
                "resident at most %s; NVMe: weights fetched %s, gradients written %s; blocked on fetches %.2f s\n",
-               mw_fmt_bytes(b[0], 32, hwm), mw_fmt_bytes(b[1], 32, se.planned_total),
-               se.planned_total ? (double)hwm / (double)se.planned_total : 0.0, tc->dram_budget ? ", budget " : "",
+               mw_fmt_bytes(b[0], 32, hwm), mw_fmt_bytes(b[1], 32, planned), (double)ratio / 1e6,
+               world > 1 ? ", the largest over the ranks" : "", tc->dram_budget ? ", budget " : "",
                tc->dram_budget ? mw_fmt_bytes(b[2], 32, tc->dram_budget) : "", mw_fmt_bytes(b[3], 32, se.resident_peak),
                mw_fmt_bytes(b[4], 32, se.fetch_bytes), mw_fmt_bytes(b[5], 32, se.grad_write_bytes), se.wait_s);
     }

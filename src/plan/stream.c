@@ -99,7 +99,9 @@ int mw_plan_stream_dram(const struct mw_plan_stream_in *in, struct mw_plan_strea
             for (uint64_t g = first[L + 1] / S; g <= (N - 1) / S; g++)
                 if (!mark[g]) { mark[g] = 1; wbytes += sg_bytes(g, S, N, page); }
         int backward = p >= nf, u = p < npos ? mw_plan_stream_unit(L, lm, p) : 0;
-        if (in->grad_accum > 1 && !lm) {
+        if (in->dp_grads_bytes) { /* data parallel: as the ZeRO stage keeps them (the trainer's figure) */
+            gbytes = in->dp_grads_bytes;
+        } else if (in->grad_accum > 1 && !lm) {
             gbytes = full;
         } else if (backward && (lm || p != nf)) { /* batch-major's LM head (position nf) writes none */
             /* The writes of the previous unit's subgroups are still in flight during this unit's
@@ -125,9 +127,10 @@ int mw_plan_stream_dram(const struct mw_plan_stream_in *in, struct mw_plan_strea
     out->acts = in->acts_bytes;
     out->staging = in->staging_bytes;
     out->runtime = in->runtime_bytes;
+    out->dp_buffers = in->dp_buffer_bytes;
     out->params = N;
     out->subgroup_size = S;
-    out->total = out->runtime + out->acts + out->staging + MW_MAX(out->passes, out->step_grads);
+    out->total = out->runtime + out->acts + out->staging + out->dp_buffers + MW_MAX(out->passes, out->step_grads);
     free(first);
     free(n);
     free(mark);

@@ -169,7 +169,10 @@ int mw_train_opt_load_master(struct mw_train_opt *o, uint64_t first, uint64_t n,
 {
     int err = ensure_engine(o);
     if (!err) err = mw_offload_set_committed_steps(o->eng, (uint64_t)step);
-    return err ? err : mw_offload_write_raw(o->eng, MW_OFFLOAD_R_MASTER, first, n, src);
+    /* first counts over the whole model; the engine holds [own_first, +n_params) of it. */
+    uint64_t a = MW_MAX(first, o->own_first), b = MW_MIN(first + n, o->own_first + o->n_params);
+    if (err || a >= b) return err;
+    return mw_offload_write_raw(o->eng, MW_OFFLOAD_R_MASTER, a - o->own_first, b - a, src + (a - first));
 }
 
 int mw_train_opt_backward_begin(struct mw_train_opt *o, int last)

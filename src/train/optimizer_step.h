@@ -87,7 +87,8 @@ int mw_train_opt_save(const struct mw_train_opt *o, mw_train_io_fn write, void *
 int mw_train_opt_load(struct mw_train_opt *o, mw_train_io_fn read, void *user, int64_t step);
 /* Creates the engine now (streamed weights: before the first forward pass). */
 int mw_train_opt_ensure(struct mw_train_opt *o);
-/* Streamed weights: the master of [first, first+n) from a checkpoint, with `step` steps done
+/* Streamed weights: the master of [first, first+n) (whole-model elements; the part in this rank's
+ * shard is kept) from a checkpoint, with `step` steps done
  * (mw_train_opt_load then restores the moments and skips the master). */
 int mw_train_opt_load_master(struct mw_train_opt *o, uint64_t first, uint64_t n, const float *src, int64_t step);
 

@@ -11,6 +11,7 @@
 #include "memwall/trace.h"
 #include "train/optimizer_step.h"
 #include "train/residency.h"
+#include "train/zero.h"
 
 #include <errno.h>
 #include <math.h>
@@ -20,6 +21,9 @@
 #include <unistd.h>
 
 static struct mw_offload *eng(const struct mw_train_stream *s) { return s->opt->eng; }
+
+/* Whether subgroup g is in this rank's engine (its master, moments and gradient objects). */
+static int owned(const struct mw_train_stream *s, uint32_t g) { return g >= s->sg0 && g < s->sg_end; }
 
 static void sg_range(const struct mw_train_stream *s, uint32_t sg, uint64_t *first, uint64_t *n)
 {
@@ -54,13 +58,17 @@ static void count_resident(struct mw_train_stream *s, int64_t delta)
 }
 
 int mw_train_stream_init(struct mw_train_stream *s, struct mw_gpt2 *m, struct mw_train_opt *opt, int depth,
-                         uint64_t seed, struct mw_trace *trace)
+                         uint64_t seed, struct mw_train_zero *zero, struct mw_trace *trace)
 {
     memset(s, 0, sizeof *s);
     if (depth < 0 || depth > 8) return mw_error_set(-EINVAL, "prefetch depth %d: use 0..8 units", depth);
     uint64_t S = opt->plan.subgroup_size, N = m->sizes.n_params;
-    if (opt->own_first != 0 || opt->n_params != N)
-        return mw_error_set(-ENOTSUP, "streaming weights needs the optimizer over the whole model (one rank)");
+    int gather = zero && zero->stage >= 1;
+    if (gather ? opt->own_first != zero->own.first || opt->n_params != zero->own.n || S != zero->sg_size ||
+                     opt->own_first % S
+               : opt->own_first != 0 || opt->n_params != N)
+        return mw_error_set(-ENOTSUP, "streaming weights needs the optimizer over %s", gather ? "exactly this rank's "
+                            "ZeRO shard of whole subgroups" : "the whole model");
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     if (!S || (S < N && (S * 4) % page))
         return mw_error_set(-EINVAL, "streaming weights needs subgroups of whole pages: a multiple of %zu elements; got "
@@ -68,12 +76,18 @@ int mw_train_stream_init(struct mw_train_stream *s, struct mw_gpt2 *m, struct mw
     s->model = m;
     s->opt = opt;
     s->trace = trace;
+    s->zero = zero;
+    s->gather = gather;
     s->seed = seed;
     s->depth = depth;
     s->sg_size = S;
     s->nsg = (uint32_t)((N + S - 1) / S);
+    s->sg0 = (uint32_t)(opt->own_first / S);
+    s->sg_end = (uint32_t)((opt->own_first + opt->n_params + S - 1) / S);
+    s->norm_first = opt->own_first; /* ZeRO-1..3: the owned gradients' sum of squares (zero.c's chunks) */
+    s->norm_n = opt->n_params;
     s->n_units = mw_gpt2_n_units(m);
-    s->nchunks = (N + MW_OFFLOAD_NORM_CHUNK - 1) / MW_OFFLOAD_NORM_CHUNK;
+    s->nchunks = (s->norm_n + MW_OFFLOAD_NORM_CHUNK - 1) / MW_OFFLOAD_NORM_CHUNK;
     s->page = page;
     size_t nu = (size_t)s->n_units, ns = s->nsg;
     s->u_first = calloc(nu, sizeof *s->u_first);
@@ -114,6 +128,16 @@ int mw_train_stream_init(struct mw_train_stream *s, struct mw_gpt2 *m, struct mw
     }
     /* Nothing of the weights or gradients is resident until it is used: the model's arrays are
      * fresh mappings (mw_gpt2_init), never touched before this. */
+    return 0;
+}
+
+int mw_train_stream_ready(struct mw_train_stream *s)
+{
+    for (uint32_t g = 0; g < s->nsg; g++) {
+        if (s->sg_state[g] != MW_UNIT_RELEASED) continue;
+        int err = drop(s, s->model->params, g, "weight");
+        if (err) return err;
+    }
     return 0;
 }
 
@@ -161,9 +185,9 @@ static int sched(const struct mw_train_stream *s, int p)
  * prefetch, skipped for a subgroup whose update has not been written yet. */
 static int fetch_issue(struct mw_train_stream *s, uint32_t sg, int unit, int block)
 {
-    if (s->sg_state[sg] != MW_UNIT_RELEASED) return 0;
+    if (s->sg_state[sg] != MW_UNIT_RELEASED || !owned(s, sg)) return 0; /* others: gathered (unit_get_) */
     uint64_t tw = mw_now_ns();
-    int ready = mw_offload_sg_wait(eng(s), sg, block);
+    int ready = mw_offload_sg_wait(eng(s), sg - s->sg0, block);
     if (ready < 0) return ready;
     if (!ready) return 0;
     if (block && mw_now_ns() - tw > 1000) { /* waited for the update: exposed too */
@@ -175,7 +199,7 @@ static int fetch_issue(struct mw_train_stream *s, uint32_t sg, int unit, int blo
     uint64_t a, n;
     sg_range(s, sg, &a, &n);
     s->sg_t0[sg] = mw_now_ns();
-    int err = mw_offload_master_fetch(eng(s), sg, s->model->params + a, &s->sg_io[sg]);
+    int err = mw_offload_master_fetch(eng(s), sg - s->sg0, s->model->params + a, &s->sg_io[sg]);
     if (err) return err;
     s->sg_state[sg] = MW_UNIT_FETCHING;
     s->sg_unit[sg] = unit;
@@ -211,9 +235,20 @@ static int fetch_wait(struct mw_train_stream *s, uint32_t sg)
 
 static int unit_get_(struct mw_train_stream *s, int u)
 {
+    if (s->saving) return 0; /* every unit is held until save_end */
     int err = 0;
     for (uint32_t g = s->u_lo[u]; g <= s->u_hi[u] && !err; g++) err = fetch_issue(s, g, u, 1);
     for (uint32_t g = s->u_lo[u]; g <= s->u_hi[u] && !err; g++) err = fetch_wait(s, g);
+    if (!err && s->gather) {
+        /* The owned subgroups are in; the owners of the rest send theirs (every rank acquires the
+         * units in the same order: the schedule). */
+        err = mw_train_zero_unit_gather(s->zero, u);
+        for (uint32_t g = s->u_lo[u]; g <= s->u_hi[u] && !err; g++)
+            if (!owned(s, g) && s->sg_state[g] == MW_UNIT_RELEASED) {
+                s->sg_state[g] = MW_UNIT_RESIDENT;
+                count_resident(s, (int64_t)sg_bytes(s, g));
+            }
+    }
     if (err) return err;
     for (uint32_t g = s->u_lo[u]; g <= s->u_hi[u]; g++) s->sg_ref[g]++;
     s->u_t0[u] = mw_now_ns();
@@ -233,13 +268,15 @@ static int needed_soon(const struct mw_train_stream *s, uint32_t sg, int pos, in
 
 static int unit_put_(struct mw_train_stream *s, int u, int backward, int keep_ahead)
 {
+    if (s->saving) return 0;
     struct mw_trace_arg a[4] = {{"unit", u}, {"bytes", (int64_t)(s->u_n[u] * 4)}, {"backward", backward}, {"step", s->step}};
     mw_trace_span(s->trace, "residency", "resident", s->u_t0[u], mw_now_ns(), a, 4);
     int err = 0;
     for (uint32_t g = s->u_lo[u]; g <= s->u_hi[u] && !err; g++) {
         if (s->sg_ref[g] > 0) s->sg_ref[g]--;
         if (s->sg_ref[g] || s->sg_state[g] != MW_UNIT_RESIDENT) continue;
-        if (keep_ahead && needed_soon(s, g, s->pos, MW_MAX(s->depth, 1))) continue;
+        /* (A gathered subgroup is gathered again at its next use: nothing to keep.) */
+        if (keep_ahead && owned(s, g) && needed_soon(s, g, s->pos, MW_MAX(s->depth, 1))) continue;
         if ((err = drop(s, s->model->params, g, "weight"))) break;
         s->sg_state[g] = MW_UNIT_RELEASED;
         count_resident(s, -(int64_t)sg_bytes(s, g));
@@ -300,16 +337,17 @@ static int st_step_begin(void *self)
 static int st_backward_begin(void *self, int micro, int last)
 {
     struct mw_train_stream *s = self;
-    (void)micro;
     s->last = last;
     s->err = 0;
+    if (s->zero) mw_train_zero_backward_begin(s->zero, micro, last);
     return 0;
 }
 
 /* Norm chunk c's gradients are final: its sum of squares, as the engine computes it. */
 static int chunk_finish(struct mw_train_stream *s, uint64_t c)
 {
-    uint64_t a = c * MW_OFFLOAD_NORM_CHUNK, n = MW_MIN(MW_OFFLOAD_NORM_CHUNK, (uint64_t)s->model->sizes.n_params - a);
+    uint64_t a = s->norm_first + c * MW_OFFLOAD_NORM_CHUNK;
+    uint64_t n = MW_MIN(MW_OFFLOAD_NORM_CHUNK, s->norm_first + s->norm_n - a);
     struct mw_optim_exec ex = {s->opt->cfg.cpu_threads, MW_SIMD_AUTO, 0};
     double sum = 0;
     int r = mw_grad_sumsq(MW_OPTIM_F32, s->model->grads + a, n, 1.0f, &ex, &sum);
@@ -327,7 +365,7 @@ static int grads_finish(struct mw_train_stream *s, uint32_t sg, int unit)
     sg_range(s, sg, &a, &n);
     s->gw_t0[sg] = mw_now_ns();
     s->gw_unit[sg] = unit;
-    int err = mw_offload_grads_put_start(eng(s), sg, s->model->grads + a, &s->gw_io[sg]);
+    int err = mw_offload_grads_put_start(eng(s), sg - s->sg0, s->model->grads + a, &s->gw_io[sg]);
     if (err) return err;
     s->sg_gdone[sg] = 1;
     s->gw_pending[sg] = 1;
@@ -360,13 +398,13 @@ static int grads_advance(struct mw_train_stream *s, uint64_t mark, int unit)
 {
     int err = 0;
     for (uint64_t c = s->nchunks; c-- > 0 && !err;) {
-        if (c * MW_OFFLOAD_NORM_CHUNK < mark) break;
+        if (s->norm_first + c * MW_OFFLOAD_NORM_CHUNK < mark) break;
         if (!s->chunk_done[c]) err = chunk_finish(s, c);
     }
-    for (uint32_t g = s->nsg; g-- > 0 && !err;) {
-        uint64_t a = (uint64_t)g * s->sg_size;
-        if (a < mark && !s->chunk_done[a / MW_OFFLOAD_NORM_CHUNK]) break;
-        if (!s->sg_gdone[g] && s->chunk_done[a / MW_OFFLOAD_NORM_CHUNK]) err = grads_finish(s, g, unit);
+    for (uint32_t g = s->sg_end; g-- > s->sg0 && !err;) {
+        uint64_t a = (uint64_t)g * s->sg_size, c = (a - s->norm_first) / MW_OFFLOAD_NORM_CHUNK;
+        if (a < mark && !s->chunk_done[c]) break;
+        if (!s->sg_gdone[g] && s->chunk_done[c]) err = grads_finish(s, g, unit);
         if (a < mark) break;
     }
     return err;
@@ -382,6 +420,10 @@ static int unit_of_first(const struct mw_train_stream *s, size_t first)
 static void st_grad_ready(size_t first, size_t n, void *self)
 {
     struct mw_train_stream *s = self;
+    if (s->zero) { /* the unit's collective starts; its result is final at backward_end */
+        mw_train_zero_grad_ready(first, n, s->zero);
+        return;
+    }
     mw_train_opt_grad_ready(first, n, s->opt);
     if (s->err || !s->last) return;
     /* Backward reports units in reverse flat order: everything from `first` up is final. The
@@ -391,9 +433,24 @@ static void st_grad_ready(size_t first, size_t n, void *self)
     if (!s->err) s->err = grads_advance(s, first, unit_of_first(s, first));
 }
 
+/* Data parallel: the collectives end, then this rank's final gradients are summed and written
+ * (after backward, not during it: the reduced values exist only once each bucket's collective is
+ * waited for); the gradients of the subgroups other ranks own leave DRAM. */
+static int zero_backward_end(struct mw_train_stream *s)
+{
+    int err = mw_train_zero_backward_end(s->zero);
+    if (err || !s->last) return err;
+    for (uint32_t g = 0; g < s->nsg && !err; g++)
+        if (!owned(s, g)) err = drop(s, s->model->grads, g, "gradient");
+    if (!err) err = grads_advance(s, 0, -1);
+    int e2 = grads_reap(s, 1);
+    return err ? err : e2;
+}
+
 static int st_backward_end(void *self)
 {
     struct mw_train_stream *s = self;
+    if (s->zero && !s->err) return s->err = zero_backward_end(s);
     if (s->err || !s->last) return s->err;
     s->err = grads_advance(s, 0, -1);
     int err = grads_reap(s, 1); /* the update reads them back: every write done */
@@ -406,6 +463,11 @@ static int st_grad_norm(void *self, double *norm)
     struct mw_train_stream *s = self;
     double sum = 0;
     for (uint64_t c = 0; c < s->nchunks; c++) sum += s->chunk_sumsq[c];
+    if (s->gather) { /* the shards' sums, in rank order (zero.c) */
+        double local = sum;
+        int err = mw_train_zero_sumsq(s->zero, local, &sum);
+        if (err) return err;
+    }
     *norm = sqrt(sum);
     return isfinite(*norm) ? 0 : MW_EOVERFLOW;
 }
@@ -414,7 +476,7 @@ int mw_train_stream_engine_hook(void *user, int event, uint64_t first, uint64_t 
 {
     struct mw_train_stream *s = user;
     (void)n;
-    uint32_t sg = (uint32_t)(first / s->sg_size);
+    uint32_t sg = (uint32_t)(first / s->sg_size) + s->sg0; /* the engine counts from its shard */
     if (event == MW_OFFLOAD_WEIGHTS_IN) { /* engine init: the initial weights of the units here */
         for (int u = 0; u < s->n_units; u++) {
             if (s->u_init[u] || sg < s->u_lo[u] || sg > s->u_hi[u]) continue;
@@ -441,6 +503,32 @@ static int st_noop(void *self) { (void)self; return 0; }
 static int st_unit_get(void *self, int unit) { return unit_get_(self, unit); }
 static int st_unit_put(void *self, int unit) { return unit_put_(self, unit, 0, 0); }
 
+/* With gather, reading a unit is a collective that only the writing rank would call (rank 0
+ * writes model.safetensors): every rank gathers the whole model here instead, as ZeRO-3 does. */
+static int st_save_begin(void *self)
+{
+    struct mw_train_stream *s = self;
+    if (!s->gather || s->saving) return 0;
+    int err = 0, u;
+    for (u = 0; u < s->n_units && !err; u++) err = unit_get_(s, u);
+    if (!err) { s->saving = 1; return 0; }
+    while (--u > 0) (void)unit_put_(s, u - 1, 0, 0);
+    return err;
+}
+
+static int st_save_end(void *self)
+{
+    struct mw_train_stream *s = self;
+    if (!s->saving) return 0;
+    s->saving = 0;
+    int err = 0;
+    for (int u = 0; u < s->n_units; u++) {
+        int e = unit_put_(s, u, 0, 0);
+        if (!err) err = e;
+    }
+    return err;
+}
+
 static void st_bytes(void *self, uint64_t *params, uint64_t *grads)
 {
     struct mw_train_stream *s = self;
@@ -458,10 +546,10 @@ static const struct mw_residency_ops stream_ops = {
     .backward_end = st_backward_end,
     .grad_norm = st_grad_norm,
     .after_step = st_noop,
-    .save_begin = st_noop,
+    .save_begin = st_save_begin,
     .unit_get = st_unit_get,
     .unit_put = st_unit_put,
-    .save_end = st_noop,
+    .save_end = st_save_end,
     .bytes = st_bytes,
 };
 

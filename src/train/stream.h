@@ -28,12 +28,19 @@
 struct mw_trace;
 struct mw_train_opt;
 struct mw_offload;
+struct mw_train_zero;
 
 
 struct mw_train_stream {
     struct mw_gpt2 *model;        /* borrowed */
     struct mw_train_opt *opt;     /* borrowed: its engine holds the master and the gradient objects */
     struct mw_trace *trace;       /* optional */
+    struct mw_train_zero *zero;   /* data parallel (borrowed; NULL on one rank): its collectives */
+    int gather;                   /* ZeRO stages 1-3: this rank's engine holds its shard only; a unit's
+                                     other parts are all-gathered from their owners after the fetch */
+    uint32_t sg0, sg_end;         /* subgroups in this rank's engine: [sg0, sg_end); engine index g - sg0 */
+    uint64_t norm_first, norm_n;  /* elements whose gradient norm this rank sums, in chunks from norm_first */
+    int saving;                   /* between save_begin and save_end with gather: every unit is held */
     uint64_t seed;                /* initial weights (unit by unit, at engine init) ... */
     struct mw_gpt2_st_loader *init; /* ... or from this file (owned; closed once the engine has them) */
     int depth;                    /* units fetched ahead of use */
@@ -69,10 +76,14 @@ struct mw_train_stream {
 };
 
 /* Builds the stream over the model and the optimizer (whose plan fixed the subgroups: whole
- * pages of fp32, or one subgroup for the whole model; it must cover the whole model).
- * depth: units read ahead (0..8). Nothing is fetched yet. */
+ * pages of fp32, or one subgroup for the whole model). The optimizer covers the whole model,
+ * or under ZeRO stages 1-3 (zero given) exactly the rank's shard. depth: units read ahead
+ * (0..8). Nothing is fetched yet. */
 int mw_train_stream_init(struct mw_train_stream *s, struct mw_gpt2 *m, struct mw_train_opt *opt, int depth,
-                         uint64_t seed, struct mw_trace *trace);
+                         uint64_t seed, struct mw_train_zero *zero, struct mw_trace *trace);
+/* After the engine wrote the initial master: no weight page stays resident (the initial weights
+ * of units that reach outside this rank's shard were written whole). */
+int mw_train_stream_ready(struct mw_train_stream *s);
 void mw_train_stream_free(struct mw_train_stream *s);
 /* The engine's stream hook (memwall/offload.h mw_offload_stream_fn; user = s). */
 int mw_train_stream_engine_hook(void *user, int event, uint64_t first, uint64_t n);

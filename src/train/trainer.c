@@ -50,7 +50,7 @@ static int check_config(const struct mw_gpt2_config *mc, const struct mw_train_c
 /* The streamed run's DRAM plan from the model and the optimizer's plan: the trainer and
  * mw_train_plan_stream (memwall plan --stream) both come here. */
 static int stream_plan(const struct mw_gpt2 *m, const struct mw_train_opt *o, const struct mw_train_config *cfg,
-                       struct mw_plan_stream *out)
+                       const struct mw_train_zero *z, struct mw_plan_stream *out)
 {
     mw_gpt2_warm_runtime(m); /* the baseline includes the matrix library's buffers */
     const struct mw_gpt2_config *mc = &m->cfg;
@@ -70,6 +70,16 @@ static int stream_plan(const struct mw_gpt2 *m, const struct mw_train_opt *o, co
         .staging_bytes = o->plan.tier_bytes[MW_OFFLOAD_DRAM],
         .runtime_bytes = mw_proc_mem("VmRSS"),
     };
+    if (z) { /* data parallel: zero.c's gradient arrays and buffers (zero.h) */
+        uint64_t page = 4096, full = MW_ALIGN_UP(m->sizes.grads_bytes, page), own = MW_ALIGN_UP(z->own.n * 4, page);
+        uint64_t unit = 0;
+        for (int u = 0; u < z->n_units; u++) unit = MW_MAX(unit, (uint64_t)z->u_n[u] * 4);
+        pi.dp_grads_bytes = z->stage < 2 ? full : MW_MIN(full, own + MW_ZERO_GRAD_WINDOW * unit);
+        /* The receive and accumulate shards, and the deterministic sum's scratch (src/mpi): the
+         * other ranks' copies of this rank's block of about one bucket in flight. */
+        pi.dp_buffer_bytes = (z->stage >= 1 ? own : 0) + (z->stage >= 2 ? own : 0) +
+                             unit * (uint64_t)(z->world - 1) / (uint64_t)z->world;
+    }
     return mw_plan_stream_dram(&pi, out);
 }
 
@@ -87,7 +97,7 @@ int mw_train_plan_stream(const struct mw_gpt2_config *mcfg, const struct mw_trai
     c.tier = MW_OFFLOAD_NVME;
     c.dram_budget = 0;
     if (!(err = mw_train_opt_plan_only(&o, &m, &c))) {
-        err = stream_plan(&m, &o, &c, out);
+        err = stream_plan(&m, &o, &c, NULL, out);
         if (nvme_bytes) *nvme_bytes = o.plan.tier_bytes[MW_OFFLOAD_NVME];
         mw_train_opt_free(&o);
     }
@@ -117,9 +127,6 @@ int mw_trainer_init(struct mw_trainer *tr, const struct mw_gpt2_config *mcfg,
     if (streaming && cfg->tier != MW_OFFLOAD_NVME)
         return mw_error_set(-EINVAL, "--offload-params nvme needs --optimizer-tier nvme: the fp32 master weights on "
                             "NVMe are the streamed weights");
-    if (streaming && tr->world > 1)
-        return mw_error_set(-ENOTSUP, "--offload-params nvme runs on one rank for now (each rank streaming its shard "
-                            "under ZeRO is not built yet); run without mpirun or keep the weights in dram");
     if (streaming && cfg->offload_policy && strcmp(cfg->offload_policy, "all-cpu"))
         return mw_error_set(-ENOTSUP, "--offload-params nvme updates on the CPU: use --offload-policy all-cpu");
     if (cfg->acts_nvme && (!streaming || !cfg->layer_major))
@@ -178,29 +185,32 @@ int mw_trainer_init(struct mw_trainer *tr, const struct mw_gpt2_config *mcfg,
         if ((err = mw_train_opt_init(tr->opt, &tr->model, &oc, model_dram, own_first, own_n))) goto err;
     }
     if (streaming) {
-        if ((err = mw_train_stream_init(tr->stream, &tr->model, tr->opt, cfg->prefetch_depth, cfg->seed, cfg->trace)))
+        if ((err = mw_train_stream_init(tr->stream, &tr->model, tr->opt, cfg->prefetch_depth, cfg->seed, tr->zero,
+                                        cfg->trace)))
             goto err;
         mw_residency_stream(tr->res, tr->stream);
         if (cfg->init_safetensors && (err = mw_gpt2_st_loader_open(&tr->stream->init, &tr->model, cfg->init_safetensors)))
             goto err;
         tr->stream->layer_major = cfg->layer_major;
-        if ((err = stream_plan(&tr->model, tr->opt, cfg, &tr->stream->plan))) goto err;
+        if ((err = stream_plan(&tr->model, tr->opt, cfg, tr->zero, &tr->stream->plan))) goto err;
         if (cfg->dram_budget && tr->stream->plan.total > cfg->dram_budget) {
             const struct mw_plan_stream *p = &tr->stream->plan;
-            char b[6][32];
+            char b[7][32];
             err = mw_error_set(MW_EBUDGET, "DRAM budget %s is too small for this streamed run: it needs %s at its peak "
-                               "(runtime %s, activations %s, optimizer staging %s, weights and gradients %s); raise "
+                               "(runtime %s, activations %s, optimizer staging %s, weights and gradients %s%s%s); raise "
                                "--dram-budget, or lower --prefetch-depth, --subgroup-size, --buffer-count, --batch, "
                                "or add --recompute", mw_fmt_bytes(b[0], 32, cfg->dram_budget),
                                mw_fmt_bytes(b[1], 32, p->total), mw_fmt_bytes(b[2], 32, p->runtime),
                                mw_fmt_bytes(b[3], 32, p->acts), mw_fmt_bytes(b[4], 32, p->staging),
-                               mw_fmt_bytes(b[5], 32, MW_MAX(p->passes, p->step_grads)));
+                               mw_fmt_bytes(b[5], 32, MW_MAX(p->passes, p->step_grads)),
+                               p->dp_buffers ? ", collective buffers " : "",
+                               p->dp_buffers ? mw_fmt_bytes(b[6], 32, p->dp_buffers) : "");
             goto err;
         }
         tr->opt->cfg.stream_user = tr->stream; /* the hook itself was planned by mw_train_opt_init */
         /* The engine (and with it the initial weights, unit by unit) exists before the first
          * forward pass: the weights are fetched from its master. */
-        if ((err = mw_train_opt_ensure(tr->opt))) goto err;
+        if ((err = mw_train_opt_ensure(tr->opt)) || (err = mw_train_stream_ready(tr->stream))) goto err;
         mw_gpt2_st_loader_close(tr->stream->init); /* the master holds the weights now */
         tr->stream->init = NULL;
         if (cfg->acts_nvme) {
@@ -607,6 +617,7 @@ void mw_trainer_stream_info(const struct mw_trainer *tr, struct mw_train_stream_
     si->planned_weights = s->plan.weights_peak;
     si->planned_grads = MW_MAX(s->plan.grads_peak, s->plan.step_grads);
     si->planned_streamed = MW_MAX(s->plan.passes, s->plan.step_grads);
+    si->planned_dp = s->plan.dp_buffers;
 }
 
 void mw_trainer_zero_info(const struct mw_trainer *tr, struct mw_train_zero_info *zi)
@@ -634,6 +645,12 @@ int mw_trainer_zero_peak(struct mw_trainer *tr, uint64_t *max_bytes, int reset)
     int err = mw_train_zero_max_u64(tr->zero, tr->zero->resident_peak, max_bytes);
     if (!err && reset) mw_train_zero_reset_peak(tr->zero);
     return err;
+}
+
+int mw_trainer_max_u64(struct mw_trainer *tr, uint64_t v, uint64_t *max)
+{
+    *max = v;
+    return tr->zero ? mw_train_zero_max_u64(tr->zero, v, max) : 0;
 }
 
 int mw_trainer_zero_grads_peak(struct mw_trainer *tr, uint64_t *max_bytes)

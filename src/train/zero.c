@@ -427,6 +427,16 @@ static int unit_wait(struct mw_train_zero *z, int u)
     return 0;
 }
 
+int mw_train_zero_unit_gather(struct mw_train_zero *z, int u)
+{
+    if (u < 0 || u >= z->n_units) return mw_error_set(-EINVAL, "ZeRO: no weight unit %d", u);
+    int err = gather_issue(z, u);
+    if (!err) err = mw_comm_wait(z->comm, &z->u_req[u]);
+    if (err) return err;
+    z->u_state[u] = 2;
+    return 0;
+}
+
 int mw_train_zero_release_all(struct mw_train_zero *z)
 {
     if (z->stage != 3) return 0;

@@ -111,6 +111,9 @@ int mw_train_zero_pass_begin(struct mw_train_zero *z, int training);
 /* ZeRO-3: gather every unit (checkpoint, safetensors) / release them again. */
 int mw_train_zero_gather_all(struct mw_train_zero *z);
 int mw_train_zero_release_all(struct mw_train_zero *z);
+/* Stages 1-3 with streamed weights (src/train/stream.c): this rank's owned part of unit u is in
+ * the model's params (read from NVMe); all-gather the rest of the unit in place and wait. */
+int mw_train_zero_unit_gather(struct mw_train_zero *z, int u);
 /* ZeRO-3: the peak is reset (e.g. after the first step). */
 void mw_train_zero_reset_peak(struct mw_train_zero *z);
 
