@@ -5,7 +5,7 @@
  * state that step left, and a retry of the step then matches an uninterrupted run.
  * Also the failure of the backing store's engine (aio fault injection) reported the same way,
  * and faults injected through the I/O engine's MEMWALL_FAULT hook (errors on a read or a write,
- * disk full, a slow disk).
+ * disk full, a slow disk); the working copy usable before its write lands.
  */
 #include "offload_util.h"
 #include "memwall/store.h"
@@ -154,6 +154,46 @@ static void env_scenario(const struct mw_offload_registry *r, const char *dir, c
     free(w); free(g); free(w_ref); free(g_ref); free(w1);
 }
 
+/*
+ * An overlapped step on a slow disk (every write held 200 ms): the working copy of a subgroup is
+ * usable as soon as its update is refreshed into it (mw_offload_sg_wait_weights), while its NVMe
+ * write is still in flight (mw_offload_sg_wait says not done); those weights are the ones the
+ * committed step leaves; a write that then fails still fails the step and leaves the one before.
+ */
+static void weights_wait_scenario(const struct mw_offload_registry *r, const char *dir)
+{
+    uint64_t n = r->total;
+    float *w = malloc(4 * n), *g = malloc(4 * n), *seen = malloc(4 * 2048);
+    REQUIRE(w && g && seen);
+    ou_init_weights(w, n);
+    setenv("MEMWALL_FAULT", "write:delay:us=200000", 1);
+    struct mw_offload *e = make(r, dir, w, g, 0, 2048);
+    unsetenv("MEMWALL_FAULT");
+    struct mw_offload_hparams hp;
+    for (int t = 1; t <= 2; t++) {
+        ou_hparams(&hp, t);
+        ou_grads(g, n, t, 0);
+        if (t == 2) mw_offload_inject_write_failure(e, 3); /* step 2's third write fails */
+        CHECK(mw_offload_step_start(e, &hp) == 0);
+        int rc = mw_offload_sg_wait_weights(e, 0, 1);
+        if (t == 1) CHECK_EQ_INT(rc, 1);
+        else CHECK_MSG(rc == 1 || rc == -EIO, "step 2: %d (%s)", rc, mw_error_msg()); /* the failure may come first */
+        if (t == 1) CHECK_EQ_INT(mw_offload_sg_wait(e, 0, 0), 0); /* its write is held by the slow disk */
+        memcpy(seen, w, 4 * 2048);
+        rc = mw_offload_step_wait(e);
+        if (t == 1) {
+            CHECK_MSG(rc == 0, "step 1: %s", mw_error_msg());
+            CHECK_MSG(memcmp(seen, w, 4 * 2048) == 0, "the weights seen before the write differ from the committed ones");
+        } else {
+            CHECK_EQ_INT(rc, -EIO);
+            CHECK_EQ_INT(mw_offload_committed_steps(e), 1);
+            CHECK(mw_offload_recover(e) == 0);
+        }
+    }
+    mw_offload_free(e);
+    free(w); free(g); free(seen);
+}
+
 int main(void)
 {
     const char *dir = ou_scratch_dir("offload_fail");
@@ -172,6 +212,7 @@ int main(void)
     env_scenario(&r, dir, "write:enospc:after=12:count=1", -ENOSPC, "(object 'sg0.slot", 0);
     env_scenario(&r, dir, "read:eio:after=11:count=1", -EIO, "(object 'sg5.slot", 1);
     env_scenario(&r, dir, "delay:us=3000", 0, NULL, 0); /* a slow disk: bitwise the same */
+    weights_wait_scenario(&r, dir);
 
     /* subgroups of 16384: objects of 3 x 64 KiB, the failing write lands its first 64 KiB (torn) */
     static const int64_t big[] = {40000, 9000};

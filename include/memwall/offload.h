@@ -283,6 +283,11 @@ int mw_offload_step_start(struct mw_offload *e, const struct mw_offload_hparams 
 int mw_offload_step_wait(struct mw_offload *e);
 int mw_offload_step_in_flight(const struct mw_offload *e);
 int mw_offload_sg_wait(struct mw_offload *e, uint32_t sg, int block);
+/* The same for the working copy alone: 1 once subgroup sg's updated weights are in it (its NVMe
+ * write may still be in flight; a failed write still fails the step at mw_offload_step_wait),
+ * which is all a forward pass over resident weights needs. With cfg.stream, mw_offload_sg_wait
+ * (the caller reads the master). */
+int mw_offload_sg_wait_weights(struct mw_offload *e, uint32_t sg, int block);
 /* Drops the accumulated gradients without an update (overflow). */
 int mw_offload_skip_step(struct mw_offload *e);
 /* After a failed step: rewrites the working copy from the committed master weights and makes

@@ -327,7 +327,10 @@ static void reset_step_locked(struct mw_offload *e)
     e->cpu_head = e->cpu_tail = e->upd_head = e->upd_tail = 0;
     e->n_done = e->n_started = 0;
     e->cpu_busy_until = e->dev_busy_until = 0;
-    for (uint32_t i = 0; i < e->nsg; i++) e->st[i].state = OFL_SG_IDLE;
+    for (uint32_t i = 0; i < e->nsg; i++) {
+        e->st[i].state = OFL_SG_IDLE;
+        e->st[i].fresh = 0;
+    }
 }
 
 /* The caller's thread blocked on the step from tw to now (trace: exposed wait, docs/report.md). */
@@ -383,6 +386,24 @@ int mw_offload_sg_wait(struct mw_offload *e, uint32_t sg, int block)
     }
     if (waited) caller_wait(e, tw);
     int rc = !e->in_flight || e->st[sg].state == OFL_SG_DONE ? 1 : 0;
+    if (e->in_flight && e->failed) rc = mw_error_set(e->err ? e->err : -EIO, "%s", e->errmsg);
+    pthread_mutex_unlock(&e->mu);
+    return rc;
+}
+
+int mw_offload_sg_wait_weights(struct mw_offload *e, uint32_t sg, int block)
+{
+    if (e->cfg.stream) return mw_offload_sg_wait(e, sg, block); /* the weights are read from the master */
+    if (sg >= e->nsg) return mw_error_set(-EINVAL, "offload sg_wait_weights: no subgroup %u (%u)", sg, e->nsg);
+    pthread_mutex_lock(&e->mu);
+    uint64_t tw = mw_now_ns();
+    int waited = 0;
+    while (block && e->in_flight && !e->failed && e->st[sg].state != OFL_SG_DONE && !e->st[sg].fresh) {
+        pthread_cond_wait(&e->cv_done, &e->mu);
+        waited = 1;
+    }
+    if (waited) caller_wait(e, tw);
+    int rc = !e->in_flight || e->st[sg].state == OFL_SG_DONE || e->st[sg].fresh ? 1 : 0;
     if (e->in_flight && e->failed) rc = mw_error_set(e->err ? e->err : -EIO, "%s", e->errmsg);
     pthread_mutex_unlock(&e->mu);
     return rc;

@@ -93,6 +93,7 @@ struct ofl_sg {
     int buf;                   /* staging buffer index, -1 */
     int on_dev;                /* update runs on the device */
     int io_err;                /* the request is an injected (torn) write failure */
+    int fresh;                 /* this step: the working copy holds the updated weights (write may be in flight) */
     struct mw_store_io io;     /* read or write of its slot object (one at a time) */
     struct mw_store_io gio;    /* streaming: read of its gradient object, beside io */
     int reads_left;            /* reads of this admission still in flight (1, or 2 with gio) */

@@ -398,6 +398,8 @@ static void stage_writeback(struct mw_offload *e, uint32_t sg)
     pthread_mutex_lock(&e->mu);
     int inject = e->writes_until_fail && --e->writes_until_fail == 0;
     e->n_writing++;
+    s->fresh = 1; /* a forward pass over these weights need not wait for their write */
+    pthread_cond_broadcast(&e->cv_done);
     pthread_mutex_unlock(&e->mu);
     if (inject) { /* torn write: the first half (whole checksum blocks) lands, then -EIO */
         s->io_err = 1;

@@ -263,7 +263,7 @@ int mw_train_opt_wait_range(struct mw_train_opt *o, uint64_t first, uint64_t n, 
     if (a >= b) return 1;
     uint64_t S = o->plan.subgroup_size;
     for (uint64_t g = (a - o->own_first) / S; g <= (b - 1 - o->own_first) / S; g++) {
-        int r = mw_offload_sg_wait(o->eng, (uint32_t)g, block);
+        int r = mw_offload_sg_wait_weights(o->eng, (uint32_t)g, block);
         /* A failed step: wait for its end, which says what stays committed, and recover. */
         if (r < 0) return mw_train_opt_finish(o);
         if (r == 0) return 0;

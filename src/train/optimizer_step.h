@@ -63,7 +63,8 @@ int mw_train_opt_grad_norm(struct mw_train_opt *o, double *norm);
 int mw_train_opt_step(struct mw_train_opt *o, double lr, float grad_scale, int64_t t);
 /* The same, overlapped with what follows (the next forward pass): the step runs on the engine's
  * threads; mw_train_opt_wait_range says (block: waits until) the weights of model elements
- * [first, first+n) are updated (1 yes, 0 not yet, < 0 the step failed); mw_train_opt_finish
+ * [first, first+n) are updated in the working copy (1 yes, 0 not yet, < 0 the step failed; their
+ * NVMe writes may still run: a failed one fails the step at finish); mw_train_opt_finish
  * waits for the whole step and commits it (0 when none is in flight; on failure the state of
  * the step before is intact and the engine is ready to retry). */
 int mw_train_opt_step_start(struct mw_train_opt *o, double lr, float grad_scale, int64_t t);
