@@ -144,8 +144,9 @@ def main():
     ap.add_argument("--quick", action="store_true", help="6M parameters, to check that the script works")
     ap.add_argument("--gpt2-steps", type=int, default=0, help="also time GPT-2 training steps (0: skip)")
     ap.add_argument("--nvme-dir", default=None, help="directory for the NVMe state of --gpt2-steps")
-    ap.add_argument("--gpt2-memwall-args", default="--subgroup-size 2097152 --buffer-count 4",
-                    help="memwall options of examples/torch_gpt.py for --gpt2-steps (staging: 4 x 24 MiB)")
+    ap.add_argument("--gpt2-memwall-args", default="--subgroup-size 2097152 --buffer-count 4 --release-grads",
+                    help="memwall options of examples/torch_gpt.py for --gpt2-steps (staging: 4 x 24 MiB, "
+                         "released between steps with the gradients)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()

@@ -134,6 +134,8 @@ def main():
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--subgroup-size", type=int, default=None, help="memwall: elements per subgroup")
     ap.add_argument("--buffer-count", type=int, default=None, help="memwall: NVMe staging buffers")
+    ap.add_argument("--release-grads", action="store_true",
+                    help="memwall: give gradient and staging memory back after each update (docs/python.md)")
     ap.add_argument("--device", default="cpu", help="cpu or cuda (memwall: the state stays on the host; "
                                                       "CUDA parameters go through pinned copies, docs/python.md)")
     ap.add_argument("--trace", default=None, help="memwall trace file (read by `memwall report`)")
@@ -162,7 +164,7 @@ def main():
         # ONE-LINE SWITCH: torch.optim.AdamW(groups, lr=a.lr, betas=(0.9, 0.95), fused=True) becomes
         opt = memwall.torch.AdamW(groups, lr=a.lr, betas=(0.9, 0.95), state=a.state, nvme_dir=nvme_dir,
                                   trace=a.trace, threads=a.threads or None, subgroup_size=a.subgroup_size,
-                                  buffer_count=a.buffer_count)
+                                  buffer_count=a.buffer_count, release_grads=a.release_grads)
     else:
         opt = torch.optim.AdamW(groups, lr=a.lr, betas=(0.9, 0.95), fused=True)
     print(f"model {a.model}: {nparams / 1e6:.2f}M parameters, optimizer {a.optimizer}"

@@ -2,7 +2,8 @@
  * test_pyapi.c — the flat wrappers of memwall/pyapi.h (what the Python package calls), in C so
  * that they run under ASan+UBSan too: an engine made from scalars and strings steps bitwise as
  * the AdamW kernel does on the same flat arrays (fp32 and bf16 working copies, DRAM and NVMe),
- * the counters come back in their documented order, and bad arguments fail with a message.
+ * the counters come back in their documented order, and bad arguments fail with a message; with
+ * mw_offload_set_release the results are the same and the gradients read zero after each step.
  */
 #include <errno.h>
 #include <math.h>
@@ -23,9 +24,9 @@ static uint16_t bf16_of(float f) /* round to nearest even, as the kernels (finit
     return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
-static void run(const char *placement, const char *wfmt, const char *dir)
+static void run(const char *placement, const char *wfmt, const char *dir, int release)
 {
-    static float w32[NT], grads[NT], master[NT], m[NT], v[NT];
+    static float w32[NT], grads[NT], gref[NT], master[NT], m[NT], v[NT];
     static uint16_t w16[NT], wref[NT];
     uint64_t seed = 7;
     int bf16 = !strcmp(wfmt, "bf16");
@@ -46,14 +47,19 @@ static void run(const char *placement, const char *wfmt, const char *dir)
     CHECK_MSG(rc == 0, "%s %s: %s", placement, wfmt, mw_error_msg());
     if (rc) return;
     if (bf16) CHECK(mw_offload_set_master(e, 0, NT, master) == 0);
+    /* release: gradients (and staging) given back after each update; results unchanged */
+    CHECK(mw_offload_set_release(e, release, release) == 0);
     struct mw_optim_format fmt = {MW_OPTIM_F32, MW_OPTIM_F32, bf16 ? MW_OPTIM_BF16 : MW_OPTIM_NONE};
     for (int t = 1; t <= 3; t++) {
-        for (int i = 0; i < NT; i++) grads[i] = tu_randf(&seed);
+        for (int i = 0; i < NT; i++) gref[i] = grads[i] = tu_randf(&seed);
         CHECK(mw_pyapi_backward_begin(e, 0, 0, 0, 0, 0, 0, 1.0f) == 0);
         CHECK(mw_offload_backward_end(e) == 0);
         CHECK_MSG(mw_pyapi_step(e, 0, 1e-2 / t, 0.9, 0.99, 1e-8, 0.1, 1.0f) == 0, "%s", mw_error_msg());
+        int zero = 1;
+        for (int i = 0; i < NT; i++) zero &= grads[i] == 0.0f;
+        CHECK_MSG(zero == release, "%s: gradients %s after the step", placement, zero ? "zeroed" : "kept");
         struct mw_adamw_hp hp = {1e-2 / t, 0.9, 0.99, 1e-8, 0.1, t, 1.0f};
-        struct mw_optim_slice sl = {.n = NT, .master = master, .grad = grads, .m = m, .v = v,
+        struct mw_optim_slice sl = {.n = NT, .master = master, .grad = gref, .m = m, .v = v,
                                     .weights_out = bf16 ? (void *)wref : NULL};
         struct mw_optim_exec ex = {1, MW_SIMD_AUTO, 0};
         CHECK(mw_adamw_step(&fmt, &hp, &sl, &ex) == 0);
@@ -76,10 +82,12 @@ int main(void)
 {
     CHECK_EQ_INT(mw_pyapi_version(), MW_PYAPI_VERSION);
     const char *dir = tu_scratch_dir("pyapi");
-    run("all=dram", "fp32", NULL);
-    run("all=dram", "bf16", NULL);
-    run("optim=nvme", "fp32", dir);
-    run("optim=nvme", "bf16", dir);
+    for (int release = 0; release < 2; release++) {
+        run("all=dram", "fp32", NULL, release);
+        run("all=dram", "bf16", NULL, release);
+        run("optim=nvme", "fp32", dir, release);
+        run("optim=nvme", "bf16", dir, release);
+    }
 
     /* bad arguments: an error code and a message, never a crash */
     float w[4] = {0}, g[4] = {0};

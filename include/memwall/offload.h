@@ -171,6 +171,17 @@ struct mw_offload_config {
     void *ext_weights;
     const float *ext_grads;
     int ext_grads_accumulate;
+    /* With ext_grads_accumulate = 1 (and no stream function): once a subgroup's update has read
+     * its gradients, the engine gives the whole pages of ext_grads in its range back to the OS
+     * (madvise MADV_DONTNEED) and zeroes the bytes of partial pages, so the gradients read as
+     * zeros after the step, which is what the next accumulation needs, and hold no memory until
+     * the next backward writes them. ext_grads must then be private anonymous memory (mmap
+     * MAP_PRIVATE|MAP_ANONYMOUS, or malloc'd), never mlock'ed or shared. */
+    int ext_grads_release;
+    /* Staging buffers are given back to the OS (MADV_DONTNEED) once a step has committed and
+     * fault in again when the next step's reads start: the process holds them only during the
+     * update phase (a few milliseconds per step to zero them again). They are not mlock'ed then. */
+    int staging_release;
     const char *nvme_dir;            /* directory for the NVMe state (several: "d1:d2"), when any is on nvme */
     unsigned io_queue_depth;         /* NVMe requests (pieces) in flight, reads and writes together; 0 = 128 */
     uint64_t io_block_size;          /* bytes per NVMe piece, multiple of 4096; 0 = the engine's 1 MiB */
@@ -315,6 +326,10 @@ int mw_offload_read_raw(struct mw_offload *e, int region, uint64_t first, uint64
  * committed steps (the AdamW step count used for bias correction). Not during a step. */
 int mw_offload_write_raw(struct mw_offload *e, int region, uint64_t first, uint64_t n, const void *src);
 int mw_offload_set_committed_steps(struct mw_offload *e, uint64_t steps);
+/* Sets cfg.ext_grads_release and cfg.staging_release after init (non-zero: on; staging buffers
+ * are unlocked then); -EINVAL when grads is on and the engine does not read the caller's
+ * accumulated gradients (ext_grads_accumulate = 1, no stream function), -EBUSY during a step. */
+int mw_offload_set_release(struct mw_offload *e, int grads, int staging);
 
 /* Bytes the engine holds now on each tier (its tiers' counters): equal to the plan's tier_bytes. */
 void mw_offload_tier_usage(const struct mw_offload *e, uint64_t bytes[MW_OFFLOAD_NTIERS]);

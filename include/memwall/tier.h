@@ -71,6 +71,8 @@ enum {
     MW_ALLOC_NO_HUGE = 1u << 1, /* with MW_ALLOC_IO: keep the 2 MiB alignment, skip MADV_HUGEPAGE */
     MW_ALLOC_NO_LOCK = 1u << 2, /* do not mlock (host) */
     MW_ALLOC_ZERO = 1u << 3,    /* zero-fill */
+    MW_ALLOC_HUGE = 1u << 4,    /* host: MADV_HUGEPAGE without MW_ALLOC_IO's alignment and rounding (large
+                                 * arrays streamed by the kernels: fewer TLB misses, 5-10 % on the update) */
 };
 
 /* Flags reported back in mw_buf.flags. */

@@ -70,6 +70,7 @@ def lib():
         "mw_offload_write_raw": (i32, [P, i32, u64, u64, P]),
         "mw_offload_set_master": (i32, [P, u64, u64, P]),
         "mw_offload_inject_write_failure": (None, [P, u64]),
+        "mw_offload_set_release": (i32, [P, i32, i32]),
         "mw_trace_init": (i32, [ctypes.POINTER(P), ctypes.c_size_t]),
         "mw_trace_write": (i32, [P, ctypes.c_char_p]),
         "mw_trace_free": (None, [P]),

@@ -188,3 +188,39 @@ def test_save_state_streams_and_resumes_bitwise(state, moments, dtype, tmp_path)
     (tmp_path / "junk").write_bytes(b"not a state file at all")
     with pytest.raises(ValueError, match="is not a memwall.torch state file"):
         opt2.load_state(tmp_path / "junk")
+
+
+@pytest.mark.parametrize("state,dtype", [("nvme", torch.float32), ("dram", torch.float32), ("nvme", torch.bfloat16)])
+def test_release_grads_bitwise_and_zero_after_step(state, dtype, nvme_dir):
+    """release_grads=True (gradient pages and staging given back after each update) trains
+    bitwise as without it, overlapped from step 2 on, and leaves the gradients reading zero."""
+    steps = 8
+    res = []
+    for release in (True, False):
+        m = make_gpt().to(dtype)
+        opt = memwall.torch.AdamW(gpt_groups(m, LR), lr=LR, state=state, nvme_dir=nvme_dir, subgroup_size=2048,
+                                  buffer_count=2, release_grads=release, threads=THREADS)
+        train("gpt", m, opt, batches("gpt", steps), accum=2, sched=warmup_cosine(opt, steps))
+        assert opt.stats()["overlap"] is True
+        res.append((params_bits(m), state_tensors(opt)))
+        if release:  # after a step, before zero_grad: every gradient buffer reads zero
+            x, y = batches("gpt", 1)[0]
+            for xa, ya in zip(x.chunk(2), y.chunk(2)):
+                (m(xa, ya)[1] / 2).backward()
+            opt.step()
+            assert all(float(g.g.abs().sum()) == 0.0 for g in opt._groups)
+        opt.close()
+    assert_bitwise(res[0][0], res[1][0])
+    assert_bitwise(res[0][1], res[1][1])
+
+
+def test_release_grads_failed_step_says_to_rerun_backward(nvme_dir):
+    m = make_mlp()
+    opt = memwall.torch.AdamW(mlp_groups(m, LR), lr=LR, state="nvme", nvme_dir=nvme_dir, subgroup_size=1024,
+                              release_grads=True, threads=THREADS)
+    x, y = batches("mlp", 1)[0]
+    torch.nn.functional.mse_loss(m(x), y).backward()
+    opt._inject_write_failure(0, 2)
+    with pytest.raises(OSError, match=r"intact; run backward again, then retry the step: release_grads"):
+        opt.step()
+    opt.close()

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 void mw_offload_hparams_default(struct mw_offload_hparams *h)
@@ -151,6 +152,11 @@ int mw_offload_init(struct mw_offload **out, const struct mw_offload_registry *r
         return mw_error_set(-EINVAL, "offload: a commit record (and a resume from one) needs the master weights and the "
                             "moments on NVMe, and journal = 1");
     }
+    if (cfg->ext_grads_release && (!cfg->ext_grads || !cfg->ext_grads_accumulate || cfg->stream)) {
+        free(e);
+        return mw_error_set(-EINVAL, "offload: ext_grads_release needs the caller's accumulated ext_grads "
+                            "(ext_grads_accumulate = 1) and no stream function");
+    }
     int rc = mw_offload_plan_make(r, cfg, &e->plan);
     if (rc) { free(e); return rc; }
     pthread_mutex_init(&e->mu, NULL);
@@ -192,13 +198,13 @@ int mw_offload_init(struct mw_offload **out, const struct mw_offload_registry *r
             char label[48];
             snprintf(label, sizeof label, "offload %s slot %d", reg == OFL_R_MASTER ? "master" : reg == OFL_R_M ? "exp_avg"
                      : reg == OFL_R_V ? "exp_avg_sq" : "moment scales", s);
-            if ((rc = mw_tier_alloc(host, bytes, MW_ALLOC_ZERO | MW_ALLOC_NO_LOCK, alloc_kind(reg), label, &e->home[reg][s]))) goto err;
+            if ((rc = mw_tier_alloc(host, bytes, MW_ALLOC_ZERO | MW_ALLOC_NO_LOCK | MW_ALLOC_HUGE, alloc_kind(reg), label, &e->home[reg][s]))) goto err;
         }
     }
     if (!(cfg->ext_grads && cfg->ext_grads_accumulate))
-        if ((rc = mw_tier_alloc(host, 4 * N, MW_ALLOC_ZERO | MW_ALLOC_NO_LOCK, MW_KIND_GRADS, "offload grad accumulation", &e->grads))) goto err;
+        if ((rc = mw_tier_alloc(host, 4 * N, MW_ALLOC_ZERO | MW_ALLOC_NO_LOCK | MW_ALLOC_HUGE, MW_KIND_GRADS, "offload grad accumulation", &e->grads))) goto err;
     if (!cfg->ext_weights)
-        if ((rc = mw_tier_alloc(host, ofl_wbytes(cfg->weights) * N, MW_ALLOC_ZERO | MW_ALLOC_NO_LOCK, MW_KIND_WEIGHTS,
+        if ((rc = mw_tier_alloc(host, ofl_wbytes(cfg->weights) * N, MW_ALLOC_ZERO | MW_ALLOC_NO_LOCK | MW_ALLOC_HUGE, MW_KIND_WEIGHTS,
                                 "offload working copy", &e->weights))) goto err;
     if (e->txn) {
         ofl_layout_make(cfg, e->plan.subgroup_size, &e->lay);
@@ -207,7 +213,8 @@ int mw_offload_init(struct mw_offload **out, const struct mw_offload_registry *r
         e->free_bufs = calloc((size_t)e->nbuf, sizeof(int));
         if (!e->staging || !e->free_bufs) { rc = mw_error_set(-ENOMEM, "offload: out of memory"); goto err; }
         for (int b = 0; b < e->nbuf; b++) {
-            if ((rc = mw_tier_alloc(host, e->lay.total, MW_ALLOC_IO, MW_KIND_STAGING, "offload staging", &e->staging[b]))) goto err;
+            unsigned fl = MW_ALLOC_IO | (cfg->staging_release ? MW_ALLOC_NO_LOCK : 0);
+            if ((rc = mw_tier_alloc(host, e->lay.total, fl, MW_KIND_STAGING, "offload staging", &e->staging[b]))) goto err;
             e->free_bufs[e->nfree++] = b;
         }
         if ((rc = open_store(e))) goto err;
@@ -456,7 +463,11 @@ int mw_offload_step_wait(struct mw_offload *e)
     e->armed = 0;
     reset_step_locked(e);
     rc = failed ? e->err : 0;
+    /* staging_release: the buffers are idle until the next step (a record being written from
+     * them, if any, keeps them) */
+    int release = !failed && e->cfg.staging_release && e->jstate == 0;
     pthread_mutex_unlock(&e->mu);
+    for (int b = 0; release && b < e->nbuf; b++) (void)madvise(e->staging[b].ptr, e->staging[b].reserved, MADV_DONTNEED);
     if (failed) return mw_error_set(rc, "%s (step %llu not committed; the state of step %llu is intact)", e->errmsg,
                                     (unsigned long long)e->committed + 1, (unsigned long long)e->committed);
     uint64_t now = mw_now_ns();

@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 static double secs(uint64_t ns) { return (double)ns * 1e-9; }
 
@@ -348,6 +349,22 @@ static void dispatch_locked(struct mw_offload *e, uint32_t sg)
     ofl_dev_submit(e->dev, j); /* lock order: e->mu, then the device's (never the reverse) */
 }
 
+/* cfg.ext_grads_release: the update of sg has read its gradients; the whole pages of its range
+ * go back to the OS (they read as zeros), the bytes of partial pages (shared with a neighbour,
+ * which may be being updated now) are zeroed, as is everything if madvise refuses. */
+static void release_grads(struct mw_offload *e, uint32_t sg)
+{
+    const struct mw_offload_subgroup *g = &e->sgs[sg];
+    char *a = (char *)(uintptr_t)(e->cfg.ext_grads + g->first), *b = a + 4 * g->n;
+    char *pa = (char *)MW_ALIGN_UP((uintptr_t)a, (uintptr_t)OFL_PAD), *pb = (char *)((uintptr_t)b / OFL_PAD * OFL_PAD);
+    if (pb > pa && madvise(pa, (size_t)(pb - pa), MADV_DONTNEED) == 0) {
+        memset(a, 0, (size_t)(pa - a));
+        memset(pb, 0, (size_t)(b - pb));
+    } else {
+        memset(a, 0, (size_t)(b - a));
+    }
+}
+
 /* Pipe thread, mutex released: write-back and working-copy refresh of an updated subgroup. */
 static void stage_writeback(struct mw_offload *e, uint32_t sg)
 {
@@ -368,6 +385,7 @@ static void stage_writeback(struct mw_offload *e, uint32_t sg)
             return;
         }
     }
+    if (e->cfg.ext_grads_release) release_grads(e, sg);
     if (e->cfg.weights == MW_OFFLOAD_W_FP32 && !e->master_alias && !e->cfg.stream)
         memcpy(ofl_weights_of(e, sg), v.master, 4 * g->n);
     if (!e->txn) {

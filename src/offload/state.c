@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 /* The base address of one region (master, m, v, or a moment's 8-bit scales) in a slice view. */
 static char *region_base(const struct mw_optim_slice *s, int region)
@@ -136,4 +137,20 @@ int mw_offload_set_committed_steps(struct mw_offload *e, uint64_t steps)
     /* The committed slot moved (or the step count did): the record must say so before a step
      * writes into the slot the old record points at. */
     return e->jon ? ofl_journal_write(e, steps) : 0;
+}
+
+int mw_offload_set_release(struct mw_offload *e, int grads, int staging)
+{
+    int rc = ofl_check_quiet(e, "set_release");
+    if (!rc) rc = ofl_journal_settle(e);
+    if (rc) return rc;
+    if (grads && (!e->cfg.ext_grads || !e->cfg.ext_grads_accumulate || e->cfg.stream))
+        return mw_error_set(-EINVAL, "offload: releasing gradients needs the caller's accumulated ext_grads "
+                            "(ext_grads_accumulate = 1) and no stream function");
+    e->cfg.ext_grads_release = grads != 0;
+    e->cfg.staging_release = staging != 0;
+    for (int b = 0; staging && b < e->nbuf; b++) /* MADV_DONTNEED leaves locked pages alone */
+        if ((e->staging[b].flags & MW_BUF_LOCKED) && munlock(e->staging[b].ptr, e->staging[b].reserved) == 0)
+            e->staging[b].flags &= ~MW_BUF_LOCKED;
+    return 0;
 }
