@@ -95,8 +95,17 @@ rc=$?
 [ $rc != 0 ] && grep -q 'DRAM budget 64.00 MiB is too small for this streamed run: it needs [0-9.]* MiB' b_small.out \
   && grep -q 'collective buffers' b_small.out && ! grep -q '^step' b_small.out && echo "  a 64 MiB budget is refused up front" \
   || { bad "--dram-budget 64M on 2 ranks: exit $rc, want a refusal with the numbers"; cat b_small.out; }
+# One that fits holds: the budget is the run's own plan + 5 % (the plan includes the process's
+# measured size before the model, which differs between machines and builds). Under ASan the
+# resident set is the sanitizer's (shadow memory, quarantine), not the program's: skipped there.
+asan=0
+grep -qa __asan_init "$M" && asan=1
 for z in 0 3; do
-  budget=$([ $z = 0 ] && echo 275 || echo 400)
+  [ $asan = 1 ] && { echo "  ZeRO-$z budget held: skipped under ASan"; continue; }
+  "${MPI[@]}" "$M" train "${big[@]}" --zero $z --dram-budget 1M > need$z.out 2>&1
+  need=$(grep -o 'it needs [0-9.]* MiB' need$z.out | head -1 | grep -o '[0-9.]*')
+  [ -n "$need" ] || { bad "ZeRO-$z: no planned peak in the refusal"; cat need$z.out; continue; }
+  budget=$(awk -v n="$need" 'BEGIN { printf "%d", n * 1.05 + 1 }')
   run b$z "${MPI[@]}" "$M" train "${big[@]}" --zero $z --dram-budget ${budget}M || continue
   hwm=$(grep -o 'VmHWM) [0-9.]* MiB' b$z.out | grep -o '[0-9.]*')
   ratio=$(grep -o 'measured/planned [0-9.]*' b$z.out | grep -o '[0-9.]*$')
@@ -104,15 +113,16 @@ for z in 0 3; do
   [ -n "$hwm" ] && [ -n "$ratio" ] && awk -v h="$hwm" -v r="$ratio" -v b="$budget" 'BEGIN { exit !(h <= b && r > 0.85 && r < 1.05) }' \
     && echo "  ZeRO-$z: peak $hwm MiB under the ${budget} MiB budget, measured/planned $ratio" \
     || bad "ZeRO-$z budget: VmHWM ${hwm:-?} MiB (budget $budget MiB), measured/planned ${ratio:-?}"
+  [ $z = 0 ] || continue
+  # ZeRO-0's budget is below what the same run needs with the weights and gradients in DRAM
+  # (fp32 weights and gradients, the optimizer's staging, the runtime: its own plan's figures).
+  params=$(grep -o '(\([0-9]*\) params' b0.out | grep -o '[0-9]*')
+  rest=$(grep -o 'runtime [0-9.]* MiB + activations [0-9.]* MiB + optimizer staging [0-9.]* MiB' b0.out | grep -o '[0-9.]* MiB' \
+         | awk '{ s += $1 } END { print s }')
+  [ -n "$params" ] && [ -n "$rest" ] && awk -v p="$params" -v r="$rest" -v b="$budget" 'BEGIN { exit !(p * 8 / 1048576 + r > b) }' \
+    && echo "  in DRAM the same run would need $(awk -v p="$params" -v r="$rest" 'BEGIN { printf "%.0f", p * 8 / 1048576 + r }') MiB" \
+    || bad "the budget model ($params params) would fit resident in $budget MiB"
 done
-# ZeRO-0's budget is below what the same run needs with the weights and gradients in DRAM
-# (fp32 weights and gradients, the optimizer's staging, the runtime: its own plan's figures).
-params=$(grep -o '(\([0-9]*\) params' b0.out | grep -o '[0-9]*')
-rest=$(grep -o 'runtime [0-9.]* MiB + activations [0-9.]* MiB + optimizer staging [0-9.]* MiB' b0.out | grep -o '[0-9.]* MiB' \
-       | awk '{ s += $1 } END { print s }')
-[ -n "$params" ] && [ -n "$rest" ] && awk -v p="$params" -v r="$rest" 'BEGIN { exit !(p * 8 / 1048576 + r > 275) }' \
-  && echo "  in DRAM the same run would need $(awk -v p="$params" -v r="$rest" 'BEGIN { printf "%.0f", p * 8 / 1048576 + r }') MiB" \
-  || bad "the budget model ($params params) would fit resident in 275 MiB"
 
 # 4. a DeepSpeed ZeRO-3 config with parameters and optimizer on NVMe (ZeRO-Infinity's) on 2 ranks
 #    is the streamed run with those flags typed
