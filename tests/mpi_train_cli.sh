@@ -16,46 +16,9 @@
 #  6. a rank that dies ends the job within bounded time with a clear message (mpirun's own
 #     kill, and memwall's --comm-timeout when the launcher does not kill).
 set -uo pipefail
-: "${MW_MPIRUN:?}" "${MW_BUILD_DIR:?}" "${MW_SOURCE_DIR:?}"
-M="$MW_BUILD_DIR/memwall"
-dir="$MW_BUILD_DIR/test-scratch/mpi_train_cli-$$"
-rm -rf "$dir"; mkdir -p "$dir"
-cd "$dir" || exit 1
-MPI=("$MW_MPIRUN" --allow-run-as-root --oversubscribe -np 2)
+source "$(dirname "${BASH_SOURCE[0]}")/lib_mpi_train.sh" mpi_train_cli
 COMMON=(--preset tiny --steps 6 --batch 4 --grad-accum 2 --val-every 3 --sample-len 0 --threads 1
         --data "$MW_SOURCE_DIR/data/kjv_excerpt.txt")
-fail=0
-bad() { echo "FAIL: $*"; fail=1; }
-run() { # name, then the command; output in name.out
-  local name=$1; shift
-  if ! "$@" > "$name.out" 2>&1; then cat "$name.out"; bad "$name exited non-zero"; return 1; fi
-}
-
-# compare A B [exact]: losses / val losses / grad norms, line by line.
-compare() {
-  python3 - "$@" <<'EOF'
-import json, sys
-a = [json.loads(l) for l in open(sys.argv[1])]
-b = [json.loads(l) for l in open(sys.argv[2])]
-exact = len(sys.argv) > 3
-if len(a) != len(b):
-    sys.exit(f"{sys.argv[2]}: {len(b)} lines, {sys.argv[1]} has {len(a)}")
-worst = 0.0
-for x, y in zip(a, b):
-    for k in ("loss", "val_loss", "grad_norm"):
-        if (k in x) != (k in y):
-            sys.exit(f"step {x.get('step')}: {k} in one log only")
-        if k not in x:
-            continue
-        if exact and x[k] != y[k]:
-            sys.exit(f"step {x['step']}: {k} {x[k]!r} != {y[k]!r} (expected bitwise equal)")
-        rel = abs(x[k] - y[k]) / max(abs(x[k]), 1e-30)
-        worst = max(worst, rel)
-        if rel > 2e-5:
-            sys.exit(f"step {x['step']}: {k} {x[k]} vs {y[k]}: relative {rel:.2e} > 2e-5")
-print(f"  {sys.argv[2]}: {len(b)} lines match {sys.argv[1]} ({'bitwise' if exact else f'worst relative {worst:.1e}'})")
-EOF
-}
 
 # 1. ranks x stages x tiers
 for tier in dram nvme; do

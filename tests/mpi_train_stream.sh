@@ -14,35 +14,9 @@
 #  4. A DeepSpeed ZeRO-3 config with offload_param and offload_optimizer on NVMe streams the same way.
 #  5. What stays refused says so: the layer-major schedule on several ranks.
 set -uo pipefail
-: "${MW_MPIRUN:?}" "${MW_BUILD_DIR:?}" "${MW_SOURCE_DIR:?}"
-M="$MW_BUILD_DIR/memwall"
-dir="$MW_BUILD_DIR/test-scratch/mpi_train_stream-$$"
-rm -rf "$dir"; mkdir -p "$dir"
-cd "$dir" || exit 1
-MPI=("$MW_MPIRUN" --allow-run-as-root --oversubscribe -np 2)
+source "$(dirname "${BASH_SOURCE[0]}")/lib_mpi_train.sh" mpi_train_stream
 COMMON=(--preset tiny --steps 4 --batch 4 --val-every 2 --sample-len 24 --threads 1 --subgroup-size 16384
         --data "$MW_SOURCE_DIR/data/kjv_excerpt.txt")
-fail=0
-bad() { echo "FAIL: $*"; fail=1; }
-run() { # name, then the command; output in name.out
-  local name=$1; shift
-  if ! "$@" > "$name.out" 2>&1; then cat "$name.out"; bad "$name exited non-zero"; return 1; fi
-}
-# same A B: losses, validation losses and gradient norms bitwise equal, line by line
-same() {
-  python3 - "$1" "$2" <<'EOF'
-import json, sys
-a = [json.loads(l) for l in open(sys.argv[1])]
-b = [json.loads(l) for l in open(sys.argv[2])]
-if len(a) != len(b) or not a:
-    sys.exit(f"{sys.argv[2]}: {len(b)} lines, {sys.argv[1]} has {len(a)}")
-for x, y in zip(a, b):
-    for k in ("step", "loss", "val_loss", "grad_norm"):
-        if x.get(k) != y.get(k):
-            sys.exit(f"step {x.get('step')}: {k} {x.get(k)!r} != {y.get(k)!r} (expected bitwise equal)")
-print(f"  {sys.argv[2]}: {len(b)} lines bitwise equal to {sys.argv[1]}")
-EOF
-}
 sample() { sed -n '/^sample (/,/^log:/p' "$1" | grep -v '^log:'; }
 
 # 1. stages x accumulation x prefetch depth x recompute
@@ -59,7 +33,7 @@ for c in "${cases[@]}"; do
     || bad "$n: the streamed run does not say it streams (batch-major)"
   if [ $z -ge 1 ]; then grep -q 'each rank reads its own shard and all-gathers' st_$n.out || bad "$n: no shard line"; fi
   [ -d "$dir/ns_$n.0" ] && [ -d "$dir/ns_$n.1" ] || bad "$n: no per-rank NVMe directories"
-  same res_$n.json st_$n.json || bad "$n: streamed losses differ from the 2-rank run in DRAM"
+  compare res_$n.json st_$n.json exact || bad "$n: streamed losses differ from the 2-rank run in DRAM"
   cmp -s out_res_$n/model.safetensors out_st_$n/model.safetensors && echo "  $n: model.safetensors bitwise equal" \
     || bad "$n: final weights differ"
   s1=$(sample res_$n.out) s2=$(sample st_$n.out)
@@ -73,7 +47,7 @@ for mode in "--optimizer-tier nvme" "--offload-params nvme"; do
       "$M" train "${COMMON[@]}" --zero 2 --grad-accum 2 --zero-hierarchy node $mode --nvme-dir "$dir/n$n.%r" \
       --sample-len 0 --log-json $n.json
 done
-grep -q "4 ranks on 2 nodes.*2 replicas" hoff.out && same hopt.json hoff.json \
+grep -q "4 ranks on 2 nodes.*2 replicas" hoff.out && compare hopt.json hoff.json exact \
   || bad "4 ranks, hierarchy node: streamed differs from DRAM weights"
 
 # 2. per-rank checkpoints of a streamed ZeRO-3 run, resumed at step 2
@@ -82,7 +56,7 @@ run ck "${MPI[@]}" "$M" train "${COMMON[@]}" --zero 3 --grad-accum 2 --offload-p
   tail -n 2 ck.json > ck_tail.json
   run resume "${MPI[@]}" "$M" train --resume 'ck/ckpt_00000002.r%r.mwck' --offload-params nvme \
       --nvme-dir "$dir/nrs.%r" --sample-len 0 --log-json resume.json \
-    && { same ck_tail.json resume.json || bad "resumed streamed run differs from the uninterrupted one"; }
+    && { compare ck_tail.json resume.json exact || bad "resumed streamed run differs from the uninterrupted one"; }
   grep -q 'streaming: weights' resume.out || bad "the resumed run does not stream"
 }
 
@@ -138,7 +112,7 @@ run ds "${MPI[@]}" "$M" train --preset tiny --steps 4 --val-every 2 --sample-len
   grep -q 'streaming: weights and gradients on NVMe' ds.out && grep -q 'ZeRO-3' ds.out \
     || bad "the DeepSpeed ZeRO-Infinity config does not stream on 2 ranks"
   head -n 5 st_z3_a2_d2.json > typed.json
-  same typed.json ds.json.log || bad "--ds-config ZeRO-3 NVMe run differs from the typed flags"
+  compare typed.json ds.json.log exact || bad "--ds-config ZeRO-3 NVMe run differs from the typed flags"
 }
 
 # 5. refused with a message

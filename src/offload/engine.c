@@ -381,39 +381,32 @@ int mw_offload_step_start(struct mw_offload *e, const struct mw_offload_hparams 
 
 int mw_offload_step_in_flight(const struct mw_offload *e) { return e->in_flight; }
 
-int mw_offload_sg_wait(struct mw_offload *e, uint32_t sg, int block)
+/* Subgroup sg is done (written), or with fresh_ok only refreshed into the working copy. */
+static int sg_wait(struct mw_offload *e, uint32_t sg, int block, int fresh_ok, const char *what)
 {
-    if (sg >= e->nsg) return mw_error_set(-EINVAL, "offload sg_wait: no subgroup %u (%u)", sg, e->nsg);
+    if (sg >= e->nsg) return mw_error_set(-EINVAL, "offload %s: no subgroup %u (%u)", what, sg, e->nsg);
     pthread_mutex_lock(&e->mu);
     uint64_t tw = mw_now_ns();
     int waited = 0;
-    while (block && e->in_flight && !e->failed && e->st[sg].state != OFL_SG_DONE) {
+#define SG_READY (!e->in_flight || e->st[sg].state == OFL_SG_DONE || (fresh_ok && e->st[sg].fresh))
+    while (block && !e->failed && !SG_READY) {
         pthread_cond_wait(&e->cv_done, &e->mu);
         waited = 1;
     }
     if (waited) caller_wait(e, tw);
-    int rc = !e->in_flight || e->st[sg].state == OFL_SG_DONE ? 1 : 0;
+    int rc = SG_READY ? 1 : 0;
+#undef SG_READY
     if (e->in_flight && e->failed) rc = mw_error_set(e->err ? e->err : -EIO, "%s", e->errmsg);
     pthread_mutex_unlock(&e->mu);
     return rc;
 }
 
+int mw_offload_sg_wait(struct mw_offload *e, uint32_t sg, int block) { return sg_wait(e, sg, block, 0, "sg_wait"); }
+
+/* With cfg.stream the caller reads the weights from the master: its write must have landed. */
 int mw_offload_sg_wait_weights(struct mw_offload *e, uint32_t sg, int block)
 {
-    if (e->cfg.stream) return mw_offload_sg_wait(e, sg, block); /* the weights are read from the master */
-    if (sg >= e->nsg) return mw_error_set(-EINVAL, "offload sg_wait_weights: no subgroup %u (%u)", sg, e->nsg);
-    pthread_mutex_lock(&e->mu);
-    uint64_t tw = mw_now_ns();
-    int waited = 0;
-    while (block && e->in_flight && !e->failed && e->st[sg].state != OFL_SG_DONE && !e->st[sg].fresh) {
-        pthread_cond_wait(&e->cv_done, &e->mu);
-        waited = 1;
-    }
-    if (waited) caller_wait(e, tw);
-    int rc = !e->in_flight || e->st[sg].state == OFL_SG_DONE || e->st[sg].fresh ? 1 : 0;
-    if (e->in_flight && e->failed) rc = mw_error_set(e->err ? e->err : -EIO, "%s", e->errmsg);
-    pthread_mutex_unlock(&e->mu);
-    return rc;
+    return sg_wait(e, sg, block, !e->cfg.stream, "sg_wait_weights");
 }
 
 int mw_offload_step(struct mw_offload *e, const struct mw_offload_hparams *hp)
