@@ -139,7 +139,8 @@ def gpt2_step(opt, threads, steps, nvme_dir, quick, mw_args=()):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", default="1,2")
-    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--reps", type=int, default=5, help="timed steps per child process (median)")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds over all implementations (ratios: median over rounds)")
     ap.add_argument("--impls", default=",".join(IMPLS))
     ap.add_argument("--quick", action="store_true", help="6M parameters, to check that the script works")
     ap.add_argument("--gpt2-steps", type=int, default=0, help="also time GPT-2 training steps (0: skip)")
@@ -153,29 +154,44 @@ def main():
     if a.child:
         child(a.child, a.quick, a.reps, a.nvme_dir)
         return
+    # Rounds: every implementation once per round, in an order rotated each round, so that the
+    # minute-to-minute drift of this machine's memory bandwidth falls on all of them alike; each
+    # ratio is taken within a round (side by side) and the median over rounds is reported.
     rows = []
-    for t in [int(x) for x in a.threads.split(",")]:
-        for impl in a.impls.split(","):
-            rows.append(run_child(impl, t, a.quick, a.reps, a.nvme_dir))
-            r = rows[-1]
-            if "skip" in r:
-                print(f"{impl:16s} {t} thread(s): skipped: {r['skip']}", flush=True)
-            else:
+    impls = a.impls.split(",")
+    threads = [int(x) for x in a.threads.split(",")]
+    for rnd in range(a.rounds):
+        for t in threads:
+            k = rnd % len(impls)
+            for impl in impls[k:] + impls[:k]:
+                r = run_child(impl, t, a.quick, a.reps, a.nvme_dir)
+                r["round"] = rnd
+                rows.append(r)
+                if "skip" in r:
+                    if rnd == 0:
+                        print(f"{impl:16s} {t} thread(s): skipped: {r['skip']}", flush=True)
+                    continue
                 extra = f", Python overhead {100 * r['python_overhead']:.2f}%" if "python_overhead" in r else ""
-                print(f"{impl:16s} {t} thread(s): {r['params'] / 1e6:.1f}M params, step {r['step_s'] * 1e3:8.1f} ms,"
-                      f" {r['params_per_s'] / 1e9:.3f} Gparams/s{extra}", flush=True)
-    print("\nspeed-up of memwall over each (same threads; >1 = memwall faster):")
-    by = {(r["impl"], r["threads"]): r for r in rows if "skip" not in r}
-    for t in sorted({r["threads"] for r in rows}):
-        for mw in ("memwall", "memwall-bf16", "memwall-8bit"):
-            if (mw, t) not in by:
-                continue
-            for other in ("torch-fused", "deepspeed"):
-                if (other, t) in by:
-                    print(f"  {t} thread(s): {mw:13s} / {other:16s} {by[(mw, t)]['params_per_s'] / by[(other, t)]['params_per_s']:.2f}x")
-        if ("memwall-cuda", t) in by and ("torchao-offload", t) in by:
-            print(f"  {t} thread(s): memwall-cuda  / torchao-offload  "
-                  f"{by[('memwall-cuda', t)]['params_per_s'] / by[('torchao-offload', t)]['params_per_s']:.2f}x")
+                print(f"round {rnd + 1}/{a.rounds} {impl:16s} {t} thread(s): {r['params'] / 1e6:.1f}M params, step "
+                      f"{r['step_s'] * 1e3:8.1f} ms, {r['params_per_s'] / 1e9:.3f} Gparams/s{extra}", flush=True)
+    ok = [r for r in rows if "skip" not in r]
+    print(f"\nmedians over {a.rounds} round(s):")
+    for t in threads:
+        for impl in impls:
+            v = [r for r in ok if r["impl"] == impl and r["threads"] == t]
+            if v:
+                st = statistics.median(r["step_s"] for r in v)
+                print(f"  {impl:16s} {t} thread(s): step {st * 1e3:8.1f} ms, {v[0]['params'] / st / 1e9:.3f} Gparams/s")
+    print("\nspeed-up of memwall over each (same threads, same round; median over rounds [min, max]; >1 = memwall faster):")
+    by = {(r["impl"], r["threads"], r["round"]): r for r in ok}
+    pairs = [(mw, other) for mw in ("memwall", "memwall-bf16", "memwall-8bit") for other in ("torch-fused", "deepspeed")]
+    pairs.append(("memwall-cuda", "torchao-offload"))
+    for t in threads:
+        for mw, other in pairs:
+            q = [by[(mw, t, k)]["params_per_s"] / by[(other, t, k)]["params_per_s"]
+                 for k in range(a.rounds) if (mw, t, k) in by and (other, t, k) in by]
+            if q:
+                print(f"  {t} thread(s): {mw:13s} / {other:16s} {statistics.median(q):.2f}x [{min(q):.2f}, {max(q):.2f}]")
     gpt = []
     if a.gpt2_steps:
         tmp = None

@@ -9,6 +9,7 @@
 #include "offload_util.h"
 #include <errno.h>
 #include <math.h>
+#include <unistd.h>
 
 static const char *g_dir;
 
@@ -308,6 +309,72 @@ static void checkpoint(const struct mw_offload_registry *r)
     free(w); free(g); free(w2);
 }
 
+/* Waits (at most 10 s) until the engine has read `want` subgroups ahead in all; their count. */
+static uint64_t wait_prereads(struct mw_offload *e, uint64_t want)
+{
+    struct mw_offload_stats st;
+    for (int i = 0; i < 1000; i++) {
+        mw_offload_stats_get(e, &st);
+        if (st.prereads >= want) break;
+        usleep(10000);
+    }
+    mw_offload_stats_get(e, &st);
+    return st.prereads;
+}
+
+/* Pre-reads between steps: after a commit the engine reads the next step's first subgroups
+ * (one per free staging buffer) while the caller computes. The step that follows uses them
+ * (bitwise what the DRAM engine gives); a state written in between (a checkpoint restore) makes
+ * the engine throw them away, or the step would start from the state before the restore. */
+static void preread(const struct mw_offload_registry *r)
+{
+    uint64_t n = r->total;
+    float *w = malloc(4 * n), *wb = malloc(4 * n), *g = malloc(4 * n);
+    REQUIRE(w && wb && g);
+    ou_init_weights(w, n);
+    memcpy(wb, w, 4 * n);
+    struct mw_offload_config ca = base(128, 3, "all=dram", MW_OFFLOAD_M_FP32), cb = base(128, 3, "optim=nvme", MW_OFFLOAD_M_FP32);
+    ca.ext_weights = w;
+    ca.ext_grads = g;
+    cb.ext_weights = wb;
+    cb.ext_grads = g;
+    cb.nvme_dir = g_dir;
+    struct mw_offload *a, *b;
+    REQUIRE(mw_offload_init(&a, r, &ca) == 0);
+    REQUIRE(mw_offload_init(&b, r, &cb) == 0);
+    struct mw_offload_hparams hp;
+    struct ou_snap s1, s2, sb;
+    for (int t = 1; t <= 2; t++) {
+        ou_hparams(&hp, t);
+        ou_grads(g, n, t, 0);
+        CHECK(mw_offload_step(a, &hp) == 0);
+        CHECK(mw_offload_step(b, &hp) == 0);
+        /* 895 parameters in 7 subgroups of 128, 3 buffers: 3 read ahead after each commit */
+        CHECK_EQ_INT(wait_prereads(b, 3 * (uint64_t)t), 3 * t);
+        ou_snap_take(a, MW_OFFLOAD_M_FP32, n, t == 1 ? &s1 : &s2);
+    }
+    CHECK(memcmp(w, wb, 4 * n) == 0);
+    /* b holds step 2's first subgroups read ahead; restore step 1 and run step 2 again */
+    for (int reg = 0; reg < 5; reg++) CHECK(mw_offload_write_raw(b, reg, 0, n, s1.raw[reg]) == 0);
+    CHECK(mw_offload_set_committed_steps(b, 1) == 0);
+    ou_hparams(&hp, 2);
+    ou_grads(g, n, 2, 0);
+    CHECK(mw_offload_step(b, &hp) == 0);
+    ou_snap_take(b, MW_OFFLOAD_M_FP32, n, &sb);
+    CHECK(ou_snap_equal(&s2, &sb, "step 2 again after a restore with subgroups read ahead"));
+    /* with pre-reads off, none */
+    mw_offload_free(b);
+    cb.no_preread = 1;
+    REQUIRE(mw_offload_init(&b, r, &cb) == 0);
+    CHECK(mw_offload_step(b, &hp) == 0);
+    usleep(50000);
+    CHECK_EQ_INT(wait_prereads(b, 0), 0);
+    ou_snap_free(&s1); ou_snap_free(&s2); ou_snap_free(&sb);
+    mw_offload_free(a);
+    mw_offload_free(b);
+    free(w); free(wb); free(g);
+}
+
 /* Per-tensor weight decay: subgroups that cut across decaying and non-decaying tensors give
  * bitwise what one kernel call per tensor gives (fp32 moments). */
 static void decay_runs(void)
@@ -395,6 +462,7 @@ int main(void)
     accumulation(&r);
     clipping(&r);
     checkpoint(&r);
+    preread(&r);
     decay_runs();
     single_parameter();
 

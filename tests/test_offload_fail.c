@@ -8,6 +8,7 @@
  * disk full, a slow disk); the working copy usable before its write lands.
  */
 #include "offload_util.h"
+#include <unistd.h>
 #include "memwall/store.h"
 #include <errno.h>
 
@@ -126,6 +127,15 @@ static void env_scenario(const struct mw_offload_registry *r, const char *dir, c
         ou_hparams(&hp, t);
         ou_grads(g, n, t, 0);
         int rc = mw_offload_step(e, &hp);
+        if (t == 1 && rc == 0) { /* let the 3 pre-reads of step 2 land first: read faults then hit one */
+            struct mw_offload_stats st;
+            for (int i = 0; i < 500; i++) {
+                mw_offload_stats_get(e, &st);
+                if (st.prereads >= 3) break;
+                usleep(10000);
+            }
+            CHECK_EQ_INT(st.prereads, 3);
+        }
         if (t == 2 && want_rc) {
             CHECK_MSG(rc == want_rc, "%s: step 2 gave %d: %s", spec, rc, mw_error_msg());
             const char *m = mw_error_msg();
@@ -208,7 +218,7 @@ int main(void)
     /* Through MEMWALL_FAULT. Each object is one piece: 6 written at init, 6 read and 6 written
      * per step, so after=14 is step 2's third write, after=8 its third read. */
     env_scenario(&r, dir, "write:eio:after=14:count=1", -EIO, "(object 'sg2.slot", 0);
-    env_scenario(&r, dir, "read:eio:after=8:count=1", -EIO, "(object 'sg2.slot", 0);
+    env_scenario(&r, dir, "read:eio:after=8:count=1", -EIO, "(object 'sg2.slot", 0); /* a pre-read of step 2 */
     env_scenario(&r, dir, "write:enospc:after=12:count=1", -ENOSPC, "(object 'sg0.slot", 0);
     env_scenario(&r, dir, "read:eio:after=11:count=1", -EIO, "(object 'sg5.slot", 1);
     env_scenario(&r, dir, "delay:us=3000", 0, NULL, 0); /* a slow disk: bitwise the same */

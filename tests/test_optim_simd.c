@@ -10,6 +10,7 @@
 #include "optim/optim_internal.h"
 #include "optim_state.h"
 
+#include <math.h>
 #include <pthread.h>
 
 struct variant { const char *name; const struct mw_optim_kernels *k; };
@@ -72,6 +73,46 @@ static void test_variant(const struct variant *va)
                         ost_free(&b);
                     }
     printf("%s: %d format/size combinations bitwise equal to scalar\n", va->name, combos);
+}
+
+/* Moments whose rounding takes the special lanes (zero, denormal, infinite, NaN), mixed into
+ * vectors of ordinary ones: every lane of every moment format bitwise equal to scalar. */
+static void test_special_lanes(const struct variant *va)
+{
+    for (int mi = 0; mi < NM; mi++) {
+        if (M[mi] == MW_OPTIM_Q8) continue;
+        struct mw_optim_format f = {MW_OPTIM_F32, M[mi], MW_OPTIM_BF16};
+        struct ost a, b;
+        size_t n = 4097;
+        ost_init(&a, &f, n);
+        ost_init(&b, &f, n);
+        ost_fill(&a, 77, 1.0f);
+        for (size_t i = 0; i < n; i++) {
+            float *g = a.grad;
+            if (i % 13 == 0) g[i] = NAN;
+            else if (i % 17 == 0) { g[i] = 0.0f; ost_put(f.moments, a.m, i, 0.0f); ost_put(f.moments, a.v, i, 0.0f); }
+            else if (i % 19 == 0) { g[i] = 0.0f; ost_put(f.moments, a.m, i, -1e-39f); ost_put(f.moments, a.v, i, 1e-39f); }
+            else if (i % 23 == 0) g[i] = INFINITY;
+            else if (i % 29 == 0) g[i] = 1e-30f; /* g^2 underflows */
+        }
+        ost_copy(&b, &a);
+        struct mw_kargs k;
+        memset(&k, 0, sizeof k);
+        k.fmt = f;
+        k.a = (struct mw_adamw_k){.gscale = 1.0f, .b1 = 0.9f, .c1 = 0.1f, .b2 = 0.999f, .c2 = 0.001f,
+                                  .decay = 0.9999f, .step_size = 1e-3f, .isb2 = 3.0f, .eps = 1e-8f};
+        k.seed = 99;
+        k.s = ost_slice(&a, 0, n);
+        mw_optim_kernels_scalar.adamw(&k, 0, n);
+        k.s = ost_slice(&b, 0, n);
+        va->k->adamw(&k, 0, n);
+        const char *what;
+        long d = ost_diff(&a, &b, &what);
+        CHECK_MSG(d < 0, "%s moments=%s special lanes: %s[%ld] differs from scalar", va->name,
+                  mw_optim_dtype_name(f.moments), what, d);
+        ost_free(&a);
+        ost_free(&b);
+    }
 }
 
 /* The bandwidth-limit pass must leave the state as it was. */
@@ -257,21 +298,21 @@ int main(int argc, char **argv)
     if (!strcmp(want, "avx2") || all) {
         if (mw_simd_supported(MW_SIMD_AVX2)) {
             v = (struct variant){"avx2", &mw_optim_kernels_avx2};
-            test_variant(&v); test_touch(&v); test_conversions(&v); test_sumsq(&v);
+            test_variant(&v); test_special_lanes(&v); test_touch(&v); test_conversions(&v); test_sumsq(&v);
             ran = 1;
         } else if (!all) SKIP("avx2 variant: this CPU lacks AVX2/FMA/F16C");
     }
     if (!strcmp(want, "avx512") || all) {
         if (mw_simd_supported(MW_SIMD_AVX512)) {
             v = (struct variant){"avx512 (bf16 emulated)", mw_optim_kernels_avx512(0)};
-            test_variant(&v); test_touch(&v); test_conversions(&v); test_sumsq(&v);
+            test_variant(&v); test_special_lanes(&v); test_touch(&v); test_conversions(&v); test_sumsq(&v);
             ran = 1;
         } else if (!all) SKIP("avx512 variant: this CPU lacks AVX-512 F/BW/VL/DQ");
     }
     if (!strcmp(want, "avx512bf16") || all) {
         if (mw_simd_supported(MW_SIMD_AVX512) && mw_simd_has_avx512bf16()) {
             v = (struct variant){"avx512 (AVX512-BF16)", mw_optim_kernels_avx512(1)};
-            test_variant(&v); test_touch(&v); test_conversions(&v); test_sumsq(&v);
+            test_variant(&v); test_special_lanes(&v); test_touch(&v); test_conversions(&v); test_sumsq(&v);
             ran = 1;
         } else if (!all) SKIP("avx512bf16 variant: this CPU lacks AVX-512 F/BW/VL/DQ or AVX512-BF16");
     }

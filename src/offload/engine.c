@@ -247,6 +247,7 @@ void mw_offload_free(struct mw_offload *e)
     if (!e) return;
     if (e->in_flight) (void)mw_offload_step_wait(e); /* its result is lost with the engine */
     if (e->threads_up) (void)ofl_journal_settle(e);     /* likewise a record being written */
+    if (e->threads_up) ofl_preread_drop(e);
     ofl_pipe_stop(e);
     ofl_dev_free(e->dev);
     if (e->store) mw_store_close(e->store);
@@ -322,6 +323,7 @@ int ofl_check_quiet(struct mw_offload *e, const char *what)
 {
     if (e->n_started || e->in_backward || e->in_flight)
         return mw_error_set(-EBUSY, "offload %s: not allowed while a step is in progress", what);
+    ofl_preread_drop(e); /* what follows uses staging buffer 0, or moves the slots */
     return 0;
 }
 
@@ -334,6 +336,7 @@ static void reset_step_locked(struct mw_offload *e)
     e->cpu_head = e->cpu_tail = e->upd_head = e->upd_tail = 0;
     e->n_done = e->n_started = 0;
     e->cpu_busy_until = e->dev_busy_until = 0;
+    e->pre_on = 0; /* until the next commit allows them (ofl_preread_allow) */
     for (uint32_t i = 0; i < e->nsg; i++) {
         e->st[i].state = OFL_SG_IDLE;
         e->st[i].fresh = 0;
@@ -463,6 +466,7 @@ int mw_offload_step_wait(struct mw_offload *e)
     for (int b = 0; release && b < e->nbuf; b++) (void)madvise(e->staging[b].ptr, e->staging[b].reserved, MADV_DONTNEED);
     if (failed) return mw_error_set(rc, "%s (step %llu not committed; the state of step %llu is intact)", e->errmsg,
                                     (unsigned long long)e->committed + 1, (unsigned long long)e->committed);
+    ofl_preread_allow(e); /* the next step's first subgroups, while the caller computes */
     uint64_t now = mw_now_ns();
     struct mw_trace_arg a[1] = {{"step", (int64_t)e->committed}};
     mw_trace_span(e->tr, "offload", "step", MW_MIN(started, t0), now, a, 1);
@@ -490,6 +494,7 @@ int mw_offload_skip_step(struct mw_offload *e)
 int mw_offload_recover(struct mw_offload *e)
 {
     if (e->in_backward) return mw_error_set(-EINVAL, "offload recover: inside a backward pass");
+    if (e->threads_up) ofl_preread_drop(e);
     e->failed = 0;
     e->err = 0;
     if (e->master_alias || e->cfg.stream) return 0;

@@ -85,6 +85,8 @@ enum ofl_sg_state {
     OFL_SG_UPDATED,    /* updated, write-back not started */
     OFL_SG_WRITING,
     OFL_SG_DONE,
+    OFL_SG_PREREADING, /* between steps: staging buffer taken, read of the next step's state in flight */
+    OFL_SG_PRELOADED,  /* between steps: that state is in its staging buffer */
 };
 
 struct ofl_sg {
@@ -175,6 +177,8 @@ struct mw_offload {
     uint32_t *updq; uint32_t upd_head, upd_tail;       /* UPDATED: waiting for write-back */
     uint32_t n_done, n_started;                        /* subgroups finished / enqueued this step */
     int n_reading, n_writing;                          /* NVMe reads / writes in flight */
+    /* pre-reads between steps (pipeline.c): subgroups pre_next.. are still to be read ahead */
+    int pre_on, n_prereading; uint32_t pre_next;
     int master_alias;          /* the master weights ARE the caller's fp32 weight array (all-DRAM) */
     int *free_bufs; int nfree;
     int err; char errmsg[1024];
@@ -191,6 +195,10 @@ int ofl_pipe_start(struct mw_offload *e);
 void ofl_pipe_stop(struct mw_offload *e);
 /* With e->mu held: subgroup became READY. */
 void ofl_pipe_enqueue_locked(struct mw_offload *e, uint32_t sg);
+/* Pre-reads between steps: allow them (after a commit), or stop them and give their buffers
+ * back (before anything else uses the staging buffers or the slots). Neither holds e->mu. */
+void ofl_preread_allow(struct mw_offload *e);
+void ofl_preread_drop(struct mw_offload *e);
 /* Slot views: the arrays of subgroup sg in slot `slot` of its DRAM home, or in staging buffer b. */
 void ofl_view_home(struct mw_offload *e, uint32_t sg, int slot, struct mw_optim_slice *s);
 void ofl_view_staging(struct mw_offload *e, uint32_t sg, int b, struct mw_optim_slice *s);

@@ -204,6 +204,15 @@ static void io_done(struct mw_store_io *io, void *user)
         rc = s->read_rc;
         if (rc) snprintf(msg, sizeof msg, "%s", s->read_msg);
     }
+    if (is_read && s->state == OFL_SG_PREREADING) { /* a read between steps */
+        e->n_prereading--;
+        s->state = OFL_SG_PRELOADED; /* a failure (s->read_rc) fails the step that uses it */
+        e->stats.prereads++;
+        pthread_cond_broadcast(&e->cv_done);
+        pthread_cond_signal(&e->cv_pipe);
+        pthread_mutex_unlock(&e->mu);
+        return;
+    }
     if (is_read) e->n_reading--;
     else e->n_writing--;
     if (rc) {
@@ -386,7 +395,7 @@ static void stage_writeback(struct mw_offload *e, uint32_t sg)
         }
     }
     if (e->cfg.ext_grads_release) release_grads(e, sg);
-    if (e->cfg.weights == MW_OFFLOAD_W_FP32 && !e->master_alias && !e->cfg.stream)
+    if (e->cfg.weights == MW_OFFLOAD_W_FP32 && !e->master_alias && !e->cfg.stream && !s->fresh) /* else done */
         memcpy(ofl_weights_of(e, sg), v.master, 4 * g->n);
     if (!e->txn) {
         uint64_t t1 = mw_now_ns();
@@ -463,6 +472,22 @@ static void *pipe_main(void *arg)
             pthread_mutex_lock(&e->mu);
             continue;
         }
+        /* Between steps, the next step's first subgroups into the free buffers (no gradients are
+         * read: streaming has no pre-reads). */
+        if (e->pre_on && !e->in_flight && !e->n_started && !e->failed && e->nfree > 0) {
+            while (e->pre_next < e->nsg && e->st[e->pre_next].state != OFL_SG_IDLE) e->pre_next++;
+            if (e->pre_next < e->nsg) {
+                uint32_t sg = e->pre_next++;
+                struct ofl_sg *s = &e->st[sg];
+                s->buf = e->free_bufs[--e->nfree];
+                s->state = OFL_SG_PREREADING;
+                e->n_prereading++;
+                pthread_mutex_unlock(&e->mu);
+                stage_read(e, sg);
+                pthread_mutex_lock(&e->mu);
+                continue;
+            }
+        }
         /* Every subgroup of the step in flight is written: its record can start now. */
         if (e->jon && e->in_flight && e->jstate == 0 && e->jstep < e->committed + 1 && !e->failed &&
             e->n_started == e->nsg && e->n_done == e->n_started && !e->n_reading && !e->n_writing &&
@@ -509,6 +534,14 @@ static void cpu_update_one_locked(struct mw_offload *e)
     int rc = ofl_update(&e->fmt, &hp, &v, e->runs + e->sg_run[sg], e->sg_run[sg + 1] - e->sg_run[sg], &ex);
     uint64_t t1 = mw_now_ns();
     trace_update(e, sg, 0, t0, t1);
+    /* The working copy is refreshed here, not behind the previous subgroup's write-back on the
+     * pipeline thread: a forward pass waiting for these weights waits for the update alone. */
+    int refresh = !rc && e->txn && !e->cfg.stream;
+    if (refresh && e->cfg.weights == MW_OFFLOAD_W_FP32 && !e->master_alias) {
+        memcpy(ofl_weights_of(e, sg), v.master, 4 * e->sgs[sg].n);
+        struct mw_trace_arg a[1] = {{"subgroup", sg}};
+        mw_trace_span(e->tr, "offload", "refresh", t1, mw_now_ns(), a, 1);
+    }
     pthread_mutex_lock(&e->mu);
     e->stats.kernel_s += secs(t1 - t0);
     e->stats.cpu_updates++;
@@ -522,6 +555,10 @@ static void cpu_update_one_locked(struct mw_offload *e)
         return;
     }
     s->state = OFL_SG_UPDATED;
+    if (refresh) { /* bf16/fp16 working copies were written by the kernel itself */
+        s->fresh = 1;
+        pthread_cond_broadcast(&e->cv_done);
+    }
     e->updq[e->upd_tail++ % e->nsg] = sg;
     pthread_cond_signal(&e->cv_pipe);
 }
@@ -600,6 +637,22 @@ void ofl_pipe_stop(struct mw_offload *e)
 void ofl_pipe_enqueue_locked(struct mw_offload *e, uint32_t sg)
 {
     struct ofl_sg *s = &e->st[sg];
+    if (s->state == OFL_SG_PREREADING || s->state == OFL_SG_PRELOADED) { /* read ahead: no admission */
+        if (e->n_started == 0) e->step_t0 = mw_now_ns();
+        s->t_ready = mw_now_ns();
+        e->n_started++;
+        if (s->state == OFL_SG_PRELOADED) {
+            if (s->read_rc) { /* the read failed: as it would have in the step */
+                fail_locked(e, s->read_rc, s->read_msg);
+                finish_locked(e, sg, 0);
+            } else dispatch_locked(e, sg);
+            return;
+        }
+        s->state = OFL_SG_READING; /* its completion dispatches it */
+        e->n_prereading--;
+        e->n_reading++;
+        return;
+    }
     if (s->state != OFL_SG_IDLE) return;
     if (e->n_started == 0) e->step_t0 = mw_now_ns();
     s->state = OFL_SG_READY;
@@ -612,4 +665,32 @@ void ofl_pipe_enqueue_locked(struct mw_offload *e, uint32_t sg)
     e->readyq[e->ready_tail++ % e->nsg] = sg;
     pthread_cond_signal(&e->cv_pipe);
     pthread_cond_signal(&e->cv_cpu); /* so an idle CPU thread re-evaluates whether it waits for I/O */
+}
+
+void ofl_preread_allow(struct mw_offload *e)
+{
+    if (!e->txn || !e->store || e->gobj || e->cfg.stream || e->cfg.staging_release || e->cfg.no_preread || !e->threads_up)
+        return;
+    pthread_mutex_lock(&e->mu);
+    e->pre_on = 1;
+    e->pre_next = 0;
+    pthread_cond_signal(&e->cv_pipe);
+    pthread_mutex_unlock(&e->mu);
+}
+
+void ofl_preread_drop(struct mw_offload *e)
+{
+    pthread_mutex_lock(&e->mu);
+    if (e->pre_on || e->pre_next) {
+        e->pre_on = 0;
+        e->pre_next = 0;
+        while (e->n_prereading > 0) pthread_cond_wait(&e->cv_done, &e->mu);
+        for (uint32_t i = 0; i < e->nsg; i++)
+            if (e->st[i].state == OFL_SG_PRELOADED) {
+                e->free_bufs[e->nfree++] = e->st[i].buf;
+                e->st[i].buf = -1;
+                e->st[i].state = OFL_SG_IDLE;
+            }
+    }
+    pthread_mutex_unlock(&e->mu);
 }
