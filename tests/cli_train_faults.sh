@@ -82,7 +82,11 @@ for m in opt stream; do
   # 2. Disk full, injected: the first write of step 3 and every one after it.
   n=$(pieces_before_step3 "$ref.json" write)
   run="$dir/$m-full"
-  MEMWALL_FAULT="write:enospc:after=$n" "$cli" train "${args[@]}" --nvme-dir "$run/nvme" >"$run.out" 2>&1
+  # (the step-2 checkpoint as in the clean run: it ends step 2's overlapped update before step 3,
+  # so the writes before step 3 are the ones counted there; without it a kept-activation write of
+  # step 3 could come first under load, and the fault hit step 2's update)
+  MEMWALL_FAULT="write:enospc:after=$n" "$cli" train "${args[@]}" --nvme-dir "$run/nvme" --ckpt-every 2 --out-dir "$run" \
+    >"$run.out" 2>&1
   rc=$?
   msg=$(grep -m1 '^memwall: the training step failed: ' "$run.out")
   echo "$m disk full: $msg"
