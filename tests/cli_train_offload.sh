@@ -29,10 +29,10 @@ for a in 1 2; do
   [ "$(losses "$dir/d$a.jsonl")" = "$(losses "$dir/n$a.jsonl")" ] && ok \
     || { bad "nvme losses differ from dram (accum $a)"; diff <(losses "$dir/d$a.jsonl") <(losses "$dir/n$a.jsonl"); }
 done
-# Pre-reads between steps (the default, 3 buffers of 4 subgroups) off: the same losses.
-"$cli" train "${common[@]}" "${nv[@]}" --steps 6 --grad-accum 1 --val-every 3 --no-preread --log-json "$dir/np.jsonl" \
-  >"$dir/np.out" 2>&1 || { bad "nvme run with --no-preread failed"; cat "$dir/np.out"; }
-[ "$(losses "$dir/d1.jsonl")" = "$(losses "$dir/np.jsonl")" ] && ok || bad "--no-preread losses differ from dram"
+# Pre-reads between steps (3 buffers of 4 subgroups): the same losses.
+"$cli" train "${common[@]}" "${nv[@]}" --steps 6 --grad-accum 1 --val-every 3 --preread --log-json "$dir/np.jsonl" \
+  >"$dir/np.out" 2>&1 || { bad "nvme run with --preread failed"; cat "$dir/np.out"; }
+[ "$(losses "$dir/d1.jsonl")" = "$(losses "$dir/np.jsonl")" ] && ok || bad "--preread losses differ from dram"
 grep -q '"nvme_read_bytes":[1-9]' "$dir/n1.jsonl" && grep -q '"nvme_write_bytes":[1-9]' "$dir/n1.jsonl" && ok \
   || bad "nvme run logs no NVMe bytes"
 grep -q '"nvme_write_bytes":0,' "$dir/d1.jsonl" && ok || bad "dram run logs NVMe writes"

@@ -106,6 +106,7 @@ static struct mw_offload_config base(uint64_t sg, int bufs, const char *place, e
     c.buffer_count = bufs;
     c.moments = mf;
     c.cpu_threads = 2;
+    c.preread = 1; /* off by default; every NVMe configuration here runs with pre-reads between steps */
     REQUIRE(mw_offload_placement_parse(place, &c.place) == 0);
     return c;
 }
@@ -364,7 +365,7 @@ static void preread(const struct mw_offload_registry *r)
     CHECK(ou_snap_equal(&s2, &sb, "step 2 again after a restore with subgroups read ahead"));
     /* with pre-reads off, none */
     mw_offload_free(b);
-    cb.no_preread = 1;
+    cb.preread = 0;
     REQUIRE(mw_offload_init(&b, r, &cb) == 0);
     CHECK(mw_offload_step(b, &hp) == 0);
     usleep(50000);

@@ -19,6 +19,7 @@ static struct mw_offload *make(const struct mw_offload_registry *r, const char *
     mw_offload_config_default(&c);
     c.subgroup_size = sgsize;
     c.buffer_count = 3;
+    c.preread = 1; /* the failure paths with pre-reads between steps (a read fault lands on one) */
     c.nvme_dir = dir;
     c.ext_weights = w;
     c.ext_grads = g;

@@ -182,10 +182,10 @@ struct mw_offload_config {
      * fault in again when the next step's reads start: the process holds them only during the
      * update phase (a few milliseconds per step to zero them again). They are not mlock'ed then. */
     int staging_release;
-    /* Between steps the engine reads the next step's first subgroups (as many as there are free
+    /* 1: between steps the engine reads the next step's first subgroups (as many as there are free
      * staging buffers) from NVMe while the caller computes, so the update can start the moment
-     * the step does (not with staging_release, nor when the weights stream: cfg.stream). 1: off. */
-    int no_preread;
+     * the step does (not with staging_release, nor when the weights stream: cfg.stream). 0: off. */
+    int preread;
     const char *nvme_dir;            /* directory for the NVMe state (several: "d1:d2"), when any is on nvme */
     unsigned io_queue_depth;         /* NVMe requests (pieces) in flight, reads and writes together; 0 = 128 */
     uint64_t io_block_size;          /* bytes per NVMe piece, multiple of 4096; 0 = the engine's 1 MiB */
@@ -246,7 +246,7 @@ struct mw_offload_stats {
     uint64_t nvme_read_bytes, nvme_write_bytes;
     uint64_t h2d_bytes, d2h_bytes;
     uint64_t cpu_updates, dev_updates;     /* subgroup updates on each engine */
-    uint64_t prereads;                     /* subgroups read ahead between steps (cfg.no_preread) */
+    uint64_t prereads;                     /* subgroups read ahead between steps (cfg.preread) */
     double step_s;                         /* wall time inside steps (first ready subgroup to commit) */
     double kernel_s;                       /* CPU time spent in the optimizer kernel on the CPU path */
     double io_wait_s;                      /* time the update thread sat idle waiting for NVMe reads */

@@ -176,7 +176,6 @@ static int bench_offload(int argc, char **argv)
     c.buffer_count = (int)buffers;
     c.io_queue_depth = (unsigned)qd;
     c.io_block_size = bsize;
-    c.no_preread = 1; /* steps run back to back here: every read of a step is inside the step timed */
     c.budget[MW_OFFLOAD_DRAM] = dram_budget;
     c.budget[MW_OFFLOAD_NVME] = nvme_budget;
     if (bsize % 4096) { fprintf(stderr, "memwall bench offload: --block-size must be a multiple of 4096\n"); return 2; }

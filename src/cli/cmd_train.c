@@ -66,7 +66,7 @@ struct args {
     int64_t print_every, seed;
     double lr, min_lr_frac, wd, clip, beta1, beta2, eps, temperature, comm_timeout;
     int64_t zero;
-    int recompute, sync_update, no_preread;
+    int recompute, sync_update, preread;
 };
 
 /* The data-parallel job (mpirun); one rank without a launcher. */
@@ -124,7 +124,7 @@ static const struct mw_opt train_opts[] = {
     {"buffer-count", MW_OPT_INT, &A.buffer_count, "N", "host staging buffers of the NVMe pipeline", 1, 1024, NULL},
     {"aio-block-size", MW_OPT_SIZE, &A.aio_block_size, "BYTES", "bytes per NVMe request piece, a multiple of 4096; 0 = 1 MiB", 0, 1 << 30, NULL},
     {"aio-queue-depth", MW_OPT_INT, &A.aio_queue_depth, "N", "NVMe request pieces in flight; 0 = 128", 0, 4096, NULL},
-    {"no-preread", MW_OPT_FLAG, &A.no_preread, NULL, "do not read the next step's first optimizer subgroups from NVMe between steps (into the free staging buffers, during backward); for comparisons", 0, 0, NULL},
+    {"preread", MW_OPT_FLAG, &A.preread, NULL, "read the next step's first optimizer subgroups from NVMe between steps, into the free staging buffers during backward (off by default: not faster on this project's test machine, docs/offload.md)", 0, 0, NULL},
     {"offload-policy", MW_OPT_STRING, &A.policy, "P", "where subgroups are updated: all-cpu, auto, all-device, every-K (device: emulated accelerator)", 0, 0, NULL},
     {"dram-budget", MW_OPT_SIZE, &A.dram_budget, "BYTES", "DRAM for the whole run (model + optimizer), refused up front if short; 0 = no limit", 0, 0, NULL},
     {"nvme-budget", MW_OPT_SIZE, &A.nvme_budget, "BYTES", "NVMe bytes for the optimizer state, refused up front if short; 0 = the free space", 0, 0, NULL},
@@ -592,7 +592,7 @@ static int train_main(int argc, char **argv)
         .layer_major = layer_major,
         .acts_nvme = !strcmp(A.activations, "nvme") ||
                      (!strcmp(A.activations, "auto") && streamed && layer_major && !A.recompute),
-        .io_block_size = A.aio_block_size, .io_queue_depth = (unsigned)A.aio_queue_depth, .no_preread = A.no_preread,
+        .io_block_size = A.aio_block_size, .io_queue_depth = (unsigned)A.aio_queue_depth, .preread = A.preread,
         .journal = world == 1 && !strcmp(A.tier, "nvme"), .resume = resume_dir ? &rsm.rec : NULL,
     };
     if (tc.threads == 0) tc.threads = omp_get_max_threads();

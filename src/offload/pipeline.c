@@ -669,7 +669,7 @@ void ofl_pipe_enqueue_locked(struct mw_offload *e, uint32_t sg)
 
 void ofl_preread_allow(struct mw_offload *e)
 {
-    if (!e->txn || !e->store || e->gobj || e->cfg.stream || e->cfg.staging_release || e->cfg.no_preread || !e->threads_up)
+    if (!e->txn || !e->store || e->gobj || e->cfg.stream || e->cfg.staging_release || !e->cfg.preread || !e->threads_up)
         return;
     pthread_mutex_lock(&e->mu);
     e->pre_on = 1;

@@ -97,7 +97,7 @@ static int opt_init(struct mw_train_opt *o, struct mw_gpt2 *m, const struct mw_t
     if (c->buffer_count) cfg->buffer_count = c->buffer_count;
     if (c->io_block_size) cfg->io_block_size = c->io_block_size;
     if (c->io_queue_depth) cfg->io_queue_depth = c->io_queue_depth;
-    cfg->no_preread = c->no_preread;
+    cfg->preread = c->preread;
     if (c->tier == MW_OFFLOAD_NVME) {
         cfg->place.tier[MW_OFFLOAD_MASTER] = MW_OFFLOAD_NVME;
         cfg->place.tier[MW_OFFLOAD_MOMENTS] = MW_OFFLOAD_NVME;
