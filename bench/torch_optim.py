@@ -8,7 +8,9 @@ Each (optimizer, threads) runs in its own child process with OMP_NUM_THREADS set
 is imported, so every OpenMP runtime in the process (torch's, memwall's, DeepSpeed's) sees the
 same count, and no run inherits another's memory. Parameters and gradients are random; one
 warm-up step allocates the state; then the median of --reps steps (gradients unchanged, no
-zero_grad: the step alone is timed). memwall's Python overhead is the step's wall time minus
+zero_grad: the step alone is timed). Every implementation runs once per round (--rounds, in an
+order rotated each round), and each speed-up is taken within a round, then the median over
+rounds: this guest's memory bandwidth drifts within minutes. memwall's Python overhead is the step's wall time minus
 the engine's own time (stats()['step_s']), over the wall time.
 
 Missing implementations are listed with the reason (deepspeed and torchao are not installed by

@@ -10,6 +10,8 @@
 #include "memwall/optim.h"
 #include "testutil.h"
 
+#include <unistd.h>
+
 /* A fresh scratch directory under the build tree (tu_scratch_dir's snprintf trips gcc's
  * -Wformat-truncation at -O2 in some translation units, so the offload tests use this one). */
 static inline const char *ou_scratch_dir(const char *name)
@@ -100,6 +102,20 @@ static inline int ou_snap_equal(const struct ou_snap *a, const struct ou_snap *b
 }
 
 /* Deterministic gradients of micro-step `micro` of step `step`. */
+/* Waits (at most 10 s) until the engine has read `want` subgroups ahead between steps in all
+ * (cfg.preread); returns how many it has. */
+static inline uint64_t ou_wait_prereads(struct mw_offload *e, uint64_t want)
+{
+    struct mw_offload_stats st;
+    for (int i = 0; i < 1000; i++) {
+        mw_offload_stats_get(e, &st);
+        if (st.prereads >= want) break;
+        usleep(10000);
+    }
+    mw_offload_stats_get(e, &st);
+    return st.prereads;
+}
+
 static inline void ou_grads(float *g, uint64_t n, int step, int micro)
 {
     uint64_t s = 0x9e3779b97f4a7c15ull * (uint64_t)(step * 16 + micro + 1);

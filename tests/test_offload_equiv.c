@@ -9,7 +9,6 @@
 #include "offload_util.h"
 #include <errno.h>
 #include <math.h>
-#include <unistd.h>
 
 static const char *g_dir;
 
@@ -310,19 +309,6 @@ static void checkpoint(const struct mw_offload_registry *r)
     free(w); free(g); free(w2);
 }
 
-/* Waits (at most 10 s) until the engine has read `want` subgroups ahead in all; their count. */
-static uint64_t wait_prereads(struct mw_offload *e, uint64_t want)
-{
-    struct mw_offload_stats st;
-    for (int i = 0; i < 1000; i++) {
-        mw_offload_stats_get(e, &st);
-        if (st.prereads >= want) break;
-        usleep(10000);
-    }
-    mw_offload_stats_get(e, &st);
-    return st.prereads;
-}
-
 /* Pre-reads between steps: after a commit the engine reads the next step's first subgroups
  * (one per free staging buffer) while the caller computes. The step that follows uses them
  * (bitwise what the DRAM engine gives); a state written in between (a checkpoint restore) makes
@@ -351,7 +337,7 @@ static void preread(const struct mw_offload_registry *r)
         CHECK(mw_offload_step(a, &hp) == 0);
         CHECK(mw_offload_step(b, &hp) == 0);
         /* 895 parameters in 7 subgroups of 128, 3 buffers: 3 read ahead after each commit */
-        CHECK_EQ_INT(wait_prereads(b, 3 * (uint64_t)t), 3 * t);
+        CHECK_EQ_INT(ou_wait_prereads(b, 3 * (uint64_t)t), 3 * t);
         ou_snap_take(a, MW_OFFLOAD_M_FP32, n, t == 1 ? &s1 : &s2);
     }
     CHECK(memcmp(w, wb, 4 * n) == 0);
@@ -369,7 +355,7 @@ static void preread(const struct mw_offload_registry *r)
     REQUIRE(mw_offload_init(&b, r, &cb) == 0);
     CHECK(mw_offload_step(b, &hp) == 0);
     usleep(50000);
-    CHECK_EQ_INT(wait_prereads(b, 0), 0);
+    CHECK_EQ_INT(ou_wait_prereads(b, 0), 0);
     ou_snap_free(&s1); ou_snap_free(&s2); ou_snap_free(&sb);
     mw_offload_free(a);
     mw_offload_free(b);

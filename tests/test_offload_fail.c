@@ -8,7 +8,6 @@
  * disk full, a slow disk); the working copy usable before its write lands.
  */
 #include "offload_util.h"
-#include <unistd.h>
 #include "memwall/store.h"
 #include <errno.h>
 
@@ -128,15 +127,8 @@ static void env_scenario(const struct mw_offload_registry *r, const char *dir, c
         ou_hparams(&hp, t);
         ou_grads(g, n, t, 0);
         int rc = mw_offload_step(e, &hp);
-        if (t == 1 && rc == 0) { /* let the 3 pre-reads of step 2 land first: read faults then hit one */
-            struct mw_offload_stats st;
-            for (int i = 0; i < 500; i++) {
-                mw_offload_stats_get(e, &st);
-                if (st.prereads >= 3) break;
-                usleep(10000);
-            }
-            CHECK_EQ_INT(st.prereads, 3);
-        }
+        if (t == 1 && rc == 0) /* let the 3 pre-reads of step 2 land first: read faults then hit one */
+            CHECK_EQ_INT(ou_wait_prereads(e, 3), 3);
         if (t == 2 && want_rc) {
             CHECK_MSG(rc == want_rc, "%s: step 2 gave %d: %s", spec, rc, mw_error_msg());
             const char *m = mw_error_msg();
