@@ -91,6 +91,9 @@ typedef void (*mw_aio_cb)(struct mw_aio_req *req, void *user);
 /* Request flags. */
 enum {
     MW_AIO_ALLOW_SHORT = 1u << 0, /* a read ending at EOF is not an error (see done_bytes) */
+    MW_AIO_URGENT = 1u << 1,      /* someone waits on it: its pieces are issued before those of
+                                     queued requests without the flag (FIFO among urgent ones);
+                                     pieces already in flight are not preempted */
 };
 
 #define MW_AIO_ERRMSG_LEN 512
@@ -123,7 +126,8 @@ struct mw_aio_req {
     uint64_t err_at_;          /* file offset of the reported failure (the lowest failing piece) */
 };
 
-/* Queue a request (never blocks on I/O; pieces beyond queue_depth wait in a FIFO). Returns 0, or
+/* Queue a request (never blocks on I/O; pieces beyond queue_depth wait in a FIFO, urgent requests
+ * first). Returns 0, or
  * -EINVAL for a malformed request (nothing queued, message set). The request then completes
  * asynchronously with its result. */
 int mw_aio_submit(struct mw_aio *aio, struct mw_aio_req *req);

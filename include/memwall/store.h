@@ -135,6 +135,7 @@ struct mw_store_io {
     void *buf;                 /* 4096-aligned host buffer */
     mw_store_cb cb;            /* NULL: use mw_store_wait */
     void *user;
+    unsigned flags;            /* MW_AIO_URGENT: issued ahead of queued non-urgent I/O */
     /* --- set by the store --- */
     int result;                /* 0, -errno, MW_ECHECKSUM, MW_EFORMAT */
     char errmsg[MW_STORE_ERRMSG_LEN];

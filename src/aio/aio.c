@@ -160,9 +160,17 @@ int mw_aio_submit(struct mw_aio *aio, struct mw_aio_req *r)
     __atomic_store_n(&r->state_, REQ_QUEUED, __ATOMIC_RELAXED);
 
     pthread_mutex_lock(&aio->mu);
-    if (aio->pend_tail) aio->pend_tail->next_ = r;
-    else aio->pend_head = r;
-    aio->pend_tail = r;
+    if (r->flags & MW_AIO_URGENT) { /* behind the urgent ones, ahead of the rest */
+        struct mw_aio_req **at = aio->pend_urgent ? &aio->pend_urgent->next_ : &aio->pend_head;
+        r->next_ = *at;
+        *at = r;
+        if (!r->next_) aio->pend_tail = r;
+        aio->pend_urgent = r;
+    } else {
+        if (aio->pend_tail) aio->pend_tail->next_ = r;
+        else aio->pend_head = r;
+        aio->pend_tail = r;
+    }
     aio->outstanding++;
     kick(aio);
     pthread_mutex_unlock(&aio->mu);
@@ -196,6 +204,7 @@ struct mw_aio_piece *mw_aio_take_piece_(struct mw_aio *aio)
     if (r->issued_ == r->len) { /* fully issued: leave the FIFO */
         aio->pend_head = r->next_;
         if (!aio->pend_head) aio->pend_tail = NULL;
+        if (aio->pend_urgent == r) aio->pend_urgent = NULL;
         r->next_ = NULL;
     }
     aio->in_flight++;

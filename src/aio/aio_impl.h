@@ -56,6 +56,7 @@ struct mw_aio {
     pthread_cond_t cv_done;    /* a request completed (waiters) */
     pthread_cond_t cv_work;    /* threads backend: a piece is ready / stop */
     struct mw_aio_req *pend_head, *pend_tail; /* requests with bytes not yet issued */
+    struct mw_aio_req *pend_urgent;           /* the last MW_AIO_URGENT one among them (they lead) */
     struct mw_aio_piece *pieces;              /* [queue_depth] */
     struct mw_aio_piece *free_pieces;
     struct mw_aio_piece *retry_head;          /* io_uring: pieces to reissue (still in flight) */

@@ -559,6 +559,7 @@ int mw_offload_master_fetch(struct mw_offload *e, uint32_t sg, void *dst, struct
         return mw_error_set(-EBUSY, "offload master fetch: subgroup %u is being updated (mw_offload_sg_wait first)", sg);
     ofl_obj_io(io, e->obj[2 * sg + (int)((e->committed + (inflight ? 1 : 0)) % 2)], MW_AIO_READ,
                MW_ALIGN_UP(4 * e->sgs[sg].n, OFL_PAD), dst);
+    io->flags = MW_AIO_URGENT; /* a forward or backward pass will wait for it */
     return mw_store_submit(e->store, io);
 }
 
@@ -582,6 +583,7 @@ int mw_offload_scratch_start(struct mw_offload *e, int write, uint64_t offset, u
                             (unsigned long long)offset, (unsigned long long)e->plan.scratch_bytes);
     ofl_obj_io(io, e->scratch, write ? MW_AIO_WRITE : MW_AIO_READ, len, buf);
     io->offset = offset;
+    if (!write) io->flags = MW_AIO_URGENT; /* the backward pass waits for saved activations */
     return mw_store_submit(e->store, io);
 }
 

@@ -304,6 +304,7 @@ static void stage_read(struct mw_offload *e, uint32_t sg)
                    (void *)(e->cfg.ext_grads + e->sgs[sg].first));
         s->gio.cb = io_done;
         s->gio.user = s;
+        s->gio.flags = MW_AIO_URGENT;
         int rc = mw_store_submit(e->store, &s->gio);
         if (rc) {
             s->gio.result = rc;
@@ -321,6 +322,9 @@ static void stage_read(struct mw_offload *e, uint32_t sg)
     s->io.buf = (char *)e->staging[s->buf].ptr + off;
     s->io.cb = io_done;
     s->io.user = s;
+    /* Reads go ahead of queued write-backs: the update (and the forward pass behind it) waits
+     * for a read, nobody waits for a write until the commit. */
+    s->io.flags = MW_AIO_URGENT;
     s->io_err = 0;
     int rc = mw_store_submit(e->store, &s->io);
     if (rc) {

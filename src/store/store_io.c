@@ -136,6 +136,7 @@ int mw_store_submit(struct mw_store *st, struct mw_store_io *io)
         int f = (int)(k % (uint64_t)st->ndirs);
         struct mw_aio_req *r = &io->parts_[i];
         r->op = io->op;
+        r->flags = io->flags & MW_AIO_URGENT;
         r->fd = st->files[f].fd;
         r->buf = (char *)io->buf + (us - io->offset);
         /* The object's tail is transferred padded to 4096 (its extent has the room). */
