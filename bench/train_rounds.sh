@@ -9,8 +9,10 @@
 #   bash bench/train_rounds.sh path/to/memwall [--rounds R] [--steps N] [--dir DIR] [--] [VARIANT...]
 #
 # A VARIANT is NAME=ARGS (ARGS split on spaces; %D is replaced by a fresh NVMe directory under
-# DIR). Default: the optimizer state on NVMe with and without pre-reads between steps:
-#   nvme='--optimizer-tier nvme --nvme-dir %D'  nvme-preread='--optimizer-tier nvme --nvme-dir %D --preread'
+# DIR; ARGS starting with @PATH run the memwall binary at PATH instead, to compare two builds).
+# Default: the optimizer state on NVMe with and without pre-reads between steps:
+#   nvme='--optimizer-tier nvme --nvme-dir %D' (pre-reads on: the default)
+#   nvme-nopre='--optimizer-tier nvme --nvme-dir %D --preread off'
 # Model: GPT-2 124M shape, batch 4 x 256, 2 threads (MODEL overrides these arguments). Figures:
 # milliseconds per step (JSON log "ms"), ratios against DRAM.
 set -euo pipefail
@@ -31,14 +33,15 @@ done
 [ "$steps" -ge 3 ] 2>/dev/null || { echo "bench/train_rounds.sh: --steps must be at least 3" >&2; exit 2; }
 [ "$rounds" -ge 1 ] 2>/dev/null || { echo "bench/train_rounds.sh: --rounds must be at least 1" >&2; exit 2; }
 [ ${#variants[@]} -gt 0 ] || variants=("nvme=--optimizer-tier nvme --nvme-dir %D"
-                                       "nvme-preread=--optimizer-tier nvme --nvme-dir %D --preread")
+                                       "nvme-nopre=--optimizer-tier nvme --nvme-dir %D --preread off")
 src=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$dir"
 read -r -a model <<< "${MODEL:---preset gpt2-124m --batch 4 --seq 256 --threads 2}"
 base=("${model[@]}" --data "$src/data/kjv_excerpt.txt" --val-every 0 --sample-len 0 --steps "$steps")
 run() { # name round args...
-  local name=$1 r=$2; shift 2
-  "$cli" train "${base[@]}" "$@" --log-json "$dir/$name.$r.jsonl" >"$dir/$name.$r.out" 2>&1 \
+  local name=$1 r=$2 bin=$cli; shift 2
+  case ${1:-} in @*) bin=${1#@}; shift ;; esac
+  "$bin" train "${base[@]}" "$@" --log-json "$dir/$name.$r.jsonl" >"$dir/$name.$r.out" 2>&1 \
     || { echo "bench/train_rounds.sh: the $name run (round $r) failed:" >&2; tail -3 "$dir/$name.$r.out" >&2; exit 1; }
 }
 names=(dram)

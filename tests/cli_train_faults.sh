@@ -24,7 +24,7 @@ bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
 losses() { grep -o '"step":[0-9]*,"loss":[^,]*,"lr":[^,]*,"grad_norm":[^,]*' "$1"; }
 base=(--preset tiny --data "$src/data/kjv_excerpt.txt" --threads 2 --sample-len 0 --buffer-count 3 --steps 4)
 declare -A mode
-mode[opt]="--optimizer-tier nvme --subgroup-size 10000"
+mode[opt]="--optimizer-tier nvme --subgroup-size 10000 --preread off" # pieces counted per step: no reads between steps
 mode[stream]="--offload-params nvme --subgroup-size 8K"
 
 # Pieces of op (read/write) the engine issued before step 3 began: MEMWALL_FAULT's after= for

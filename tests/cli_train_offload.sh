@@ -30,7 +30,7 @@ for a in 1 2; do
     || { bad "nvme losses differ from dram (accum $a)"; diff <(losses "$dir/d$a.jsonl") <(losses "$dir/n$a.jsonl"); }
 done
 # Pre-reads between steps (3 buffers of 4 subgroups): the same losses.
-"$cli" train "${common[@]}" "${nv[@]}" --steps 6 --grad-accum 1 --val-every 3 --preread --log-json "$dir/np.jsonl" \
+"$cli" train "${common[@]}" "${nv[@]}" --steps 6 --grad-accum 1 --val-every 3 --preread on --log-json "$dir/np.jsonl" \
   >"$dir/np.out" 2>&1 || { bad "nvme run with --preread failed"; cat "$dir/np.out"; }
 [ "$(losses "$dir/d1.jsonl")" = "$(losses "$dir/np.jsonl")" ] && ok || bad "--preread losses differ from dram"
 grep -q '"nvme_read_bytes":[1-9]' "$dir/n1.jsonl" && grep -q '"nvme_write_bytes":[1-9]' "$dir/n1.jsonl" && ok \

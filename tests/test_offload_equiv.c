@@ -11,6 +11,7 @@
 #include <math.h>
 
 static const char *g_dir;
+static struct mw_offload_stats g_last_stats; /* of the last run() */
 
 enum drive { PLAIN = 0, ARMED = 1, MICRO3 = 2, GRAD_ADD = 3, CALLER_ACCUM = 4 };
 
@@ -66,6 +67,7 @@ static int run(const struct mw_offload_registry *r, struct mw_offload_config cfg
     }
     if (!rc) CHECK_EQ_INT(mw_offload_committed_steps(e), steps);
     ou_snap_take(e, cfg.moments, n, out);
+    mw_offload_stats_get(e, &g_last_stats);
     mw_offload_free(e);
     free(w); free(g); free(tmp);
     return rc;
@@ -433,6 +435,52 @@ static void decay_runs(void)
     CHECK_MSG(!memcmp(p1, p2, sizeof p1), "pre-scaled decay differs from the kernel's own decay");
 }
 
+/* Subgroups larger than the update's chunk (pipeline.c FUSE_CHUNK, 2^18 elements): the update
+ * runs chunk by chunk and takes the write-back's checksums as it goes, blocks straddling two
+ * regions and the tails at the end. Bitwise the DRAM state, and every later read verifies
+ * those checksums (a wrong one fails the step with a checksum mismatch; so does the snapshot's
+ * read of the last step's state). */
+static void fused_chunks(void)
+{
+    static const int64_t sizes[] = {300003, 5, 250002, 77, 131073}; /* decaying and not, odd ends */
+    struct mw_offload_registry r;
+    ou_model(&r, sizes, 5);
+    static const enum mw_offload_mfmt mf[] = {MW_OFFLOAD_M_FP32, MW_OFFLOAD_M_BF16};
+    static const enum mw_offload_wfmt wf[] = {MW_OFFLOAD_W_FP32, MW_OFFLOAD_W_BF16};
+    for (int f = 0; f < 2; f++) {
+        struct mw_offload_config c = base(1u << 30, 1, "all=dram", mf[f]);
+        c.weights = wf[f];
+        struct ou_snap ref;
+        REQUIRE(run(&r, c, 3, PLAIN, &ref, "chunks reference") == 0);
+        static const uint64_t sg[] = {1u << 30, 400000};
+        static const char *places[] = {"optim=nvme", "master=dram,moments=nvme"};
+        for (int k = 0; k < 2; k++)
+            for (int p = 0; p < 2; p++) {
+                struct mw_offload_config x = base(sg[k], 2, places[p], mf[f]);
+                x.weights = wf[f];
+                struct ou_snap got;
+                char what[160];
+                snprintf(what, sizeof what, "chunked update: %s moments, %s, subgroups of %llu", f ? "bf16" : "fp32",
+                         places[p], (unsigned long long)sg[k]);
+                if (run(&r, x, 3, k ? ARMED : PLAIN, &got, what) == 0) {
+                    CHECK_MSG(ou_snap_equal(&ref, &got, what), "%s: not bitwise equal to all-DRAM", what);
+                    /* every write-back of the 3 steps (the snapshot's reads verified the last) */
+                    CHECK_MSG(g_last_stats.fused_checksums >= 3 && g_last_stats.fused_checksums % 3 == 0,
+                              "%s: %llu write-backs with fused checksums", what,
+                              (unsigned long long)g_last_stats.fused_checksums);
+                    /* and every read of them checked by the update (MW_STORE_VERIFY_LATER) */
+                    CHECK_MSG(g_last_stats.fused_verifies == g_last_stats.fused_checksums,
+                              "%s: %llu reads checked by the update, %llu write-backs", what,
+                              (unsigned long long)g_last_stats.fused_verifies,
+                              (unsigned long long)g_last_stats.fused_checksums);
+                }
+                ou_snap_free(&got);
+            }
+        ou_snap_free(&ref);
+    }
+    mw_offload_registry_free(&r);
+}
+
 int main(void)
 {
     g_dir = ou_scratch_dir("offload_equiv");
@@ -452,6 +500,7 @@ int main(void)
     preread(&r);
     decay_runs();
     single_parameter();
+    fused_chunks();
 
     mw_offload_registry_free(&r);
     tu_rm_rf(g_dir);

@@ -247,6 +247,9 @@ struct mw_offload_stats {
     uint64_t h2d_bytes, d2h_bytes;
     uint64_t cpu_updates, dev_updates;     /* subgroup updates on each engine */
     uint64_t prereads;                     /* subgroups read ahead between steps (cfg.preread) */
+    uint64_t fused_checksums;              /* write-backs whose checksums the CPU update took, chunk by
+                                              chunk while in cache (else the store sums them) */
+    uint64_t fused_verifies;               /* reads whose checksums the CPU update checked the same way */
     double step_s;                         /* wall time inside steps (first ready subgroup to commit) */
     double kernel_s;                       /* CPU time spent in the optimizer kernel on the CPU path */
     double io_wait_s;                      /* time the update thread sat idle waiting for NVMe reads */

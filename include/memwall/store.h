@@ -135,7 +135,11 @@ struct mw_store_io {
     void *buf;                 /* 4096-aligned host buffer */
     mw_store_cb cb;            /* NULL: use mw_store_wait */
     void *user;
-    unsigned flags;            /* MW_AIO_URGENT: issued ahead of queued non-urgent I/O */
+    unsigned flags;            /* MW_AIO_URGENT: issued ahead of queued non-urgent I/O;
+                                  MW_STORE_VERIFY_LATER (reads): see below */
+    const uint32_t *crcs;      /* writes: crc32c of each checksum block of the range, in order, taken
+                                  by the caller (e.g. while the bytes were still in cache); NULL:
+                                  the store computes them */
     /* --- set by the store --- */
     int result;                /* 0, -errno, MW_ECHECKSUM, MW_EFORMAT */
     char errmsg[MW_STORE_ERRMSG_LEN];
@@ -147,6 +151,12 @@ struct mw_store_io {
     struct mw_store *st_;
 };
 
+/* Reads with this flag are not checked when they land: the caller checks the blocks itself with
+ * mw_store_io_verify before it uses them (the offload engine does it chunk by chunk inside its
+ * update, while the bytes are in cache, instead of a separate pass over them from DRAM). Until
+ * then the bytes are unchecked: the caller must not use them, nor write the range, before. */
+#define MW_STORE_VERIFY_LATER (1u << 8)
+
 /* Submit an object read or write. Returns 0 or a validation error (-EINVAL: alignment,
  * range past the object end; nothing submitted). */
 int mw_store_submit(struct mw_store *st, struct mw_store_io *io);
@@ -154,6 +164,10 @@ int mw_store_submit(struct mw_store *st, struct mw_store_io *io);
  * io->errmsg into this thread's mw_error_msg() on failure. */
 int mw_store_wait(struct mw_store *st, struct mw_store_io *io);
 int mw_store_test(struct mw_store_io *io);
+/* A finished read (result 0): checks the checksum blocks that overlap bytes [lo, hi) of io->buf
+ * and that the read covers completely. Returns 0, or MW_ECHECKSUM with the message set (this
+ * thread's mw_error_msg() and io->errmsg), as a check on arrival would have. */
+int mw_store_io_verify(struct mw_store *st, struct mw_store_io *io, uint64_t lo, uint64_t hi);
 
 /* Synchronous convenience wrappers. */
 int mw_store_read(struct mw_store *st, struct mw_store_obj *obj, uint64_t offset, uint64_t len, void *buf);

@@ -94,7 +94,7 @@ struct mw_train_config {
     uint64_t io_block_size;     /* bytes per NVMe request piece, a multiple of 4096 (default 1 MiB) */
     unsigned io_queue_depth;    /* NVMe pieces in flight, at most 4096 (default 128) */
     int preread;                /* 1: pre-reads of the next step's first subgroups between steps
-                                   (mw_offload_config.preread; off by default) */
+                                   (mw_offload_config.preread; memwall train: on unless --preread off) */
     /* Crash-anywhere resume (docs/resume.md; tier nvme, one rank). journal: the engine keeps a
      * durable commit record of every step (mw_trainer_journal_begin starts it). resume: the
      * record of a run that did not finish (mw_train_resume_read); the trainer continues it

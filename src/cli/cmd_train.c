@@ -60,13 +60,14 @@ struct args {
     int64_t buffer_count, aio_queue_depth;
     const char *offload_params, *schedule, *activations; /* --offload-params dram|nvme (streaming), --schedule,
                                                              --activations */
+    const char *preread;                                 /* --preread auto|on|off */
     int64_t prefetch_depth;
     int64_t layers, heads, width, context, vocab;
     int64_t batch, seq, accum, steps, warmup, val_every, val_batches, ckpt_every, threads, sample_len, top_k;
     int64_t print_every, seed;
     double lr, min_lr_frac, wd, clip, beta1, beta2, eps, temperature, comm_timeout;
     int64_t zero;
-    int recompute, sync_update, preread;
+    int recompute, sync_update;
 };
 
 /* The data-parallel job (mpirun); one rank without a launcher. */
@@ -79,6 +80,7 @@ static const char *const hier_names[] = {"global", "node", NULL};
 static const char *const sum_names[] = {"ordered", "mpi", NULL};
 static const char *const schedule_names[] = {"auto", "layer-major", "batch-major", NULL};
 static const char *const acts_names[] = {"auto", "recompute", "nvme", NULL};
+static const char *const preread_names[] = {"auto", "on", "off", NULL};
 
 static struct args A;
 
@@ -117,14 +119,14 @@ static const struct mw_opt train_opts[] = {
     {"offload-params", MW_OPT_CHOICE, &A.offload_params, NULL, "where the weights and gradients live between uses: host DRAM, or streamed unit by unit from NVMe with the optimizer state (implies --optimizer-tier nvme; under mpirun each rank streams its own state: its ZeRO shard, or the whole model at --zero 0)", 0, 0, tier_names},
     {"prefetch-depth", MW_OPT_INT, &A.prefetch_depth, "N", "--offload-params nvme: weight units read ahead of their use", 0, 8, NULL},
     {"sync-update", MW_OPT_FLAG, &A.sync_update, NULL, "finish each optimizer step before the next forward pass (default with --optimizer-tier nvme on one rank: the update runs behind the next forward, each unit waiting for its own; same results)", 0, 0, NULL},
-    {"schedule", MW_OPT_CHOICE, &A.schedule, NULL, "the step's micro-batches: one at a time through the whole model (batch-major), or all of them through each weight unit in turn (layer-major: the streamed weights are read once per step, not once per micro-batch; one rank); auto = layer-major with --offload-params nvme on one rank", 0, 0, schedule_names},
+    {"schedule", MW_OPT_CHOICE, &A.schedule, NULL, "the step's micro-batches: one at a time through the whole model (batch-major), or all of them through each weight unit in turn (layer-major: the streamed weights are read once per step, not once per micro-batch, and on several ranks each unit's collectives run once per step); auto = layer-major with --offload-params nvme", 0, 0, schedule_names},
     {"activations", MW_OPT_CHOICE, &A.activations, NULL, "layer-major: how backward gets each block's activations: recompute them from the block's input, or read back what forward wrote to NVMe (--nvme-dir; same results, no recomputation); auto = nvme with --offload-params nvme unless --recompute is given", 0, 0, acts_names},
     {"nvme-dir", MW_OPT_STRING, &A.nvme_dir, "DIR", "directory for the NVMe tier's files (several: D1:D2); default run/nvme; %r = the rank (several ranks without %r: /rank<r> is appended)", 0, 0, NULL},
     {"subgroup-size", MW_OPT_SIZE, &A.subgroup_size, "N", "parameters per optimizer subgroup (the unit of NVMe I/O and update); default 4M = 4194304", 1, 1e15, NULL},
     {"buffer-count", MW_OPT_INT, &A.buffer_count, "N", "host staging buffers of the NVMe pipeline", 1, 1024, NULL},
     {"aio-block-size", MW_OPT_SIZE, &A.aio_block_size, "BYTES", "bytes per NVMe request piece, a multiple of 4096; 0 = 1 MiB", 0, 1 << 30, NULL},
     {"aio-queue-depth", MW_OPT_INT, &A.aio_queue_depth, "N", "NVMe request pieces in flight; 0 = 128", 0, 4096, NULL},
-    {"preread", MW_OPT_FLAG, &A.preread, NULL, "read the next step's first optimizer subgroups from NVMe between steps, into the free staging buffers during backward (off by default: not faster on this project's test machine, docs/offload.md)", 0, 0, NULL},
+    {"preread", MW_OPT_CHOICE, &A.preread, NULL, "read the next step's first optimizer subgroups from NVMe between steps, into the free staging buffers during backward, checked by the update that uses them (docs/offload.md); auto = on with --optimizer-tier nvme (the streamed weights have their own read-ahead)", 0, 0, preread_names},
     {"offload-policy", MW_OPT_STRING, &A.policy, "P", "where subgroups are updated: all-cpu, auto, all-device, every-K (device: emulated accelerator)", 0, 0, NULL},
     {"dram-budget", MW_OPT_SIZE, &A.dram_budget, "BYTES", "DRAM for the whole run (model + optimizer), refused up front if short; 0 = no limit", 0, 0, NULL},
     {"nvme-budget", MW_OPT_SIZE, &A.nvme_budget, "BYTES", "NVMe bytes for the optimizer state, refused up front if short; 0 = the free space", 0, 0, NULL},
@@ -159,6 +161,7 @@ static void set_defaults(const struct preset *p)
     A.tier = "dram"; A.buffer_count = 8; A.eps = 1e-8; A.offload_params = "dram"; A.prefetch_depth = 2;
     A.schedule = "auto";
     A.activations = "auto";
+    A.preread = "auto";
     A.zero = 0; A.hier = "global"; A.comm_timeout = 300; A.comm_sum = "ordered";
 }
 
@@ -534,11 +537,8 @@ static int train_main(int argc, char **argv)
     } else if (GIVEN("prefetch-depth")) {
         mw_log(MW_LOG_WARN, "--prefetch-depth is used with --offload-params nvme only");
     }
-    if (!strcmp(A.schedule, "layer-major") && world > 1)
-        return usage_error("--schedule layer-major runs on one rank for now%s", "");
     int streamed = !strcmp(A.offload_params, "nvme");
-    /* (Several ranks: batch-major; the layer-major step is one rank's for now.) */
-    int layer_major = !strcmp(A.schedule, "layer-major") || (!strcmp(A.schedule, "auto") && streamed && world == 1);
+    int layer_major = !strcmp(A.schedule, "layer-major") || (!strcmp(A.schedule, "auto") && streamed);
     if (!strcmp(A.activations, "nvme") && (!streamed || !layer_major))
         return usage_error("--activations nvme needs --offload-params nvme and the layer-major schedule%s", "");
     if (!strcmp(A.activations, "nvme") && A.recompute)
@@ -592,7 +592,7 @@ static int train_main(int argc, char **argv)
         .layer_major = layer_major,
         .acts_nvme = !strcmp(A.activations, "nvme") ||
                      (!strcmp(A.activations, "auto") && streamed && layer_major && !A.recompute),
-        .io_block_size = A.aio_block_size, .io_queue_depth = (unsigned)A.aio_queue_depth, .preread = A.preread,
+        .io_block_size = A.aio_block_size, .io_queue_depth = (unsigned)A.aio_queue_depth, .preread = strcmp(A.preread, "off") != 0,
         .journal = world == 1 && !strcmp(A.tier, "nvme"), .resume = resume_dir ? &rsm.rec : NULL,
     };
     if (tc.threads == 0) tc.threads = omp_get_max_threads();

@@ -218,6 +218,9 @@ int mw_offload_init(struct mw_offload **out, const struct mw_offload_registry *r
             e->free_bufs[e->nfree++] = b;
         }
         if ((rc = open_store(e))) goto err;
+        e->bufcrc_n = (e->lay.total + e->sto_crc_block - 1) / e->sto_crc_block;
+        e->bufcrc = malloc((size_t)e->nbuf * e->bufcrc_n * sizeof *e->bufcrc);
+        if (!e->bufcrc) { rc = mw_error_set(-ENOMEM, "offload: out of memory for checksums"); goto err; }
     }
     if (cfg->use_device) {
         if ((rc = ofl_dev_init(&e->dev, e->tier[MW_OFFLOAD_DEVICE], e->plan.device_arena_bytes / 2, &e->cfg, e->tr))) goto err;
@@ -257,6 +260,7 @@ void mw_offload_free(struct mw_offload *e)
     free(e->jblob);
     for (int b = 0; b < e->nbuf && e->staging; b++) mw_tier_free(&e->staging[b]);
     free(e->staging);
+    free(e->bufcrc);
     free(e->free_bufs);
     for (int r = 0; r < OFL_NREGIONS; r++)
         for (int s = 0; s < 2; s++) {

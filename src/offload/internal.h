@@ -96,6 +96,8 @@ struct ofl_sg {
     int on_dev;                /* update runs on the device */
     int io_err;                /* the request is an injected (torn) write failure */
     int fresh;                 /* this step: the working copy holds the updated weights (write may be in flight) */
+    int crcs;                  /* bufcrc of its buffer holds its write-back's block checksums (fused) */
+    int verify_later;          /* its read (io) is checked by the update (MW_STORE_VERIFY_LATER) */
     struct mw_store_io io;     /* read or write of its slot object (one at a time) */
     struct mw_store_io gio;    /* streaming: read of its gradient object, beside io */
     int reads_left;            /* reads of this admission still in flight (1, or 2 with gio) */
@@ -115,6 +117,10 @@ struct ofl_run { uint64_t off, n; int decay; };
 int ofl_runs_build(struct mw_offload *e, const struct mw_offload_registry *r);
 int ofl_update(const struct mw_optim_format *f, const struct mw_adamw_hp *hp, const struct mw_optim_slice *s,
                const struct ofl_run *runs, uint32_t nruns, const struct mw_optim_exec *ex);
+/* Elements [lo, hi) of it (not for 8-bit moments, whose blocks couple elements). */
+int ofl_update_range(const struct mw_optim_format *f, const struct mw_adamw_hp *hp, const struct mw_optim_slice *s,
+                     const struct ofl_run *runs, uint32_t nruns, uint64_t lo, uint64_t hi,
+                     const struct mw_optim_exec *ex);
 
 struct mw_offload {
     struct mw_offload_config cfg;
@@ -135,6 +141,8 @@ struct mw_offload {
     struct mw_buf weights;                 /* engine-owned working copy (no ext_weights) */
     struct mw_buf *staging;                /* [buffer_count] */
     int nbuf;
+    uint32_t *bufcrc;                      /* [nbuf][bufcrc_n]: write-back checksums taken by the update */
+    uint64_t bufcrc_n;                     /* checksum blocks of a full staging buffer */
     struct mw_buf nvme_res;                /* accounting reservation on the nvme tier */
     struct ofl_layout lay;                 /* layout of a full-size subgroup */
     uint64_t nvme_obj_bytes;               /* bytes of one slot object (nvme regions only) */

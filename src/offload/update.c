@@ -94,3 +94,17 @@ int ofl_update(const struct mw_optim_format *f, const struct mw_adamw_hp *hp, co
     }
     return rc;
 }
+
+int ofl_update_range(const struct mw_optim_format *f, const struct mw_adamw_hp *hp, const struct mw_optim_slice *s,
+                     const struct ofl_run *runs, uint32_t nruns, uint64_t lo, uint64_t hi,
+                     const struct mw_optim_exec *ex)
+{
+    MW_ASSERT(f->moments != MW_OPTIM_Q8 && lo <= hi && hi <= s->n);
+    if (hp->weight_decay == 0 || nruns <= 1) return step_piece(f, *hp, s, lo, hi - lo, nruns ? runs[0].decay : 1, ex);
+    int rc = 0;
+    for (uint32_t i = 0; i < nruns && !rc; i++) {
+        uint64_t a = MW_MAX(runs[i].off, lo), b = MW_MIN(runs[i].off + runs[i].n, hi);
+        if (a < b) rc = step_piece(f, *hp, s, a, b - a, runs[i].decay, ex);
+    }
+    return rc;
+}

@@ -1,6 +1,7 @@
 /*
  * store_io.c — the store's data path: an object range becomes one engine request per stripe
- * unit it touches; crc32c computed on write, checked on read once the last part lands.
+ * unit it touches; crc32c computed on write (or taken from the caller, io->crcs), checked on read
+ * once the last part lands (or by the caller, MW_STORE_VERIFY_LATER and mw_store_io_verify).
  *
  * Why checksums in DRAM: a crc per 64 KiB block is 1/16384 of the data, cheap to keep, and it
  * catches what O_DIRECT makes easy to miss — a torn or misdirected write, a bad sector, a
@@ -23,12 +24,13 @@ static void set_msg(struct mw_store_io *io, const char *fmt, const char *a, unsi
     snprintf(io->errmsg, sizeof io->errmsg, fmt, a, b, c, d, e, f);
 }
 
-/* Checks every block the read covers completely. Returns 0 or MW_ECHECKSUM (message set). */
-static int verify(struct mw_store *st, struct mw_store_io *io)
+/* Checks the blocks [b0, b1) that the read covers completely. Returns 0 or MW_ECHECKSUM
+ * (message set). */
+static int verify(struct mw_store *st, struct mw_store_io *io, uint64_t b0, uint64_t b1)
 {
     struct mw_store_obj *o = io->obj;
     uint64_t cb = st->cfg.crc_block, end = io->offset + io->len;
-    for (uint64_t b = (io->offset + cb - 1) / cb; b < o->nblocks; b++) {
+    for (uint64_t b = MW_MAX(b0, (io->offset + cb - 1) / cb); b < MW_MIN(b1, o->nblocks); b++) {
         uint64_t bs = b * cb, be = MW_MIN(bs + cb, o->size);
         if (be > end) break;
         if (!o->crc_valid[b]) continue;
@@ -46,6 +48,17 @@ static int verify(struct mw_store *st, struct mw_store_io *io)
     return 0;
 }
 
+int mw_store_io_verify(struct mw_store *st, struct mw_store_io *io, uint64_t lo, uint64_t hi)
+{
+    if (io->op != MW_AIO_READ || io->result || lo > hi || hi > io->len)
+        return mw_error_set(-EINVAL, "store: verify needs a finished read and a range inside it");
+    if (!st->cfg.checksum || lo == hi) return 0;
+    uint64_t cb = st->cfg.crc_block;
+    int rc = verify(st, io, (io->offset + lo) / cb, (io->offset + hi + cb - 1) / cb);
+    if (rc) mw_error_set(rc, "%s", io->errmsg);
+    return rc;
+}
+
 static void io_finish(struct mw_store *st, struct mw_store_io *io)
 {
     int rc = 0;
@@ -56,7 +69,8 @@ static void io_finish(struct mw_store *st, struct mw_store_io *io)
         snprintf(io->errmsg, sizeof io->errmsg, "%s", io->parts_[i].errmsg);
         break;
     }
-    if (!rc && io->op == MW_AIO_READ && st->cfg.checksum) rc = verify(st, io);
+    if (!rc && io->op == MW_AIO_READ && st->cfg.checksum && !(io->flags & MW_STORE_VERIFY_LATER))
+        rc = verify(st, io, 0, UINT64_MAX);
     if (!rc) atomic_fetch_add(io->op == MW_AIO_READ ? &st->bytes_read : &st->bytes_written, io->len);
     io->result = rc;
     free(io->parts_);
@@ -123,10 +137,11 @@ int mw_store_submit(struct mw_store *st, struct mw_store_io *io)
 
     if (io->op == MW_AIO_WRITE && st->cfg.checksum) {
         /* Blocks are whole (validated), so each crc covers exactly one block. */
-        uint64_t cb = st->cfg.crc_block;
-        for (uint64_t b = io->offset / cb; b * cb < end; b++) {
+        uint64_t cb = st->cfg.crc_block, b0 = io->offset / cb;
+        for (uint64_t b = b0; b * cb < end; b++) {
             uint64_t bs = b * cb, be = MW_MIN(bs + cb, o->size);
-            o->crc[b] = mw_crc32c(0, (const char *)io->buf + (bs - io->offset), (size_t)(be - bs));
+            o->crc[b] = io->crcs ? io->crcs[b - b0]
+                                 : mw_crc32c(0, (const char *)io->buf + (bs - io->offset), (size_t)(be - bs));
             o->crc_valid[b] = 1;
         }
     }

@@ -132,8 +132,6 @@ int mw_trainer_init(struct mw_trainer *tr, const struct mw_gpt2_config *mcfg,
     if (cfg->acts_nvme && (!streaming || !cfg->layer_major))
         return mw_error_set(-EINVAL, "activations on NVMe need streamed weights (--offload-params nvme) and the "
                             "layer-major schedule");
-    if (cfg->layer_major && tr->world > 1)
-        return mw_error_set(-ENOTSUP, "the layer-major schedule runs on one rank for now; use --schedule batch-major");
     /* Layer-major recomputes each block from its saved input (bitwise the same gradients), so
      * the model needs only one block's activations. */
     struct mw_gpt2_options mo = {tr->local_batch, cfg->seq, cfg->recompute || cfg->layer_major, cfg->threads};
@@ -371,9 +369,15 @@ static int step_layer_major(struct mw_trainer *tr, int64_t step, struct mw_train
     const struct mw_train_config *c = &tr->cfg;
     size_t n = (size_t)tr->local_batch * (size_t)c->seq;
     uint64_t t = mw_now_ns();
-    for (int a = 0; a < c->grad_accum; a++) {
-        mw_data_train_batch(tr->data, &tr->data_rng, c->batch, c->seq, tr->inputs + (size_t)a * n,
-                            tr->targets + (size_t)a * n, NULL);
+    for (int a = 0; a < c->grad_accum; a++) { /* the batches batch-major would draw, in its order */
+        if (!tr->zero) {
+            mw_data_train_batch(tr->data, &tr->data_rng, c->batch, c->seq, tr->inputs + (size_t)a * n,
+                                tr->targets + (size_t)a * n, NULL);
+            continue;
+        }
+        mw_data_train_batch(tr->data, &tr->data_rng, c->batch, c->seq, tr->g_inputs, tr->g_targets, NULL);
+        memcpy(tr->inputs + (size_t)a * n, tr->g_inputs + (size_t)tr->rank * n, n * sizeof *tr->inputs);
+        memcpy(tr->targets + (size_t)a * n, tr->g_targets + (size_t)tr->rank * n, n * sizeof *tr->targets);
     }
     if (c->trace) phase(c->trace, "data", t, step);
     int err = pass_begin(tr, 1);
