@@ -67,20 +67,6 @@ static size_t slurp(const char *path, unsigned char **out)
     return n;
 }
 
-/* The object's bytes from its record entry: one directory, so the object is one extent. */
-static void flip_byte(const char *run_dir, uint64_t foff)
-{
-    char dat[400];
-    snprintf(dat, sizeof dat, "%s/memwall-offload.0.dat", run_dir);
-    int fd = open(dat, O_RDWR);
-    REQUIRE(fd >= 0);
-    unsigned char c;
-    REQUIRE(pread(fd, &c, 1, (off_t)foff) == 1);
-    c ^= 0x10;
-    REQUIRE(pwrite(fd, &c, 1, (off_t)foff) == 1);
-    close(fd);
-}
-
 /* A committed slot corrupted on disk between two steps of a live run: the next step fails with
  * the checksum mismatch named, whichever block it hits (the update checks the read itself,
  * chunk by chunk, MW_STORE_VERIFY_LATER: a byte in the second chunk of the master, one in the
@@ -118,8 +104,10 @@ static void corrupt_mid_run(const char *dir)
     uint64_t obj = rec.ext_off[0]; /* subgroup 0, slot 0: the committed one after step 2 */
     uint64_t mbytes = MW_ALIGN_UP(4 * n, 4096);               /* master, padded; then m, then v */
     const uint64_t where[] = {4 * 300000 + 3, 4 * n + 1, 2 * mbytes + 4 * n - 2};
+    char dat[400];
+    snprintf(dat, sizeof dat, "%s/memwall-offload.0.dat", run_dir); /* one directory: each object one extent */
     for (int k = 0; k < 3; k++) {
-        flip_byte(run_dir, obj + where[k]);
+        tu_flip_byte(dat, obj + where[k]);
         struct mw_offload_hparams hp;
         ou_hparams(&hp, 3);
         ou_grads(g, n, 3, 0);
@@ -127,7 +115,7 @@ static void corrupt_mid_run(const char *dir)
         CHECK_MSG(rc == MW_ECHECKSUM, "corrupt byte %llu: step 3 returned %d (%s)", (unsigned long long)where[k], rc,
                   mw_error_msg());
         CHECK_MSG(strstr(mw_error_msg(), "checksum mismatch in object 'sg0.slot0'"), "message: %s", mw_error_msg());
-        flip_byte(run_dir, obj + where[k]);
+        tu_flip_byte(dat, obj + where[k]);
         CHECK_MSG(mw_offload_recover(e) == 0, "recover: %s", mw_error_msg());
     }
     struct mw_offload_stats st;
@@ -237,18 +225,11 @@ int main(void)
     uint64_t foff = rec.ext_off[(size_t)(rec.step % 2) * rec.ndirs] + 8; /* subgroup 0, committed slot */
     char dat[400];
     snprintf(dat, sizeof dat, "%s/memwall-offload.0.dat", run_dir);
-    int fd = open(dat, O_RDWR);
-    REQUIRE(fd >= 0);
-    unsigned char c;
-    REQUIRE(pread(fd, &c, 1, (off_t)foff) == 1);
-    c ^= 1;
-    REQUIRE(pwrite(fd, &c, 1, (off_t)foff) == 1);
+    tu_flip_byte(dat, foff);
     e = make(&r, run_dir, w2, g, &rec, sg, &rc);
     CHECK_EQ_INT(rc, MW_ECHECKSUM);
     CHECK_MSG(strstr(mw_error_msg(), "sg0.slot1") && strstr(mw_error_msg(), "record"), "message: %s", mw_error_msg());
-    c ^= 1;
-    REQUIRE(pwrite(fd, &c, 1, (off_t)foff) == 1);
-    close(fd);
+    tu_flip_byte(dat, foff);
 
     /* Restored, it resumes; finished, nothing stays. */
     e = make(&r, run_dir, w2, g, &rec, sg, &rc);

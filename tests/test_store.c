@@ -144,18 +144,6 @@ static void test_async(enum mw_aio_backend b)
     mw_store_close(st);
 }
 
-static void flip_byte(const char *path, uint64_t off)
-{
-    int fd = open(path, O_RDWR);
-    REQUIRE(fd >= 0);
-    unsigned char c;
-    REQUIRE(pread(fd, &c, 1, (off_t)off) == 1);
-    c ^= 0x10;
-    REQUIRE(pwrite(fd, &c, 1, (off_t)off) == 1);
-    fsync(fd);
-    close(fd);
-}
-
 static void test_checksum(enum mw_aio_backend b)
 {
     struct mw_store *st = open_store(b, 2, 4 << 20, 1);
@@ -169,7 +157,7 @@ static void test_checksum(enum mw_aio_backend b)
     const char *path;
     uint64_t foff;
     REQUIRE(mw_store_locate(st, o, 200000, NULL, &path, &foff) == 0);
-    flip_byte(path, foff);
+    tu_flip_byte(path, foff);
     int rc = mw_store_read(st, o, 0, 300000, r);
     CHECK_EQ_INT(rc, MW_ECHECKSUM);
     const char *m = mw_error_msg();
@@ -200,7 +188,7 @@ static void test_checksum(enum mw_aio_backend b)
     REQUIRE(mw_store_obj_create(st, "x", 65536, &o) == 0);
     REQUIRE(mw_store_write(st, o, 0, 65536, w) == 0);
     REQUIRE(mw_store_locate(st, o, 5, NULL, &path, &foff) == 0);
-    flip_byte(path, foff);
+    tu_flip_byte(path, foff);
     CHECK_EQ_INT(mw_store_read(st, o, 0, 65536, r), 0);
     CHECK(r[5] != w[5]);
     mw_store_close(st);

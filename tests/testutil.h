@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <unistd.h>
 #include <sys/stat.h>
+#include <fcntl.h>
 
 static int tu_failures;
 static int tu_checks;
@@ -49,6 +50,19 @@ static inline void tu_rm_rf(const char *path)
     char cmd[1100]; /* two 512-byte paths: gcc -O2 checks the bound (-Wformat-truncation) */
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
     if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", path);
+}
+
+/* Corrupts (or, called again, repairs) one byte of a file in place: bit 4 flipped, synced. */
+static inline void tu_flip_byte(const char *path, uint64_t off)
+{
+    int fd = open(path, O_RDWR);
+    REQUIRE(fd >= 0);
+    unsigned char c;
+    REQUIRE(pread(fd, &c, 1, (off_t)off) == 1);
+    c ^= 0x10;
+    REQUIRE(pwrite(fd, &c, 1, (off_t)off) == 1);
+    fsync(fd);
+    close(fd);
 }
 
 /* Deterministic xorshift64* generator for test data. */

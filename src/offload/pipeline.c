@@ -290,7 +290,11 @@ static struct mw_adamw_hp step_hp(struct mw_offload *e)
     return h;
 }
 
-static int fuse_possible(const struct mw_offload *e);
+/* Whether (fused checksums, below) the update of this engine takes the checksums of its subgroups' I/O. */
+static int fuse_possible(const struct mw_offload *e)
+{
+    return e->bufcrc && e->txn && !e->cfg.use_device && e->fmt.moments != MW_OPTIM_Q8;
+}
 
 /* Pipe thread, mutex released: start reading subgroup sg into staging buffer b. */
 static void stage_read(struct mw_offload *e, uint32_t sg)
@@ -555,12 +559,6 @@ struct fuse {
     uint64_t next[OFL_NREGIONS];     /* first block not summed yet */
     uint64_t vnext[OFL_NREGIONS];    /* first block not checked yet */
 };
-
-/* Whether the update of this engine takes the checksums of its subgroups' I/O. */
-static int fuse_possible(const struct mw_offload *e)
-{
-    return e->bufcrc && e->txn && !e->cfg.use_device && e->fmt.moments != MW_OPTIM_Q8;
-}
 
 static void fuse_block(struct fuse *f, uint64_t b)
 {

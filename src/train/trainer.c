@@ -270,22 +270,23 @@ void mw_trainer_free(struct mw_trainer *tr)
 }
 
 /* This rank's slice of a global micro-batch: sequences [rank*b, (rank+1)*b) of it. */
-static void take_slice(struct mw_trainer *tr)
+static void take_slice(struct mw_trainer *tr, int32_t *inputs, int32_t *targets)
 {
     size_t n = (size_t)tr->local_batch * (size_t)tr->cfg.seq, off = (size_t)tr->rank * n;
-    memcpy(tr->inputs, tr->g_inputs + off, n * sizeof *tr->inputs);
-    memcpy(tr->targets, tr->g_targets + off, n * sizeof *tr->targets);
+    memcpy(inputs, tr->g_inputs + off, n * sizeof *inputs);
+    memcpy(targets, tr->g_targets + off, n * sizeof *targets);
 }
 
-static void train_batch(struct mw_trainer *tr)
+/* The next training batch into inputs/targets (this rank's slice of the global batch). */
+static void train_batch(struct mw_trainer *tr, int32_t *inputs, int32_t *targets)
 {
     const struct mw_train_config *c = &tr->cfg;
     if (!tr->zero) {
-        mw_data_train_batch(tr->data, &tr->data_rng, c->batch, c->seq, tr->inputs, tr->targets, NULL);
+        mw_data_train_batch(tr->data, &tr->data_rng, c->batch, c->seq, inputs, targets, NULL);
         return;
     }
     mw_data_train_batch(tr->data, &tr->data_rng, c->batch, c->seq, tr->g_inputs, tr->g_targets, NULL);
-    take_slice(tr);
+    take_slice(tr, inputs, targets);
 }
 
 static void val_batch(struct mw_trainer *tr, uint64_t k)
@@ -296,7 +297,7 @@ static void val_batch(struct mw_trainer *tr, uint64_t k)
         return;
     }
     mw_data_val_batch(tr->data, k, c->batch, c->seq, tr->g_inputs, tr->g_targets, NULL);
-    take_slice(tr);
+    take_slice(tr, tr->inputs, tr->targets);
 }
 
 static int pass_begin(struct mw_trainer *tr, int training)
@@ -369,16 +370,8 @@ static int step_layer_major(struct mw_trainer *tr, int64_t step, struct mw_train
     const struct mw_train_config *c = &tr->cfg;
     size_t n = (size_t)tr->local_batch * (size_t)c->seq;
     uint64_t t = mw_now_ns();
-    for (int a = 0; a < c->grad_accum; a++) { /* the batches batch-major would draw, in its order */
-        if (!tr->zero) {
-            mw_data_train_batch(tr->data, &tr->data_rng, c->batch, c->seq, tr->inputs + (size_t)a * n,
-                                tr->targets + (size_t)a * n, NULL);
-            continue;
-        }
-        mw_data_train_batch(tr->data, &tr->data_rng, c->batch, c->seq, tr->g_inputs, tr->g_targets, NULL);
-        memcpy(tr->inputs + (size_t)a * n, tr->g_inputs + (size_t)tr->rank * n, n * sizeof *tr->inputs);
-        memcpy(tr->targets + (size_t)a * n, tr->g_targets + (size_t)tr->rank * n, n * sizeof *tr->targets);
-    }
+    for (int a = 0; a < c->grad_accum; a++) /* the batches batch-major would draw, in its order */
+        train_batch(tr, tr->inputs + (size_t)a * n, tr->targets + (size_t)a * n);
     if (c->trace) phase(c->trace, "data", t, step);
     int err = pass_begin(tr, 1);
     if (err) return err;
@@ -415,7 +408,7 @@ static int step_run(struct mw_trainer *tr, struct mw_train_step_stats *st)
     for (int a = 0; a < c->grad_accum && !c->layer_major; a++) {
         int last = a == c->grad_accum - 1;
         t = mw_now_ns();
-        train_batch(tr);
+        train_batch(tr, tr->inputs, tr->targets);
         if (trace) phase(trace, "data", t, step);
         t = mw_now_ns();
         if ((err = pass_begin(tr, 1))) return err;
