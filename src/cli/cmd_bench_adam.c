@@ -26,6 +26,7 @@ static const struct bench_fmt FORMATS[] = {
     {"bf16-grad", {MW_OPTIM_BF16, MW_OPTIM_F32, MW_OPTIM_NONE}},
     {"fp16-grad", {MW_OPTIM_F16, MW_OPTIM_F32, MW_OPTIM_NONE}},
     {"bf16-moments", {MW_OPTIM_BF16, MW_OPTIM_BF16, MW_OPTIM_NONE}},
+    {"fp32-grad-bf16-moments", {MW_OPTIM_F32, MW_OPTIM_BF16, MW_OPTIM_NONE}},
     {"bf16-moments+bf16-weights", {MW_OPTIM_BF16, MW_OPTIM_BF16, MW_OPTIM_BF16}},
     {"bf16-sr-moments", {MW_OPTIM_BF16, MW_OPTIM_BF16_SR, MW_OPTIM_NONE}},
     {"8bit", {MW_OPTIM_BF16, MW_OPTIM_Q8, MW_OPTIM_NONE}},
@@ -123,7 +124,7 @@ int mw_cmd_bench_adam(int argc, char **argv)
     int json = 0;
     const char *simd_s = "auto", *only = "all";
     static const char *const simd_choices[] = {"auto", "scalar", "avx2", "avx512", NULL};
-    static const char *const fmt_choices[] = {"all", "fp32", "bf16-grad", "fp16-grad", "bf16-moments",
+    static const char *const fmt_choices[] = {"all", "fp32", "bf16-grad", "fp16-grad", "bf16-moments", "fp32-grad-bf16-moments",
                                               "bf16-moments+bf16-weights", "bf16-sr-moments", "8bit", NULL};
     const struct mw_opt opts[] = {
         {"n", MW_OPT_INT, &n, "N", "parameters per step (should be well above the L3 cache)", 1, 1e10, NULL},

@@ -211,11 +211,13 @@ AI void adamw_body(const struct mw_kargs *k, size_t begin, size_t end, int G, in
     size_t i = begin;
     const size_t ms = (size_t)mw_esz(M), gs = G == MW_OPTIM_F32 ? 4 : 2;
     for (; i + 8 <= end; i += 8) {
-        if ((i & 15) == 0) { /* PF_DIST elements ahead: one cache line of the widest stream per 16 elements */
-            _mm_prefetch((const char *)(s->master + i + PF_DIST), _MM_HINT_T0);
-            _mm_prefetch((const char *)s->grad + (i + PF_DIST) * gs, _MM_HINT_T0);
-            _mm_prefetch((const char *)s->m + (i + PF_DIST) * ms, _MM_HINT_T0);
-            _mm_prefetch((const char *)s->v + (i + PF_DIST) * ms, _MM_HINT_T0);
+        if ((i & 15) == 0) { /* PF_DIST elements ahead: one cache line of the widest stream per 16 elements
+                                (addresses formed as integers: past `end` is harmless for a prefetch) */
+            const uintptr_t ahead = (uintptr_t)(i + PF_DIST);
+            _mm_prefetch((const char *)((uintptr_t)s->master + ahead * 4), _MM_HINT_T0);
+            _mm_prefetch((const char *)((uintptr_t)s->grad + ahead * gs), _MM_HINT_T0);
+            _mm_prefetch((const char *)((uintptr_t)s->m + ahead * ms), _MM_HINT_T0);
+            _mm_prefetch((const char *)((uintptr_t)s->v + ahead * ms), _MM_HINT_T0);
         }
         __m256 m = ld_mom(M, s->m, i), v = ld_mom(M, s->v, i);
         __m256 p = adamw_v(&c, _mm256_loadu_ps(s->master + i), ld_g(G, s->grad, i), &m, &v);

@@ -12,6 +12,16 @@
 #include <immintrin.h>
 
 #define AI static inline __attribute__((always_inline))
+/* Software prefetch of the AdamW loop's streams, PF_DIST elements ahead, one per cache line
+ * (fp32 streams every 16 elements, 16-bit streams every 32). With bf16 moments one thread does
+ * not keep enough misses in flight from the hardware prefetchers alone while the divider is
+ * busy: +4 % median over 5 side-by-side runs of the 1-thread step (124M parameters on huge
+ * pages, distances rotated within one process; range -2 % to +13 %); 64-128 elements best,
+ * 192 and more worse, as is a second, farther prefetch into L2. fp32 state is at the
+ * bandwidth limit with or without it. */
+#ifndef PF_DIST
+#define PF_DIST 128
+#endif
 
 AI __m512 ld_g(int dt, const void *g, size_t i)
 {
@@ -211,7 +221,17 @@ AI void adamw_body(const struct mw_kargs *k, size_t begin, size_t end, int G, in
     const struct mw_optim_slice *s = &k->s;
     struct kv c = kv_of(&k->a);
     size_t i = begin;
+    const int msz = mw_esz(M), gsz = G == MW_OPTIM_F32 ? 4 : 2;
     for (; i + 16 <= end; i += 16) {
+        /* prefetches never fault, so reaching past `end` is harmless (addresses formed as
+         * integers: no out-of-bounds pointer arithmetic) */
+        const uintptr_t ahead = (uintptr_t)(i + PF_DIST);
+        _mm_prefetch((const char *)((uintptr_t)s->master + ahead * 4), _MM_HINT_T0);
+        if (gsz == 4 || (i & 31) == 0) _mm_prefetch((const char *)((uintptr_t)s->grad + ahead * (uintptr_t)gsz), _MM_HINT_T0);
+        if (msz == 4 || (i & 31) == 0) {
+            _mm_prefetch((const char *)((uintptr_t)s->m + ahead * (uintptr_t)msz), _MM_HINT_T0);
+            _mm_prefetch((const char *)((uintptr_t)s->v + ahead * (uintptr_t)msz), _MM_HINT_T0);
+        }
         __m512 m = ld_mom(M, s->m, i), v = ld_mom(M, s->v, i);
         __m512 p = adamw_v(&c, _mm512_loadu_ps(s->master + i), ld_g(G, s->grad, i), &m, &v);
         _mm512_storeu_ps(s->master + i, p);
