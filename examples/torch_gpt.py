@@ -189,7 +189,7 @@ def main():
             print(f"step {step:4d}  loss {loss.item():.4f}  {times[-1] * 1e3:.0f} ms")
     steady = sorted(times[1:])[len(times[1:]) // 2] if len(times) > 1 else times[0]
     peak_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 2**30
-    print(f"median step {steady * 1e3:.0f} ms, peak RSS {peak_gib:.2f} GiB")
+    print(f"median step {steady * 1e3:.0f} ms, peak RSS {peak_gib:.3f} GiB")
     if a.optimizer == "memwall":
         s = opt.stats()
         print(f"memwall: {s['steps']:.0f} steps, NVMe read {s['nvme_read_bytes'] / 2**30:.2f} GiB, written "
