@@ -24,7 +24,7 @@ to run without a CUDA or XPU device).
 
     python3 bench/torch_optim.py                      # the full table (needs ~4 GiB free)
     python3 bench/torch_optim.py --interleave --limits --rounds 3 --reps 9   # (~14 GiB free)
-    python3 bench/torch_optim.py --quick              # a 6M-parameter smoke run of the script
+    python3 bench/torch_optim.py --quick              # a 4M-parameter smoke run of the script
     python3 bench/torch_optim.py --gpt2-steps 5 --nvme-dir /mnt/nvme/bench
 """
 import argparse
@@ -46,7 +46,7 @@ LIMITS = ["limit-huge", "limit-4k"]  # the bandwidth ceiling, for --limits
 
 
 def shapes(quick):
-    """GPT-2 124M's parameter tensors in HF order (or a 6M-parameter miniature)."""
+    """GPT-2 124M's parameter tensors in HF order (or a 4M-parameter miniature)."""
     d, v, L, ctx = (192, 12000, 4, 256) if quick else (768, 50257, 12, 1024)
     out = [(v, d), (ctx, d)]
     for _ in range(L):
@@ -253,7 +253,7 @@ def main():
     ap.add_argument("--reps", type=int, default=5, help="timed steps per child process (median)")
     ap.add_argument("--rounds", type=int, default=3, help="rounds over all implementations (ratios: median over rounds)")
     ap.add_argument("--impls", default=",".join(IMPLS))
-    ap.add_argument("--quick", action="store_true", help="6M parameters, to check that the script works")
+    ap.add_argument("--quick", action="store_true", help="4M parameters, to check that the script works")
     ap.add_argument("--gpt2-steps", type=int, default=0, help="also time GPT-2 training steps (0: skip)")
     ap.add_argument("--nvme-dir", default=None, help="directory for the NVMe state of --gpt2-steps")
     ap.add_argument("--gpt2-memwall-args", default="--subgroup-size 2097152 --buffer-count 4 --release-grads",
