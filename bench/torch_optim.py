@@ -62,33 +62,20 @@ class BandwidthLimit:
     state); "limit-4k": arrays from torch.empty, 4 KiB pages (as torch and DeepSpeed keep theirs)."""
 
     def __init__(self, n, huge):
-        import ctypes
         import torch
         from memwall import _lib
         from memwall.torch import _host_flat
-
-        class Fmt(ctypes.Structure):
-            _fields_ = [("grad", ctypes.c_int), ("moments", ctypes.c_int), ("weights_out", ctypes.c_int)]
-
-        class Slice(ctypes.Structure):
-            _fields_ = [("n", ctypes.c_size_t), ("offset", ctypes.c_size_t)] + \
-                       [(f, ctypes.c_void_p) for f in ("master", "grad", "m", "v", "m_scale", "v_scale", "weights_out")]
-
-        class Exec(ctypes.Structure):
-            _fields_ = [("nthreads", ctypes.c_int), ("simd", ctypes.c_int), ("flags", ctypes.c_uint)]
-
-        self.fn = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(Fmt), ctypes.POINTER(Slice), ctypes.POINTER(Exec))(
-            ctypes.cast(_lib.lib().mw_optim_bandwidth_pass, ctypes.c_void_p).value)
         self.arrays = [(_host_flat(n, torch.float32)[0] if huge else torch.empty(n)).fill_(0.5) for _ in range(4)]
-        self.fmt, self.ex = Fmt(1, 1, 0), Exec(torch.get_num_threads(), 0, 0)  # F32, F32, NONE; AUTO SIMD
+        self.fmt = _lib.OptimFormat(_lib.OPTIM_F32, _lib.OPTIM_F32, 0)
+        self.ex = _lib.OptimExec(torch.get_num_threads(), 0, 0)  # AUTO SIMD
         p, g, m, v = (a.data_ptr() for a in self.arrays)
-        self.slice = Slice(n, 0, p, g, m, v, None, None, None)
+        self.slice = _lib.OptimSlice(n, 0, p, g, m, v, None, None, None)
 
     def step(self):
         import ctypes
-        rc = self.fn(ctypes.byref(self.fmt), ctypes.byref(self.slice), ctypes.byref(self.ex))
-        if rc:
-            raise RuntimeError(f"mw_optim_bandwidth_pass: {rc}")
+        from memwall import _lib
+        _lib.check(_lib.lib().mw_optim_bandwidth_pass(ctypes.byref(self.fmt), ctypes.byref(self.slice),
+                                                      ctypes.byref(self.ex)), "mw_optim_bandwidth_pass")
 
 
 def make_opt(impl, quick, out):
@@ -101,7 +88,7 @@ def make_opt(impl, quick, out):
         p.grad = torch.randn(s) * 0.01
         ps.append(p)
     kw = dict(lr=1e-4, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
-    if impl in ("limit-huge", "limit-4k"):
+    if impl in LIMITS:
         opt = BandwidthLimit(sum(p.numel() for p in ps), impl == "limit-huge")
         out["note"] = "no arithmetic: the bytes of the fp32 step, in place"
     elif impl == "torch-fused":

@@ -22,6 +22,30 @@ Q8_BLOCK = 256
 STATS_FIELDS = ("steps", "nvme_read_bytes", "nvme_write_bytes", "step_s", "kernel_s", "io_wait_s",
                 "cpu_updates", "n_subgroups", "subgroup_size", "dram_bytes", "nvme_bytes", "staging_bytes")
 
+# memwall/optim.h: the bare kernels, for the tests' reference and the benchmark's bandwidth limit
+# (the package itself drives the offload engine)
+OPTIM_F32, OPTIM_BF16, OPTIM_F16, OPTIM_Q8 = 1, 2, 3, 4  # enum mw_optim_dtype
+
+
+class OptimFormat(ctypes.Structure):  # struct mw_optim_format
+    _fields_ = [("grad", ctypes.c_int), ("moments", ctypes.c_int), ("weights_out", ctypes.c_int)]
+
+
+class AdamwHP(ctypes.Structure):  # struct mw_adamw_hp
+    _fields_ = [("lr", ctypes.c_double), ("beta1", ctypes.c_double), ("beta2", ctypes.c_double),
+                ("eps", ctypes.c_double), ("weight_decay", ctypes.c_double), ("step", ctypes.c_int64),
+                ("grad_scale", ctypes.c_float)]
+
+
+class OptimSlice(ctypes.Structure):  # struct mw_optim_slice
+    _fields_ = [("n", ctypes.c_size_t), ("offset", ctypes.c_size_t)] + \
+               [(k, ctypes.c_void_p) for k in ("master", "grad", "m", "v", "m_scale", "v_scale", "weights_out")]
+
+
+class OptimExec(ctypes.Structure):  # struct mw_optim_exec
+    _fields_ = [("nthreads", ctypes.c_int), ("simd", ctypes.c_int), ("flags", ctypes.c_uint)]
+
+
 _lib = None
 
 
@@ -75,6 +99,10 @@ def lib():
         "mw_trace_write": (i32, [P, ctypes.c_char_p]),
         "mw_trace_free": (None, [P]),
         "mw_trace_meta": (None, [P, ctypes.c_char_p, ctypes.c_char_p]),
+        "mw_adamw_step": (i32, [ctypes.POINTER(OptimFormat), ctypes.POINTER(AdamwHP), ctypes.POINTER(OptimSlice),
+                                ctypes.POINTER(OptimExec)]),
+        "mw_optim_bandwidth_pass": (i32, [ctypes.POINTER(OptimFormat), ctypes.POINTER(OptimSlice),
+                                          ctypes.POINTER(OptimExec)]),
     }
     for name, (res, args) in sig.items():
         f = getattr(L, name)

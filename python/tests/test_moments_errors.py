@@ -13,35 +13,14 @@ from memwall import _lib
 from conftest import THREADS, make_mlp
 
 # memwall/optim.h, for the reference only
-F32, BF16, Q8 = 1, 2, 4
-
-
-class Fmt(ctypes.Structure):
-    _fields_ = [("grad", ctypes.c_int), ("moments", ctypes.c_int), ("weights_out", ctypes.c_int)]
-
-
-class HP(ctypes.Structure):
-    _fields_ = [("lr", ctypes.c_double), ("beta1", ctypes.c_double), ("beta2", ctypes.c_double),
-                ("eps", ctypes.c_double), ("weight_decay", ctypes.c_double), ("step", ctypes.c_int64),
-                ("grad_scale", ctypes.c_float)]
-
-
-class Slice(ctypes.Structure):
-    _fields_ = [("n", ctypes.c_size_t), ("offset", ctypes.c_size_t)] + \
-               [(k, ctypes.c_void_p) for k in ("master", "grad", "m", "v", "m_scale", "v_scale", "weights_out")]
-
-
-class Exec(ctypes.Structure):
-    _fields_ = [("nthreads", ctypes.c_int), ("simd", ctypes.c_int), ("flags", ctypes.c_uint)]
+F32, BF16, Q8 = _lib.OPTIM_F32, _lib.OPTIM_BF16, _lib.OPTIM_Q8
+Fmt, HP, Slice = _lib.OptimFormat, _lib.AdamwHP, _lib.OptimSlice
 
 
 def kernel_step(fmt, hp, sl):
-    L = _lib.lib()
-    L.mw_adamw_step.restype = ctypes.c_int
-    L.mw_adamw_step.argtypes = [ctypes.c_void_p] * 4
-    ex = Exec(1, 0, 0)
-    rc = L.mw_adamw_step(ctypes.addressof(fmt), ctypes.addressof(hp), ctypes.addressof(sl), ctypes.addressof(ex))
-    _lib.check(rc, "mw_adamw_step")
+    ex = _lib.OptimExec(1, 0, 0)
+    _lib.check(_lib.lib().mw_adamw_step(ctypes.byref(fmt), ctypes.byref(hp), ctypes.byref(sl), ctypes.byref(ex)),
+               "mw_adamw_step")
 
 
 @pytest.mark.parametrize("moments,code", [("bf16", BF16), ("8bit", Q8), ("fp32", F32)])

@@ -15,7 +15,7 @@
 /* Software prefetch of the AdamW loop's streams, PF_DIST elements ahead, one per cache line
  * (fp32 streams every 16 elements, 16-bit streams every 32). With bf16 moments one thread does
  * not keep enough misses in flight from the hardware prefetchers alone while the divider is
- * busy: +4 % median over 5 side-by-side runs of the 1-thread step (124M parameters on huge
+ * busy: +5 % median over 5 side-by-side runs of the 1-thread step (124M parameters on huge
  * pages, distances rotated within one process; range -2 % to +13 %); 64-128 elements best,
  * 192 and more worse, as is a second, farther prefetch into L2. fp32 state is at the
  * bandwidth limit with or without it. */
