@@ -13,7 +13,8 @@
  * Capacity: `capacity` bytes (split evenly over the directories) are reserved at create time
  * with fallocate, so a full disk is found before training starts (-ENOSPC/-EFBIG naming the
  * directory, the bytes asked and the bytes free). preallocate = 0 skips that (files then grow
- * as objects are written; a full file system shows up as a failed write).
+ * as objects are written; a full file system shows up as a failed write); so does a file system
+ * without fallocate (ramfs), whose files get their size unreserved, with one warning.
  *
  * One run per directory: while open, the store holds flock(DIR/memwall.lock) (pid inside); a
  * second store on the directory is -EBUSY naming that pid. Backing files are created with
@@ -27,8 +28,9 @@
  * trusted again is read once and adopted against the digest of its block checksums
  * (mw_store_obj_digest when it was written, mw_store_obj_adopt on resume).
  *
- * I/O: files are opened with O_DIRECT; where the file system refuses it (e.g. tmpfs) the store
- * falls back to buffered I/O and logs one warning. All object I/O goes through the async engine
+ * I/O: each file is opened (created) once and then switched to O_DIRECT with fcntl; where the
+ * file system refuses it (ramfs; tmpfs before Linux 6.6) the store keeps buffered I/O and logs one
+ * warning (stats.direct = 0). All object I/O goes through the async engine
  * (memwall/aio.h). Alignment: offset and buffer must be 4096-aligned; len must be a multiple of
  * 4096 unless the range ends at the object's end, in which case the buffer must still have room
  * for len rounded up to 4096 (the tail is transferred padded).
@@ -103,7 +105,8 @@ int mw_store_open(struct mw_store **out, const struct mw_store_config *c);
 /* Waits for outstanding I/O, closes (and unless keep_files, removes) the backing files. */
 void mw_store_close(struct mw_store *st);
 
-/* Objects. Names are unique (-EEXIST), at most 127 bytes. Size in bytes (> 0). A full store
+/* Objects. Names are unique (-EEXIST), at most 127 bytes; create, find and delete are O(1) on
+ * average (a hash index of the names), at any number of objects. Size in bytes (> 0). A full store
  * is -ENOSPC with a message giving object, size and free bytes per file. */
 int mw_store_obj_create(struct mw_store *st, const char *name, uint64_t size, struct mw_store_obj **out);
 /* The same, with the kind the nvme tier accounts the bytes under (create uses MW_KIND_OTHER). */

@@ -74,10 +74,12 @@ const char *mw_offload_placement_str(const struct mw_offload_placement *p, char 
     return buf;
 }
 
+#define OFL_DEFAULT_SUBGROUP ((uint64_t)1 << 22) /* 4M elements: 16 MiB of fp32 master, 48 MiB of fp32 state */
+
 void mw_offload_config_default(struct mw_offload_config *c)
 {
     memset(c, 0, sizeof *c);
-    c->subgroup_size = 1u << 22; /* 4M elements: 16 MiB of fp32 master, 48 MiB of fp32 state */
+    c->subgroup_size = OFL_DEFAULT_SUBGROUP;
     c->buffer_count = 8;         /* 8 x 48 MiB staging: reads, updates and writes all overlap */
     mw_offload_placement_default(&c->place);
     c->moments = MW_OFFLOAD_M_FP32;
@@ -228,6 +230,73 @@ uint64_t ofl_stripe_for(uint64_t obj_bytes)
     return obj_bytes >= (1u << 20) ? (1u << 20) : MW_ALIGN_UP(MW_MAX(obj_bytes, OFL_PAD), OFL_PAD);
 }
 
+/* Bytes the NVMe state takes with subgroups of sg elements, as the store reserves them (each
+ * region of a subgroup's object padded to OFL_PAD, the object to whole stripe units, two slots;
+ * streamed gradients: one object per subgroup, one slot), and the bytes that state holds. */
+static void nvme_footprint(const struct mw_offload_config *c, uint64_t N, uint64_t sg, int ndirs,
+                           uint64_t *padded, uint64_t *state)
+{
+    uint64_t nsg = (N + sg - 1) / sg, last_n = N - (nsg - 1) * sg, full = 0, last = 0, bytes = 0;
+    for (int reg = 0; reg < OFL_NREGIONS; reg++) {
+        uint64_t whole = ofl_region_bytes(c, (enum ofl_region)reg, N);
+        if (!whole || c->place.tier[ofl_region_kind((enum ofl_region)reg)] != MW_OFFLOAD_NVME) continue;
+        full += MW_ALIGN_UP(ofl_region_bytes(c, (enum ofl_region)reg, sg), OFL_PAD);
+        last += MW_ALIGN_UP(ofl_region_bytes(c, (enum ofl_region)reg, last_n), OFL_PAD);
+        bytes += whole;
+    }
+    uint64_t st = ndirs == 1 ? OFL_PAD : ofl_stripe_for(full);
+    *padded = 2 * ((nsg - 1) * MW_ALIGN_UP(full, st) + MW_ALIGN_UP(last, st));
+    *state = 2 * bytes;
+    if (c->stream) {
+        *padded += (nsg - 1) * MW_ALIGN_UP(MW_ALIGN_UP(4 * sg, OFL_PAD), st) + MW_ALIGN_UP(MW_ALIGN_UP(4 * last_n, OFL_PAD), st);
+        *state += 4 * N;
+    }
+}
+
+/* The subgroup-size floor. Why: every subgroup is its own store object whose regions start on
+ * 4096-byte blocks (O_DIRECT), so a subgroup of a few elements costs 4 KiB per region and slot:
+ * `--subgroup-size 1` turned a 36 K-parameter model's 843 KiB of state into 843 MiB on NVMe,
+ * and 72,000 objects. A plan whose padding is more than the state itself AND more than
+ * OFL_WASTE_MAX is refused, naming the smallest power-of-two size whose padding is at most the
+ * state (512 elements for fp32 state). The absolute part leaves small models free to use any
+ * size (tests cut 32 elements into subgroups of 13: 72 KiB); a model smaller than the size
+ * named runs as one subgroup. */
+#define OFL_WASTE_MAX ((uint64_t)64 << 20)
+
+static uint64_t padding_of(const struct mw_offload_config *c, uint64_t N, uint64_t sg, int ndirs, uint64_t *padded,
+                           uint64_t *state)
+{
+    nvme_footprint(c, N, sg, ndirs, padded, state);
+    return *padded > *state ? *padded - *state : 0;
+}
+
+/* sg: the subgroup size after rounding to g, the moment format's block. */
+static int check_subgroup_floor(const struct mw_offload_config *c, uint64_t N, uint64_t g, uint64_t sg, int ndirs)
+{
+    uint64_t padded, state, waste = padding_of(c, N, sg, ndirs, &padded, &state);
+    if (waste <= state || waste <= OFL_WASTE_MAX) return 0;
+    uint64_t whole = MW_ALIGN_UP(N, g), min = whole;
+    for (uint64_t n = g; n < whole; n *= 2) {
+        uint64_t pn, sn;
+        if (padding_of(c, N, n, ndirs, &pn, &sn) <= sn) { min = n; break; }
+    }
+    char a[32], b[32], rounded[96] = "";
+    if (sg != c->subgroup_size)
+        snprintf(rounded, sizeof rounded, " (%llu: whole %llu-element blocks of the 8-bit moments)",
+                 (unsigned long long)sg, (unsigned long long)g);
+    return mw_error_set(-EINVAL, "offload: subgroup size %llu%s is too small for optimizer state on NVMe: each "
+                        "subgroup's objects are padded to %llu-byte blocks (O_DIRECT alignment), so %llu parameters "
+                        "in %llu subgroups would take %s on NVMe for %s of state (padding %.0fx the state; refused "
+                        "above 1x and %llu MiB). Give a subgroup size of at least %llu elements%s (the padding is "
+                        "then at most the state; the default, %llu, suits most models)",
+                        (unsigned long long)c->subgroup_size, rounded, (unsigned long long)OFL_PAD, (unsigned long long)N,
+                        (unsigned long long)((N + sg - 1) / sg), mw_fmt_bytes(a, sizeof a, padded),
+                        mw_fmt_bytes(b, sizeof b, state), (double)waste / (double)state,
+                        (unsigned long long)(OFL_WASTE_MAX >> 20), (unsigned long long)min,
+                        min == whole ? ", the whole model in one subgroup" : "",
+                        (unsigned long long)OFL_DEFAULT_SUBGROUP);
+}
+
 int mw_offload_plan_make(const struct mw_offload_registry *r, const struct mw_offload_config *c,
                          struct mw_offload_plan *p)
 {
@@ -239,6 +308,9 @@ int mw_offload_plan_make(const struct mw_offload_registry *r, const struct mw_of
     p->subgroup_size = MW_ALIGN_UP(MW_MIN(c->subgroup_size, MW_ALIGN_UP(N, g)), g);
     p->n_subgroups = (uint32_t)((N + p->subgroup_size - 1) / p->subgroup_size);
     p->transactional = ofl_transactional(c);
+    int ndirs = 1;
+    for (const char *d = p->transactional ? c->nvme_dir : ""; *d; d++) ndirs += *d == ':';
+    if (p->transactional && (rc = check_subgroup_floor(c, N, g, p->subgroup_size, ndirs))) return rc;
     int slots = p->transactional ? 2 : 1;
     uint64_t last_n = N - (uint64_t)(p->n_subgroups - 1) * p->subgroup_size;
 
@@ -258,8 +330,6 @@ int mw_offload_plan_make(const struct mw_offload_registry *r, const struct mw_of
     if (p->transactional) {
         /* as the store reserves: one directory, the object as it is (4 KiB-padded); several,
          * whole stripe units */
-        int ndirs = 1;
-        for (const char *d = c->nvme_dir; *d; d++) ndirs += *d == ':';
         uint64_t st = ndirs == 1 ? OFL_PAD : ofl_stripe_for(obj_full);
         uint64_t full = MW_ALIGN_UP(obj_full, st), last = MW_ALIGN_UP(obj_last, st);
         uint64_t nv = 2 * ((uint64_t)(p->n_subgroups - 1) * full + last);

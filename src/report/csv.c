@@ -12,17 +12,12 @@
 #include <string.h>
 #include <sys/stat.h>
 
-static FILE *open_csv(const char *dir, const char *name, char *path, size_t n)
+/* DIR/name, atomically (rp_out): a failed export leaves the earlier files whole, none partial. */
+static int open_csv(struct rp_out *o, const char *dir, const char *name, char *path, size_t n)
 {
-    if ((size_t)snprintf(path, n, "%s/%s", dir, name) >= n) { errno = ENAMETOOLONG; return NULL; }
-    return fopen(path, "w");
-}
-
-static int close_csv(FILE *f, const char *path)
-{
-    int bad = ferror(f);
-    if (fclose(f) || bad) return mw_error_set(-EIO, "%s: write failed", path);
-    return 0;
+    if ((size_t)snprintf(path, n, "%s/%s", dir, name) >= n)
+        return mw_error_set(-ENAMETOOLONG, "%s/%s: the path is too long", dir, name);
+    return rp_out_open(o, path, "a CSV file");
 }
 
 /* A text field, quoted (RFC 4180) when it holds a comma, quote or line break. */
@@ -48,9 +43,9 @@ int mw_report_write_csv(const struct mw_report *r, const char *dir)
     int rc = mw_mkdir_p(dir, 0777);
     if (rc) return rc;
     char path[1100];
+    struct rp_out out;
     FILE *f;
-#define OPEN(name) do { f = open_csv(dir, name, path, sizeof path); \
-    if (!f) return mw_error_set(-errno, "%s: cannot create: %s", path, strerror(errno)); } while (0)
+#define OPEN(name) do { if ((rc = open_csv(&out, dir, name, path, sizeof path))) return rc; f = out.f; } while (0)
 
     OPEN("tiers.csv");
     fprintf(f, "tier,budget_bytes,peak_bytes,peak_t_s,final_bytes");
@@ -63,7 +58,7 @@ int mw_report_write_csv(const struct mw_report *r, const char *dir)
         for (int k = 0; k < MW_REPORT_NKINDS; k++) fprintf(f, ",%llu", (unsigned long long)T->peak_by_kind[k]);
         fputc('\n', f);
     }
-    if ((rc = close_csv(f, path))) return rc;
+    if ((rc = rp_out_close(&out))) return rc;
 
     OPEN("memory.csv");
     fprintf(f, "t_s,tier,phase");
@@ -78,7 +73,7 @@ int mw_report_write_csv(const struct mw_report *r, const char *dir)
             fprintf(f, ",%llu\n", (unsigned long long)T->total[b]);
         }
     }
-    if ((rc = close_csv(f, path))) return rc;
+    if ((rc = rp_out_close(&out))) return rc;
 
     OPEN("io_pairs.csv");
     fprintf(f, "pair,requests,bytes,min_request_bytes,max_request_bytes,busy_s,achieved_bytes_per_s,"
@@ -90,7 +85,7 @@ int mw_report_write_csv(const struct mw_report *r, const char *dir)
         num(f, P->busy_s); num(f, P->mean_bw); num(f, P->peak_bw); num(f, P->limit_bw); num(f, P->mean_qd);
         fputc('\n', f);
     }
-    if ((rc = close_csv(f, path))) return rc;
+    if ((rc = rp_out_close(&out))) return rc;
 
     OPEN("io_bandwidth.csv");
     fprintf(f, "t_s,pair,bytes_per_s,busy_bytes_per_s,requests_in_flight,limit_bytes_per_s\n");
@@ -100,7 +95,7 @@ int mw_report_write_csv(const struct mw_report *r, const char *dir)
             fprintf(f, "%.9g,%s->%s,%.9g,%.9g,%.6g,%.9g\n", b * r->bin_s, P->from, P->to, P->bw[b], P->bw_busy[b],
                     P->inflight[b], P->limit_bw);
         }
-    if ((rc = close_csv(f, path))) return rc;
+    if ((rc = rp_out_close(&out))) return rc;
 
     OPEN("io_sizes.csv");
     fprintf(f, "pair,min_bytes_exclusive,max_bytes,requests,bytes\n");
@@ -112,7 +107,7 @@ int mw_report_write_csv(const struct mw_report *r, const char *dir)
             if (h < MW_REPORT_HIST_BUCKETS - 1) fprintf(f, "%llu", 1ull << (h + MW_REPORT_HIST_MIN_LOG2));
             fprintf(f, ",%llu,%llu\n", (unsigned long long)P->hist_count[h], (unsigned long long)P->hist_bytes[h]);
         }
-    if ((rc = close_csv(f, path))) return rc;
+    if ((rc = rp_out_close(&out))) return rc;
 
     OPEN("steps.csv");
     fprintf(f, "step,tokens,start_s,wall_s");
@@ -133,7 +128,7 @@ int mw_report_write_csv(const struct mw_report *r, const char *dir)
         num(f, s->roof_fraction);
         fputc('\n', f);
     }
-    if ((rc = close_csv(f, path))) return rc;
+    if ((rc = rp_out_close(&out))) return rc;
 
     OPEN("subgroups.csv");
     fprintf(f, "subgroup,tier,updates_cpu,updates_device,decisions,predicted_s,measured_s,bytes_read,"
@@ -147,7 +142,7 @@ int mw_report_write_csv(const struct mw_report *r, const char *dir)
         num(f, g->read_s); num(f, g->update_s); num(f, g->write_s); num(f, g->wait_s);
         fputc('\n', f);
     }
-    if ((rc = close_csv(f, path))) return rc;
+    if ((rc = rp_out_close(&out))) return rc;
     /* The one-step detail: every span and request, and each tier's bytes at every change. */
     OPEN("detail_spans.csv");
     fprintf(f, "step,lane,name,t0_s,t1_s,subgroup,bytes\n");
@@ -164,7 +159,7 @@ int mw_report_write_csv(const struct mw_report *r, const char *dir)
         if (q->sub >= 0) fprintf(f, "%lld", (long long)q->sub);
         fprintf(f, ",%llu\n", (unsigned long long)q->bytes);
     }
-    if ((rc = close_csv(f, path))) return rc;
+    if ((rc = rp_out_close(&out))) return rc;
     OPEN("detail_memory.csv");
     fprintf(f, "step,t_s,tier");
     for (int k = 0; k < MW_REPORT_NKINDS; k++) fprintf(f, ",%s_bytes", mw_report_kind_name(k));
@@ -175,7 +170,7 @@ int mw_report_write_csv(const struct mw_report *r, const char *dir)
         for (int k = 0; k < MW_REPORT_NKINDS; k++) fprintf(f, ",%llu", (unsigned long long)q->by_kind[k]);
         fputc('\n', f);
     }
-    if ((rc = close_csv(f, path))) return rc;
+    if ((rc = rp_out_close(&out))) return rc;
 
     /* Communication: one row per operation and a total ("all"; its busy time is the union). */
     OPEN("comm.csv");
@@ -201,7 +196,7 @@ int mw_report_write_csv(const struct mw_report *r, const char *dir)
         num(f, r->comm_wait_s); num(f, whole > 0 ? r->comm_wait_s / whole : NAN);
         fputc('\n', f);
     }
-    if ((rc = close_csv(f, path))) return rc;
+    if ((rc = rp_out_close(&out))) return rc;
 
     /* Weight residency: one row per unit (only the header when the trace has none). */
     OPEN("units.csv");
@@ -221,7 +216,7 @@ int mw_report_write_csv(const struct mw_report *r, const char *dir)
         num(f, U->wait_s);
         fputc('\n', f);
     }
-    if ((rc = close_csv(f, path))) return rc;
+    if ((rc = rp_out_close(&out))) return rc;
 
     if (r->nranks) {
         OPEN("ranks.csv");
@@ -245,7 +240,7 @@ int mw_report_write_csv(const struct mw_report *r, const char *dir)
             num(f, k->step_median_s);
             fputc('\n', f);
         }
-        if ((rc = close_csv(f, path))) return rc;
+        if ((rc = rp_out_close(&out))) return rc;
     }
 #undef OPEN
     return 0;

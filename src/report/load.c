@@ -45,13 +45,24 @@ int rp_grow(void **v, size_t *cap, size_t n, size_t elem)
     return 0;
 }
 
-int rp_tier_index(struct rp_trace *t, const char *name)
+/* A name from the trace as the report keeps it: at most n-1 bytes, every control byte (and DEL)
+ * as '?', so no name the trace carries can put control sequences on a terminal (--text). */
+static void clean_name(char *dst, size_t n, const char *src)
 {
+    snprintf(dst, n, "%s", src);
+    for (char *c = dst; *c; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
+}
+
+int rp_tier_index(struct rp_trace *t, const char *raw)
+{
+    char name[sizeof t->tier_name[0]];
+    clean_name(name, sizeof name, raw);
     for (int i = 0; i < t->ntiers; i++)
         if (!strcmp(t->tier_name[i], name)) return i;
     if (t->ntiers >= RP_MAX_TIERS) return -1;
     int i = t->ntiers++;
-    snprintf(t->tier_name[i], sizeof t->tier_name[i], "%s", name);
+    memcpy(t->tier_name[i], name, sizeof name);
     t->tier_budget[i] = 0;
     t->tier_id[i] = -1;
     return i;
@@ -398,7 +409,7 @@ void rp_take_metadata(struct rp_trace *t, const cJSON *md)
         if (rp_grow((void **)&t->unit_names, &t->capunit_names, t->nunit_names, sizeof *t->unit_names)) return;
         struct rp_unit_name *u = &t->unit_names[t->nunit_names++];
         u->id = id;
-        snprintf(u->name, sizeof u->name, "%s", it->valuestring);
+        clean_name(u->name, sizeof u->name, it->valuestring);
     }
     /* Limits: "limit.<from>-><to>.bytes_per_s". Pairs may not exist yet: create them. */
     cJSON_ArrayForEach(it, md) {

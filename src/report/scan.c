@@ -35,15 +35,36 @@ static int line_of(const struct scan *s, size_t pos)
     return line;
 }
 
+/* The bytes of the file a parse error quotes. Why escaped: the message goes to a terminal, and a
+ * hostile (or merely corrupt) trace must not be able to put control sequences there (ESC [ ...
+ * moves the cursor, rewrites the title, hides text). Printable ASCII is kept, '"' and '\\' are
+ * escaped, \n \r \t are written as such and every other byte (controls, DEL, non-ASCII) as
+ * \xHH; at most SNIP_BYTES bytes of the file (4 characters each at worst), "..." when cut. */
+enum { SNIP_BYTES = 40 };
+
+static void quote_snippet(char *out, const char *b, size_t n, int cut)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)b[i];
+        const char *esc = c == '"' ? "\\\"" : c == '\\' ? "\\\\" : c == '\n' ? "\\n" : c == '\r' ? "\\r"
+                        : c == '\t' ? "\\t" : NULL;
+        if (esc) { memcpy(out + k, esc, 2); k += 2; }
+        else if (c >= 0x20 && c < 0x7f) out[k++] = (char)c;
+        else { out[k++] = '\\'; out[k++] = 'x'; out[k++] = hex[c >> 4]; out[k++] = hex[c & 15]; }
+    }
+    if (cut) { memcpy(out + k, "...", 3); k += 3; }
+    out[k] = 0;
+}
+
 static int fail_at(const struct scan *s, size_t pos, const char *what)
 {
     if (pos >= s->n)
         return mw_error_set(MW_EFORMAT, "%s: truncated trace: the file ends (at byte %zu) %s; was the "
                             "run killed before the trace was written?", s->path, s->n, what);
-    char snip[48];
-    size_t k = 0;
-    for (size_t i = pos; i < s->n && k < 40; i++) snip[k++] = (s->b[i] == '\n' || s->b[i] == '\r') ? ' ' : s->b[i];
-    snip[k] = 0;
+    char snip[SNIP_BYTES * 4 + 4];
+    quote_snippet(snip, s->b + pos, MW_MIN(s->n - pos, (size_t)SNIP_BYTES), s->n - pos > SNIP_BYTES);
     return mw_error_set(MW_EFORMAT, "%s: malformed trace at byte %zu (line %d): %s, near \"%s\"",
                         s->path, pos, line_of(s, pos), what, snip);
 }

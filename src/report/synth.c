@@ -114,8 +114,10 @@ int mw_report_synth_write(const struct mw_report_synth *s, const char *path)
         return mw_error_set(-EINVAL, "synthetic trace: need steps >= 1, subgroups >= 1, sg_bytes a multiple of req_bytes");
     if (s->world_size < 0 || (s->world_size > 0 && (s->rank < 0 || s->rank >= s->world_size)))
         return mw_error_set(-EINVAL, "synthetic trace: need 0 <= rank < world_size");
-    FILE *f = fopen(path, "w");
-    if (!f) return mw_error_set(-errno, "%s: cannot create: %s", path, strerror(errno));
+    struct rp_out out;
+    int rc = rp_out_open(&out, path, "the synthetic trace");
+    if (rc) return rc;
+    FILE *f = out.f;
     struct gen g = {.f = f, .first = 1};
     const double L = s->step_us, U = 0.35 * L, T0 = 1000;
     const int S = s->subgroups;
@@ -176,7 +178,5 @@ int mw_report_synth_write(const struct mw_report_synth *s, const char *path)
             bw / 0.8, bw / 0.8);
     if (W) fprintf(f, ",\"rank\":\"%d\",\"world_size\":\"%d\",\"zero_stage\":\"3\"", s->rank, W);
     fputs("}}\n", f);
-    int bad = ferror(f);
-    if (fclose(f) || bad) return mw_error_set(-EIO, "%s: write failed", path);
-    return 0;
+    return rp_out_close(&out);
 }

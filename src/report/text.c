@@ -181,7 +181,7 @@ static void ranks_text(const struct mw_report *r, FILE *f)
     }
 }
 
-int mw_report_write_text(const struct mw_report *r, FILE *f)
+static void text_body(const struct mw_report *r, FILE *f)
 {
     char a[48], b[48], c[48], d[48], e[48];
     fprintf(f, "memwall report: %s", r->path);
@@ -275,6 +275,23 @@ int mw_report_write_text(const struct mw_report *r, FILE *f)
         fputc('\n', f);
     }
     ranks_text(r, f);
-    if (ferror(f)) return mw_error_set(-EIO, "report: writing the text summary failed");
+}
+
+/* Composed in memory, then handed to `out` in one write, so a failure is seen (with its errno:
+ * stdio's error flag forgets it, and the caller's stream may be a full disk or a closed pipe)
+ * at the one call that makes it. */
+int mw_report_write_text(const struct mw_report *r, FILE *out)
+{
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *m = open_memstream(&buf, &n);
+    if (!m) return mw_error_set(-ENOMEM, "report: out of memory for the text summary");
+    text_body(r, m);
+    if (fclose(m) != 0) { free(buf); return mw_error_set(-ENOMEM, "report: out of memory for the text summary"); }
+    errno = 0;
+    int e = fwrite(buf, 1, n, out) == n ? 0 : errno ? errno : EIO;
+    if (!e && fflush(out) != 0) e = errno ? errno : EIO;
+    free(buf);
+    if (e) return mw_error_set(-e, "report: writing the text summary failed: %s", strerror(e));
     return 0;
 }

@@ -36,7 +36,8 @@ struct mw_store_obj {
     uint8_t *crc_valid;               /* [nblocks] 1 once written */
     uint64_t nblocks;
     struct mw_buf acct;               /* nvme tier reservation */
-    struct mw_store_obj *next;
+    uint64_t hash;                    /* of name (store.c: name_hash) */
+    struct mw_store_obj *hnext;       /* next in the same bucket of the store's name index */
 };
 
 struct mw_store {
@@ -49,7 +50,10 @@ struct mw_store {
     struct mw_trace *trace;           /* for interning names (store's, or the engine's) */
     pthread_mutex_t mu;               /* objects, extents, waiting */
     pthread_cond_t cv;                /* an io finished */
-    struct mw_store_obj *objs;
+    /* The objects, indexed by name: a chained hash table of [nbuckets] (a power of two, or 0
+     * before the first object), doubled when it holds more objects than buckets. */
+    struct mw_store_obj **buckets;
+    size_t nbuckets;
     uint64_t n_objects, used;         /* used: bytes of extents held */
     uint64_t outstanding;             /* ios submitted and not finished */
     _Atomic uint64_t bytes_read, bytes_written, checksum_failures;

@@ -4,16 +4,28 @@
  * Why hand-written JSON and not cJSON: a full ring is a million events; building a cJSON tree
  * for it would need several times the ring's memory. Streaming with stdio is linear and small.
  * Events are written oldest first (ring order = emission order of the slot claims).
+ *
+ * Why a temporary and a rename: the trace is written once, at the end of a run, often over the
+ * previous run's trace; a full disk or a kill halfway must leave that file (or nothing), never a
+ * truncated JSON with the temporary beside it (mw_atomic_open: PATH.tmp.<pid>.<n>, renamed
+ * over PATH once written and synced, removed on failure). A path that exists and is not a
+ * regular file (/dev/stdout, a FIFO) is written in place. The stream keeps the errno of the first
+ * failed write(2), so the message says "No space left on device", not a generic I/O error.
  */
 #include "memwall/tier.h"
 #include "memwall/trace.h"
 #include "trace/trace_impl.h"
 
+#include "memwall/fsutil.h"
+
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static void put_str(FILE *f, const char *s)
 {
@@ -100,11 +112,73 @@ static void write_event(FILE *f, const struct mw_trace *tr, const struct mw_trac
     }
 }
 
+/* The output file: the atomic temporary, or (not a regular file) the path itself. */
+struct out {
+    int fd, atomic, err;        /* err: errno of the first failed write, 0 */
+    struct mw_atomic_file af;
+};
+
+/* The stream's write function (fopencookie): all of buf, or 0 with the first errno kept. */
+static ssize_t out_write(void *cookie, const char *buf, size_t n)
+{
+    struct out *o = cookie;
+    if (o->err) return 0;
+    for (size_t done = 0; done < n;) {
+        ssize_t k = write(o->fd, buf + done, n - done);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) { o->err = k < 0 ? errno : EIO; return 0; } /* 0 for n > 0: no errno to give */
+        done += (size_t)k;
+    }
+    return (ssize_t)n;
+}
+
+static int out_open(struct out *o, const char *path)
+{
+    memset(o, 0, sizeof *o);
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        o->fd = open(path, O_WRONLY | O_TRUNC | O_CLOEXEC);
+        if (o->fd < 0) return mw_error_set(-errno, "trace: cannot write %s: %s", path, strerror(errno));
+        return 0;
+    }
+    int rc = mw_atomic_open(&o->af, path);
+    if (rc) return mw_error_prepend(rc, "trace: ");
+    o->atomic = 1;
+    o->fd = o->af.fd;
+    return 0;
+}
+
+/* After the stream is closed: commit (or remove the temporary after a failed write). */
+static int out_close(struct out *o, const char *path, int stream_failed)
+{
+    int e = o->err ? o->err : stream_failed ? EIO : 0;
+    if (o->atomic) {
+        if (!e) {
+            int rc = mw_atomic_commit(&o->af); /* sync and rename; the message names the file */
+            return rc ? mw_error_prepend(rc, "trace: ") : 0;
+        }
+        mw_atomic_abort(&o->af);
+    } else if (close(o->fd) != 0 && !e) {
+        e = errno;
+    }
+    if (!e) return 0;
+    char note[600];
+    return mw_error_set(-e, "trace: writing %s failed: %s%s", path, strerror(e),
+                        o->atomic ? mw_fs_full_note(-e, path, note, sizeof note) : "");
+}
+
 int mw_trace_write(struct mw_trace *tr, const char *path)
 {
     if (!tr) return 0;
-    FILE *f = fopen(path, "w");
-    if (!f) return mw_error_set(-errno, "trace: cannot create %s: %s", path, strerror(errno));
+    struct out o;
+    int rc = out_open(&o, path);
+    if (rc) return rc;
+    cookie_io_functions_t io = {.write = out_write};
+    FILE *f = fopencookie(&o, "w", io);
+    if (!f) {
+        out_close(&o, path, 1);
+        return mw_error_set(-ENOMEM, "trace: out of memory writing %s", path);
+    }
     char *iobuf = malloc(1 << 16); /* big stdio buffer: a full ring is ~200 MB of JSON */
     if (iobuf) setvbuf(f, iobuf, _IOFBF, 1 << 16);
 
@@ -152,12 +226,7 @@ int mw_trace_write(struct mw_trace *tr, const char *path)
     pthread_mutex_unlock(&tr->mu);
     fputs("}}\n", f);
 
-    int bad = ferror(f);
-    int rc = fclose(f);
+    int failed = fclose(f) != 0; /* flushes through out_write */
     free(iobuf);
-    if (rc != 0 || bad) {
-        int e = errno ? errno : EIO;
-        return mw_error_set(-e, "trace: writing %s failed: %s", path, strerror(e));
-    }
-    return 0;
+    return out_close(&o, path, failed);
 }
