@@ -96,6 +96,28 @@ expect 2 "$cli" plan --model gpt2 --tp 5
 expect 2 "$cli" plan --model gpt2 --offload-params cpu --zero 2
 expect 2 "$cli" plan --model gpt2 --recompute sometimes
 
+# Numbers that are not numbers (issue 22; every option is swept by cli_hostile_opts.sh): a NaN
+# --params beside --model used to be ignored (NaN > 0 is false) and the plan printed.
+for v in nan inf -1 1e300 12abc; do
+  expect 2 "$cli" plan --model gpt2 --params "$v"
+  grep -q -- "--params: " "$tmp/err" || bad "--params $v: message does not name the option: $(cat "$tmp/err")"
+  [ -s "$tmp/out" ] && bad "--params $v: a plan was printed"
+done
+# ...and inside the files plan reads: a config.json size and a host-profile figure must be finite,
+# whole where a count, positive and bounded, refused by key with exit 2.
+for v in 1e999 -1e999 -12 1.5 1e30 '"12"' true; do
+  printf '{"model_type": "gpt2", "n_layer": %s, "n_embd": 768, "n_head": 12}\n' "$v" >"$tmp/hostile.json"
+  expect 2 "$cli" plan --model "$tmp/hostile.json"
+  grep -q '"n_layer" must be a non-negative integer' "$tmp/err" || bad "config.json n_layer $v: $(cat "$tmp/err")"
+done
+for v in 1e999 -1e999 -12 0 1e30 '"12"' true; do
+  printf '{"nvme_read_bytes_per_s": %s}\n' "$v" >"$tmp/host.json"
+  expect 2 "$cli" plan --model gpt2 --host-profile "$tmp/host.json"
+  grep -q "nvme_read_bytes_per_s' must be a positive number" "$tmp/err" || bad "host profile $v: $(cat "$tmp/err")"
+done
+printf '{"model_type": "gpt2", "n_layer": NaN, "n_embd": 768, "n_head": 12}\n' >"$tmp/hostile.json"
+expect 2 "$cli" plan --model "$tmp/hostile.json"
+
 # Help lists the contract's options.
 expect 0 "$cli" plan --help
 for o in --model --params --largest-layer --gpus --gpus-per-node --dp --tp --pp --ep --etp --sequence-parallel \

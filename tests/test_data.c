@@ -1,10 +1,14 @@
 /* test_data.c — the data loader: shard round trip, corrupt shards, text tokenization,
- * seeded batches, and a validation split disjoint from every training window. */
+ * seeded batches, a validation split disjoint from every training window, and paths that are
+ * not regular files (a FIFO with a writer, /dev/zero, a FIFO inside a data directory): refused
+ * by name, never waited on — an alarm turns a hang into a failure. */
 #include "memwall/data.h"
 #include "memwall/common.h"
 #include "testutil.h"
 
 #include <errno.h>
+#include <signal.h>
+#include <sys/wait.h>
 
 static char g_dir[400];
 
@@ -263,6 +267,76 @@ static void test_directory(void)
     CHECK(strstr(mw_error_msg(), "mixes") != NULL);
 }
 
+static void on_alarm(int sig)
+{
+    static const char m[] = "test_data: FAIL: mw_data_open hung on a FIFO or a device (alarm after 20 s)\n";
+    _exit(write(2, m, sizeof m - 1) < 0 ? 2 : sig);
+}
+
+static void expect_refused(const char *path, const char *kind, const char *what)
+{
+    struct mw_data d;
+    mw_error_clear();
+    int r = mw_data_open(&d, path, NULL);
+    CHECK_MSG(r == -EINVAL, "%s: got %d (%s)", what, r, mw_error_msg());
+    CHECK_MSG(strstr(mw_error_msg(), path) && strstr(mw_error_msg(), kind), "%s: message lacks \"%s\" or \"%s\": %s",
+              what, path, kind, mw_error_msg());
+    if (r == 0) mw_data_free(&d);
+}
+
+/* A FIFO as the data (the issue: it hung, opened once to sniff the magic and again to read),
+ * a character device, and a FIFO among the files of a directory: each refused with the path and
+ * what it is. Regular files through a symbolic link and a directory with a sub-directory still
+ * open. */
+static void test_not_regular(void)
+{
+    signal(SIGALRM, on_alarm);
+    alarm(20);
+    const char *fifo = path_in("stream.txt");
+    REQUIRE(mkfifo(fifo, 0600) == 0);
+    pid_t w = fork();
+    REQUIRE(w >= 0);
+    if (w == 0) { /* a writer, as `--data <(zcat corpus.gz)` has one */
+        signal(SIGPIPE, SIG_DFL);
+        int fd = open(fifo, O_WRONLY);
+        static const char text[] = "In the beginning God created the heaven and the earth.\n";
+        for (int i = 0; fd >= 0 && i < 1000; i++)
+            if (write(fd, text, sizeof text - 1) < 0) break;
+        _exit(0);
+    }
+    expect_refused(fifo, "FIFO", "FIFO with a writer");
+    kill(w, SIGKILL); /* blocked in open or write once the loader has gone: never reads it */
+    REQUIRE(waitpid(w, NULL, 0) == w);
+    expect_refused(fifo, "FIFO", "FIFO without a writer");
+
+    struct stat st;
+    if (stat("/dev/zero", &st) == 0 && S_ISCHR(st.st_mode)) expect_refused("/dev/zero", "character device", "/dev/zero");
+    if (stat("/dev/null", &st) == 0 && S_ISCHR(st.st_mode)) expect_refused("/dev/null", "character device", "/dev/null");
+
+    char dir[600], p[700];
+    snprintf(dir, sizeof dir, "%s/mixed-kinds", g_dir);
+    REQUIRE(mkdir(dir, 0755) == 0);
+    snprintf(p, sizeof p, "%s/a.txt", dir);
+    write_file(p, "hello, world\n", 13);
+    snprintf(p, sizeof p, "%s/sub", dir);
+    REQUIRE(mkdir(p, 0755) == 0); /* sub-directories are skipped */
+    struct mw_data d;
+    CHECK(mw_data_open(&d, dir, NULL) == 0 && d.nseg == 1 && d.n_tokens == 14);
+    if (d.seg) mw_data_free(&d);
+    snprintf(p, sizeof p, "%s/b.txt", dir);
+    REQUIRE(mkfifo(p, 0600) == 0);
+    expect_refused(p, "FIFO", "FIFO in a data directory");
+
+    /* A symbolic link to a regular file is that file. */
+    snprintf(p, sizeof p, "%s/link.txt", g_dir);
+    char target[700];
+    snprintf(target, sizeof target, "%s/a.txt", dir);
+    REQUIRE(symlink(target, p) == 0);
+    CHECK(mw_data_open(&d, p, NULL) == 0 && d.nseg == 1 && d.n_tokens == 14 && d.seg[0].tok[1] == 'h');
+    if (d.seg) mw_data_free(&d);
+    alarm(0);
+}
+
 static void test_decode(void)
 {
     char buf[32];
@@ -290,6 +364,7 @@ int main(void)
     test_corrupt_shards();
     test_text_and_batches();
     test_directory();
+    test_not_regular();
     test_decode();
     tu_rm_rf(g_dir);
     TEST_END();

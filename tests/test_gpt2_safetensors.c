@@ -3,7 +3,8 @@
  * Hugging Face-style file (prefix "transformer.", tied lm_head, attn.bias buffers, BF16 and
  * F16 dtypes), and every kind of broken file: truncated header, truncated data, bad JSON,
  * impossible header length, wrong shapes, missing, unexpected, duplicate and overlapping
- * tensors, shapes that overflow, non-finite weights. Each must fail with MW_EFORMAT and a message
+ * tensors, shapes that overflow, non-finite or absurd weights (NaN, +-inf, +-1e34; also in BF16 and
+ * F16 tensors, and through the streaming loader). Each must fail with MW_EFORMAT and a message
  * naming the problem, never crash (this test also runs under ASan), and leave the model's
  * weights bitwise as they were (verify, then apply). Then the config: config.json beside the
  * file gives the head count, a conflicting flag or an unimplemented setting is refused by name.
@@ -108,6 +109,119 @@ static void save_plain(const struct mw_gpt2 *a, const char *path)
                                     a->params + s->offset};
     }
     REQUIRE(mw_st_write_f32(path, t, n, NULL, 0) == 0);
+}
+
+/* fp32 -> fp16 for the small values of an initialised model (normals; tiny values flush to 0). */
+static uint16_t f32_to_f16(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    int e = (int)((u >> 23) & 0xff) - 127 + 15;
+    if (e <= 0) return sign;
+    REQUIRE(e < 31);
+    return (uint16_t)(sign | (unsigned)e << 10 | (u >> 13 & 0x3ffu));
+}
+
+/* Writes m's tensors as safetensors, names prefixed by prefix ("transformer." as HF's
+ * GPT2LMHeadModel saves them), all F32 except tensor `half` in dtype "BF16" or "F16"; element
+ * poison_at of that tensor (if >= 0) is the raw 16-bit word poison. */
+static void save_with(const struct mw_gpt2 *m, const char *path, const char *prefix, const char *half,
+                      const char *dtype, long poison_at, uint16_t poison)
+{
+    size_t cap = 1 << 16, jl = 0, off = 0;
+    char *js = malloc(cap);
+    uint8_t *data = malloc(m->sizes.params_bytes);
+    REQUIRE(js && data);
+    jl += (size_t)snprintf(js + jl, cap - jl, "{");
+    for (int i = 0; i < m->n_tensors; i++) {
+        const struct mw_gpt2_tensor *t = &m->tensors[i];
+        size_t rows = t->kind == MW_GPT2_WTE ? (size_t)m->cfg.vocab_size : t->shape[0];
+        size_t numel = t->ndim == 2 ? rows * t->shape[1] : rows;
+        int h = half && !strcmp(t->name, half);
+        size_t esz = h ? 2 : 4;
+        char shape[64];
+        if (t->ndim == 2) snprintf(shape, sizeof shape, "%zu,%zu", rows, t->shape[1]);
+        else snprintf(shape, sizeof shape, "%zu", rows);
+        jl += (size_t)snprintf(js + jl, cap - jl, "%s\"%s%s\":{\"dtype\":\"%s\",\"shape\":[%s],\"data_offsets\":[%zu,%zu]}",
+                               i ? "," : "", prefix, t->name, h ? dtype : "F32", shape, off, off + numel * esz);
+        REQUIRE(jl < cap);
+        const float *src = m->params + t->offset;
+        for (size_t j = 0; j < numel; j++) {
+            if (!h) { memcpy(data + off + 4 * j, &src[j], 4); continue; }
+            uint32_t u;
+            memcpy(&u, &src[j], 4);
+            uint16_t w = !strcmp(dtype, "BF16") ? (uint16_t)(u >> 16) : f32_to_f16(src[j]);
+            if ((long)j == poison_at) w = poison;
+            memcpy(data + off + 2 * j, &w, 2);
+        }
+        off += numel * esz;
+    }
+    jl += (size_t)snprintf(js + jl, cap - jl, "}");
+    write_raw(path, js, data, off);
+    free(js);
+    free(data);
+}
+
+/* The model a with one element of one tensor set to v, saved (F32) to path. */
+static void save_poisoned(const struct mw_gpt2 *a, const char *path, const char *name, size_t at, float v)
+{
+    struct mw_gpt2 n;
+    struct mw_gpt2_options o = {.max_batch = 2, .max_seq = 8, .n_threads = 1};
+    REQUIRE(mw_gpt2_init(&n, &a->cfg, &o) == 0);
+    memcpy(n.params, a->params, a->sizes.params_bytes);
+    n.params[mw_gpt2_find_tensor(&n, name)->offset + at] = v;
+    REQUIRE(mw_gpt2_save_safetensors(&n, path) == 0);
+    mw_gpt2_free(&n);
+}
+
+/* Weights that are not weights: NaN, +-inf and +-1e34 are refused by both loads (the whole-model
+ * load and the streaming loader), naming the tensor as the file names it, the element and the
+ * value; in BF16 and F16 tensors too. Values inside the bound still load bitwise. */
+static void test_absurd_weights(struct mw_gpt2 *a, struct mw_gpt2 *b, const char *dir)
+{
+    char p[700];
+    snprintf(p, sizeof p, "%s/absurd.safetensors", dir);
+    static const struct { const char *tensor; size_t at; float v; const char *needle; } f32[] = {
+        {"h.1.mlp.c_fc.weight", 37, INFINITY, "h.1.mlp.c_fc.weight\" element 37 (row 0, column 37) is inf"},
+        {"h.0.ln_1.bias", 2, -INFINITY, "h.0.ln_1.bias\" element 2 is -inf"},
+        {"wte.weight", 21, 1e34f, "wte.weight\" element 21 (row 1, column 5) is 1e+34"},
+        {"h.1.attn.c_proj.bias", 0, -1e34f, "h.1.attn.c_proj.bias\" element 0 is -1e+34"},
+        {"ln_f.weight", 15, 2e9f, "ln_f.weight\" element 15 is 2e+09"},
+    };
+    for (size_t i = 0; i < sizeof f32 / sizeof f32[0]; i++) {
+        save_poisoned(a, p, f32[i].tensor, f32[i].at, f32[i].v);
+        expect_format_error(b, p, f32[i].needle, f32[i].needle);
+        CHECK_MSG(strstr(mw_error_msg(), "re-export the checkpoint"), "no advice: %s", mw_error_msg());
+        struct mw_gpt2_st_loader *l = (struct mw_gpt2_st_loader *)1;
+        mw_error_clear();
+        CHECK(mw_gpt2_st_loader_open(&l, b, p) == MW_EFORMAT && l == NULL);
+        CHECK_MSG(strstr(mw_error_msg(), f32[i].needle), "streaming loader: %s", mw_error_msg());
+        mw_gpt2_st_loader_close(l == (struct mw_gpt2_st_loader *)1 ? NULL : l);
+    }
+    /* Large but inside the bound: loads, bitwise. */
+    save_poisoned(a, p, "wpe.weight", 3, 5e8f);
+    CHECK(mw_gpt2_load_safetensors(b, p) == 0);
+    CHECK(b->params[mw_gpt2_find_tensor(b, "wpe.weight")->offset + 3] == 5e8f);
+    /* Converted dtypes, with HF's "transformer." names: the message names the file's tensor. */
+    save_with(a, p, "transformer.", "wpe.weight", "BF16", -1, 0);
+    CHECK_MSG(mw_gpt2_load_safetensors(b, p) == 0, "a clean BF16 wpe: %s", mw_error_msg());
+    uint32_t u;
+    float big = 1e34f;
+    memcpy(&u, &big, 4);
+    save_with(a, p, "transformer.", "wpe.weight", "BF16", 19, (uint16_t)(u >> 16));
+    expect_format_error(b, p, "\"transformer.wpe.weight\" element 19 (row 1, column 3) is 9.9", "BF16 1e34");
+    save_with(a, p, "transformer.", "ln_f.weight", "F16", -1, 0);
+    CHECK_MSG(mw_gpt2_load_safetensors(b, p) == 0, "a clean F16 ln_f.weight: %s", mw_error_msg());
+    save_with(a, p, "transformer.", "ln_f.weight", "F16", 4, 0x7C00);
+    expect_format_error(b, p, "\"transformer.ln_f.weight\" element 4 is inf", "F16 inf");
+    save_with(a, p, "", "h.0.attn.c_attn.bias", "F16", 7, 0x7E00);
+    expect_format_error(b, p, "\"h.0.attn.c_attn.bias\" element 7 is nan", "F16 NaN");
+    /* And the clean F32 file is still loaded bitwise. */
+    char good[700];
+    snprintf(good, sizeof good, "%s/model.safetensors", dir);
+    CHECK(mw_gpt2_load_safetensors(b, good) == 0);
+    CHECK(!memcmp(a->params, b->params, a->sizes.params_bytes));
 }
 
 int main(void)
@@ -243,6 +357,8 @@ int main(void)
         expect_format_error(&b, bad, "ln_f.bias\" element 3", "NaN weight");
         mw_gpt2_free(&n);
     }
+
+    test_absurd_weights(&a, &b, dir);
 
     /* The config: the head count from config.json beside the file, not a guess. */
     {

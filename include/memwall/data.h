@@ -89,6 +89,10 @@ void mw_data_opts_default(struct mw_data_opts *o);
 
 /* Opens a text file, a shard, or a directory of either kind (not mixed; files sorted by
  * name; hidden files and sub-directories skipped; text = any file not ending in .bin).
+ * Each file is opened once and must be a regular file (symbolic links are followed): a FIFO,
+ * a device or a socket — as the path or inside the directory — is -EINVAL with the path and
+ * its kind in the message, never waited on (the data is read again on resume and by every
+ * rank, which a stream cannot give).
  * Errors: -ENOENT and friends with the path in the message; MW_EFORMAT for a bad shard. */
 int mw_data_open(struct mw_data *d, const char *path, const struct mw_data_opts *o);
 void mw_data_free(struct mw_data *d);

@@ -284,6 +284,12 @@ struct mw_gpt2_st_loader;
 int mw_gpt2_st_loader_open(struct mw_gpt2_st_loader **out, const struct mw_gpt2 *m, const char *path);
 int mw_gpt2_st_loader_unit(struct mw_gpt2_st_loader *l, struct mw_gpt2 *m, int unit);
 void mw_gpt2_st_loader_close(struct mw_gpt2_st_loader *l);
+/* Both loads also refuse (MW_EFORMAT, naming the file's tensor name, the element and its value)
+ * any weight whose magnitude exceeds this: no trained network comes within orders of magnitude
+ * of it, and the forward pass squares and sums weights (LayerNorm variance, logits) in fp32,
+ * which overflows at 3.4e38, so a 1e34 entry made every step's loss inf ("skipped") while the
+ * run still ended with rc 0. */
+#define MW_GPT2_MAX_ABS_WEIGHT 1e9
 
 /* Writes all tensors (F32, HF names and shapes; wte with its V real rows, so HF loads it) plus
  * __metadata__ with n_layer, n_head, n_embd, max_seq_len, vocab_size, padded_vocab_size.

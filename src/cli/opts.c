@@ -1,11 +1,29 @@
 /*
  * opts.c — table-driven option parsing and help (see opts.h for why).
+ *
+ * Numbers are hostile until checked: a value either is exactly what its type says, whole and
+ * in range, or the option is refused with its name and exit 2 — never turned into something
+ * else. Why each rule:
+ * - DOUBLE must be finite. NaN compares false against any bound, so "--clip nan" passed the
+ *   range check and silently turned clipping off; "inf" passed options with no upper bound.
+ *   A value strtod only reaches by overflow or underflow (1e999, 1e-400: ERANGE) is refused
+ *   too, as is a hex float ("0x1p-3"): the help documents decimal numbers, and "0x10" for a
+ *   rate is a typo, not a request.
+ * - INT is decimal digits with an optional sign, nothing before or after; a value past int64
+ *   (strtoll's ERANGE) is refused as out of range, not clamped to INT64_MAX.
+ * - SIZE goes through mw_parse_size (digits, one point, a unit; no sign, NaN, exponent or hex)
+ *   whose product with the unit is checked against 2^64.
+ * - Bounds: min == max means none (the type's own range), so a SIZE declared 0, 0 is "any
+ *   size up to 2^64 - 1" — its meaning (0 = no limit) is the option's help text, not ours.
+ * Every message names the option and quotes the value: "--clip: 'nan' is not a finite number".
  */
 #include "cli/opts.h"
 #include "memwall/common.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -58,18 +76,36 @@ void mw_opts_help(const struct mw_cmd_spec *spec, FILE *f)
     fprintf(f, "  %-34s %s\n", "-h, --help", "print this help and exit");
 }
 
+/* s as printable ASCII: control and non-ASCII bytes as \xNN, cut at n - 1 bytes with "...". A
+ * value typed (or read from a --ds-config file) is echoed in messages and must not put raw
+ * control bytes on the user's terminal. */
+static const char *printable(const char *s, char *buf, size_t n)
+{
+    size_t o = 0;
+    for (; *s && o + 8 < n; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c >= 0x20 && c < 0x7f) buf[o++] = (char)c;
+        else o += (size_t)snprintf(buf + o, n - o, "\\x%02x", c);
+    }
+    if (*s) snprintf(buf + o, n - o, "...");
+    else buf[o] = 0;
+    return buf;
+}
+
 static int bad(const struct mw_cmd_spec *spec, const char *fmt, const char *a, const char *b)
 {
+    char pa[256], pb[256], po[700];
     fprintf(stderr, "memwall %s: ", spec->name);
-    if (g_origin) fprintf(stderr, "%s: ", g_origin);
-    fprintf(stderr, fmt, a, b);
+    if (g_origin) fprintf(stderr, "%s: ", printable(g_origin, po, sizeof po));
+    fprintf(stderr, fmt, printable(a, pa, sizeof pa), printable(b, pb, sizeof pb));
     fprintf(stderr, "\nrun 'memwall %s --help' for the options\n", spec->name);
     return MW_OPTS_USAGE;
 }
 
 static int check_bounds(const struct mw_cmd_spec *spec, const struct mw_opt *o, double v, const char *val)
 {
-    if (o->min != o->max && (v < o->min || v > o->max)) {
+    /* Written so that a NaN (which the parsers refuse before this) would fail it too. */
+    if (o->min != o->max && !(v >= o->min && v <= o->max)) {
         char rng[96];
         snprintf(rng, sizeof rng, "%s is out of range [%g, %g]", val, o->min, o->max);
         return bad(spec, "--%s: %s", o->name, rng);
@@ -77,38 +113,76 @@ static int check_bounds(const struct mw_cmd_spec *spec, const struct mw_opt *o, 
     return MW_OPTS_OK;
 }
 
+/* A value past what the type holds (strtoll/strtod ERANGE): named with the option's range. */
+static int out_of_range(const struct mw_cmd_spec *spec, const struct mw_opt *o, const char *val)
+{
+    char msg[160];
+    if (o->min != o->max) snprintf(msg, sizeof msg, "%s is out of range [%g, %g]", val, o->min, o->max);
+    else snprintf(msg, sizeof msg, "%s does not fit in a %s", val, o->type == MW_OPT_INT ? "64-bit integer" : "double");
+    return bad(spec, "--%s: %s", o->name, msg);
+}
+
+static int parse_int(const struct mw_cmd_spec *spec, const struct mw_opt *o, const char *val)
+{
+    /* A digit first (after an optional sign): strtoll alone would skip leading blanks. */
+    const char *d = val + (*val == '+' || *val == '-');
+    if (!isdigit((unsigned char)*d)) return bad(spec, "--%s: '%s' is not an integer", o->name, val);
+    char *end;
+    errno = 0;
+    long long v = strtoll(val, &end, 10);
+    if (*end) return bad(spec, "--%s: '%s' is not an integer", o->name, val);
+    if (errno == ERANGE) return out_of_range(spec, o, val);
+    int r = check_bounds(spec, o, (double)v, val);
+    if (r) return r;
+    *(int64_t *)o->dst = v;
+    return MW_OPTS_OK;
+}
+
+static int parse_size(const struct mw_cmd_spec *spec, const struct mw_opt *o, const char *val)
+{
+    uint64_t v;
+    int err = mw_parse_size(val, &v);
+    if (err == -ERANGE)
+        return bad(spec, "--%s: '%s' is larger than 16 EiB (2^64 bytes)", o->name, val);
+    if (err && val[strspn(val, " \t")] == '-')
+        return bad(spec, "--%s: '%s' is negative; a size is 0 or more bytes", o->name, val);
+    if (err)
+        return bad(spec, "--%s: '%s' is not a size (bytes, or with K/M/G/T, KiB/MiB/GiB or KB/MB/GB)", o->name, val);
+    int r = check_bounds(spec, o, (double)v, val);
+    if (r) return r;
+    *(uint64_t *)o->dst = v;
+    return MW_OPTS_OK;
+}
+
+static int parse_double(const struct mw_cmd_spec *spec, const struct mw_opt *o, const char *val)
+{
+    const char *d = val + (*val == '+' || *val == '-');
+    if (*d == '0' && (d[1] == 'x' || d[1] == 'X'))
+        return bad(spec, "--%s: '%s' is a hexadecimal number; give it in decimal (e.g. 0.125, 1e-3)", o->name, val);
+    char *end;
+    errno = 0;
+    double v = strtod(val, &end);
+    if (end == val || *end || isspace((unsigned char)*val))
+        return bad(spec, "--%s: '%s' is not a number", o->name, val);
+    if (!isfinite(v) && errno != ERANGE) return bad(spec, "--%s: '%s' is not a finite number", o->name, val);
+    if (errno == ERANGE) {
+        if (fabs(v) >= 1) return out_of_range(spec, o, val);
+        return bad(spec, "--%s: '%s' is too close to 0 for a double (underflow); give 0 or a larger value",
+                   o->name, val);
+    }
+    int r = check_bounds(spec, o, v, val);
+    if (r) return r;
+    *(double *)o->dst = v;
+    return MW_OPTS_OK;
+}
+
 static int set_value(const struct mw_cmd_spec *spec, const struct mw_opt *o, const char *val)
 {
-    char *end;
     switch (o->type) {
     case MW_OPT_FLAG: *(int *)o->dst = 1; return MW_OPTS_OK;
-    case MW_OPT_INT: {
-        errno = 0;
-        long long v = strtoll(val, &end, 10);
-        if (errno || end == val || *end) return bad(spec, "--%s: '%s' is not an integer", o->name, val);
-        int r = check_bounds(spec, o, (double)v, val);
-        if (r) return r;
-        *(int64_t *)o->dst = v;
-        return MW_OPTS_OK;
-    }
-    case MW_OPT_SIZE: {
-        uint64_t v;
-        if (mw_parse_size(val, &v))
-            return bad(spec, "--%s: '%s' is not a size (bytes, or with K/M/G/T, KiB/MiB/GiB or KB/MB/GB)", o->name, val);
-        int r = check_bounds(spec, o, (double)v, val);
-        if (r) return r;
-        *(uint64_t *)o->dst = v;
-        return MW_OPTS_OK;
-    }
-    case MW_OPT_DOUBLE: {
-        errno = 0;
-        double v = strtod(val, &end);
-        if (errno || end == val || *end) return bad(spec, "--%s: '%s' is not a number", o->name, val);
-        int r = check_bounds(spec, o, v, val);
-        if (r) return r;
-        *(double *)o->dst = v;
-        return MW_OPTS_OK;
-    }
+    case MW_OPT_INT: return parse_int(spec, o, val);
+    case MW_OPT_SIZE: return parse_size(spec, o, val);
+    case MW_OPT_DOUBLE: return parse_double(spec, o, val);
     case MW_OPT_STRING: *(const char **)o->dst = val; return MW_OPTS_OK;
     case MW_OPT_CHOICE:
         for (int k = 0; o->choices[k]; k++)
@@ -183,4 +257,15 @@ int mw_opts_parse(const struct mw_cmd_spec *spec, int argc, char **argv, char **
         return bad(spec, "missing argument: %s%s", spec->args ? spec->args : "", "");
     if (npos) *npos = np;
     return MW_OPTS_OK;
+}
+
+int mw_opts_set_default(const struct mw_cmd_spec *spec, const char *name, const char *value, const char *origin)
+{
+    int idx = -1;
+    for (int k = 0; k < spec->nopts; k++)
+        if (!strcmp(spec->opts[k].name, name)) { idx = k; break; }
+    g_origin = origin;
+    int r = idx < 0 ? bad(spec, "no option --%s%s", name, "") : set_value(spec, &spec->opts[idx], value);
+    g_origin = NULL;
+    return r;
 }

@@ -13,11 +13,12 @@
 #include <stdint.h>
 #include <stdio.h>
 
+/* Numbers are refused (exit 2, naming the option) unless whole and in range: see opts.c. */
 enum mw_opt_type {
     MW_OPT_FLAG,   /* dst: int*, set to 1 when present */
-    MW_OPT_INT,    /* dst: int64_t* */
-    MW_OPT_SIZE,   /* dst: uint64_t*, bytes; accepts 4K, 1M, 2GiB, 1GB (see mw_parse_size) */
-    MW_OPT_DOUBLE, /* dst: double* */
+    MW_OPT_INT,    /* dst: int64_t*; decimal, optional sign, no junk, no overflow */
+    MW_OPT_SIZE,   /* dst: uint64_t*, bytes; accepts 4K, 1M, 2GiB, 1GB (see mw_parse_size); < 2^64 */
+    MW_OPT_DOUBLE, /* dst: double*; decimal, finite (no NaN, inf, hex, overflow or underflow) */
     MW_OPT_STRING, /* dst: const char** */
     MW_OPT_CHOICE, /* dst: const char**, must be one of choices[] */
 };
@@ -28,7 +29,8 @@ struct mw_opt {
     void *dst;
     const char *metavar;          /* e.g. "BYTES", "N", "DIR" (ignored for flags) */
     const char *help;             /* one line, naming the unit */
-    double min, max;              /* inclusive bounds for INT/SIZE/DOUBLE; min == max means none */
+    double min, max;              /* inclusive bounds for INT/SIZE/DOUBLE; min == max means none (any
+                                     value the type holds: int64, 0..2^64-1 bytes, a finite double) */
     const char *const *choices;   /* NULL-terminated, for MW_OPT_CHOICE */
 };
 
@@ -54,6 +56,10 @@ int mw_opts_given(const struct mw_cmd_spec *spec, const char *name);
  * from a file (memwall train --ds-config) after mw_opts_parse of the same spec. The value
  * string must outlive the destination (string options keep the pointer). */
 int mw_opts_set(const struct mw_cmd_spec *spec, const char *name, const char *value, const char *origin);
+
+/* The same, without marking it given: a default from a file (memwall train --resume: the run's
+ * record), which the command line still overrides. */
+int mw_opts_set_default(const struct mw_cmd_spec *spec, const char *name, const char *value, const char *origin);
 
 #define MW_NOPTS(t) ((int)(sizeof(t) / sizeof((t)[0])))
 

@@ -4,6 +4,20 @@
  * Why mmap for shards: a GPT-2 shard of 100M tokens is 200 MB that the loader touches only
  * where a batch lands; the page cache keeps what is hot and nothing is copied. Text is small
  * (a corpus of a few MiB) and must be widened to uint16 for the EOT token, so it is read.
+ *
+ * Why each file is opened once, and only regular files are read: the data path is the user's,
+ * and a FIFO, /dev/stdin or a device under it used to hang the run — the loader opened the file
+ * once to sniff the shard magic and again to read it, and the second open of a FIFO waits for a
+ * writer that has already gone. Every file is now opened exactly once, with O_NONBLOCK so that
+ * the open itself never waits (on a FIFO without a writer, a tty, a serial line), then fstat'ed;
+ * the kind, the shard magic (pread) and the contents all come from that one descriptor. A FIFO,
+ * a character or block device or a socket is refused, naming the path and what it is, rather
+ * than read once as a stream: a run reads its data again on --resume and on every MPI rank, and
+ * the run record keeps the data path for exactly that, so data that can be read only once would
+ * make a run that cannot be resumed. (Save the stream to a file first.) In a directory, entries
+ * are classified with fstatat (no open): sub-directories and hidden files are skipped as before,
+ * any other non-regular entry is refused the same way, and the files are opened relative to the
+ * directory's descriptor, once each.
  */
 #include "memwall/data.h"
 #include "memwall/common.h"
@@ -33,26 +47,15 @@ static int is_val_name(const char *path)
     return strstr(base ? base + 1 : path, "val") != NULL;
 }
 
-/* Maps and validates one shard into seg. */
-static int open_shard(const char *path, struct mw_data_segment *seg)
+/* Maps and validates one shard, open on fd (a regular file of st_size bytes), into seg. */
+static int open_shard(int fd, const char *path, const struct stat *st, struct mw_data_segment *seg)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return mw_error_set(-errno, "cannot open shard %s: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        close(fd);
-        return mw_error_set(-e, "cannot stat %s: %s", path, strerror(e));
-    }
-    size_t len = (size_t)st.st_size;
-    if (len < MW_SHARD_HEADER_BYTES) {
-        close(fd);
+    size_t len = (size_t)st->st_size;
+    if (len < MW_SHARD_HEADER_BYTES)
         return mw_error_set(MW_EFORMAT, "shard %s is truncated: %zu bytes, shorter than its %d-byte header",
                             path, len, MW_SHARD_HEADER_BYTES);
-    }
     void *map = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
     int e = errno;
-    close(fd);
     if (map == MAP_FAILED) return mw_error_set(-e, "cannot mmap %s: %s", path, strerror(e));
     int32_t hdr[3];
     memcpy(hdr, map, sizeof hdr);
@@ -80,34 +83,75 @@ static int open_shard(const char *path, struct mw_data_segment *seg)
     return 0;
 }
 
-/* Reads a text file as EOT + its bytes. */
-static int open_text(const char *path, struct mw_data_segment *seg)
+/* Reads a text file, open on fd (a regular file of st_size bytes), as EOT + its bytes. */
+static int open_text(int fd, const char *path, const struct stat *st, struct mw_data_segment *seg)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return mw_error_set(-errno, "cannot open %s: %s", path, strerror(errno));
+    size_t n = (size_t)st->st_size;
+    uint8_t *buf = malloc(n ? n : 1);
+    uint16_t *tok = malloc((n + 1) * sizeof *tok);
     int err = 0;
-    uint8_t *buf = NULL;
-    uint16_t *tok = NULL;
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0) { err = mw_error_set(-errno, "cannot stat %s", path); goto err; }
-    size_t n = (size_t)st.st_size;
-    buf = malloc(n ? n : 1);
-    tok = malloc((n + 1) * sizeof *tok);
     if (!buf || !tok) { err = mw_error_set(-ENOMEM, "no memory for the %zu bytes of %s", n, path); goto err; }
-    if (n && fread(buf, 1, n, f) != n) { err = mw_error_set(-EIO, "short read of %s", path); goto err; }
+    for (size_t got = 0; got < n;) {
+        ssize_t r = pread(fd, buf + got, n - got, (off_t)got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) { err = mw_error_set(-errno, "cannot read %s: %s", path, strerror(errno)); goto err; }
+        if (r == 0) {
+            err = mw_error_set(-EIO, "short read of %s: %zu of %zu bytes (file shrank?)", path, got, n);
+            goto err;
+        }
+        got += (size_t)r;
+    }
     tok[0] = MW_TOK_EOT;
     mw_tok_encode_bytes(buf, n, tok + 1);
     seg->owned = tok;
     seg->tok = tok;
     seg->n = n + 1;
     free(buf);
-    fclose(f);
     return 0;
 err:
     free(buf);
     free(tok);
-    fclose(f);
     return err;
+}
+
+/* What a non-regular file is, for the refusal. */
+static const char *file_kind(mode_t m)
+{
+    return S_ISFIFO(m) ? "a FIFO (named pipe)" : S_ISCHR(m) ? "a character device" : S_ISBLK(m) ? "a block device"
+         : S_ISSOCK(m) ? "a socket" : S_ISDIR(m) ? "a directory" : "not a regular file";
+}
+
+static int refuse_kind(const char *path, mode_t m)
+{
+    return mw_error_set(-EINVAL, "data %s is %s: memwall reads its data again on --resume and on every rank, so it "
+                        "takes regular files (or a directory of them) only; save the stream to a file first",
+                        path, file_kind(m));
+}
+
+/* Opens name (relative to dirfd, or AT_FDCWD) once, without blocking whatever it is, and fstats
+ * it. A regular file's descriptor is returned (blocking again); anything else is refused. */
+static int open_data_file(int dirfd, const char *name, const char *path, int *fd_out, struct stat *st)
+{
+    int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0) return mw_error_set(-errno, "cannot open data %s: %s", path, strerror(errno));
+    if (fstat(fd, st) != 0) {
+        int e = errno;
+        close(fd);
+        return mw_error_set(-e, "cannot stat %s: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st->st_mode) && !S_ISDIR(st->st_mode)) {
+        close(fd);
+        return refuse_kind(path, st->st_mode);
+    }
+    /* Back to blocking reads (Linux ignores O_NONBLOCK on regular files; a FUSE file system may not). */
+    int fl = S_ISREG(st->st_mode) ? fcntl(fd, F_GETFL) : 0;
+    if (fl < 0 || (S_ISREG(st->st_mode) && fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0)) {
+        int e = errno;
+        close(fd);
+        return mw_error_set(-e, "cannot set %s to blocking reads: %s", path, strerror(e));
+    }
+    *fd_out = fd;
+    return 0;
 }
 
 static int cmp_str(const void *a, const void *b)
@@ -115,35 +159,42 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* Lists the regular, non-hidden files of dir, sorted; *out is an array of malloc'd paths. */
-static int list_dir(const char *dir, char ***out, int *count)
+/* Lists the regular, non-hidden files of the directory open as dp (path dir, for messages),
+ * sorted by name; *out is an array of malloc'd names. Sub-directories are skipped; any other
+ * kind of entry is refused (refuse_kind). No file is opened here. */
+static int list_dir(DIR *dp, const char *dir, char ***out, int *count)
 {
-    DIR *dp = opendir(dir);
-    if (!dp) return mw_error_set(-errno, "cannot open directory %s: %s", dir, strerror(errno));
     char **v = NULL;
     int n = 0, cap = 0, err = 0;
     struct dirent *de;
     while ((de = readdir(dp))) {
         if (de->d_name[0] == '.') continue;
-        size_t len = strlen(dir) + strlen(de->d_name) + 2;
-        char *p = malloc(len);
-        if (!p) { err = -ENOMEM; break; }
-        snprintf(p, len, "%s/%s", dir, de->d_name);
         struct stat st;
-        if (stat(p, &st) != 0 || !S_ISREG(st.st_mode)) { free(p); continue; }
+        if (fstatat(dirfd(dp), de->d_name, &st, 0) != 0) {
+            err = mw_error_set(-errno, "cannot stat %s/%s: %s", dir, de->d_name, strerror(errno));
+            break;
+        }
+        if (S_ISDIR(st.st_mode)) continue;
+        if (!S_ISREG(st.st_mode)) {
+            char p[1024];
+            snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+            err = refuse_kind(p, st.st_mode);
+            break;
+        }
+        char *name = strdup(de->d_name);
+        if (!name) { err = mw_error_set(-ENOMEM, "no memory listing %s", dir); break; }
         if (n == cap) {
             cap = cap ? cap * 2 : 16;
             char **nv = realloc(v, (size_t)cap * sizeof *v);
-            if (!nv) { free(p); err = -ENOMEM; break; }
+            if (!nv) { free(name); err = mw_error_set(-ENOMEM, "no memory listing %s", dir); break; }
             v = nv;
         }
-        v[n++] = p;
+        v[n++] = name;
     }
-    closedir(dp);
     if (err) {
         for (int i = 0; i < n; i++) free(v[i]);
         free(v);
-        return mw_error_set(err, "no memory listing %s", dir);
+        return err;
     }
     if (n) qsort(v, (size_t)n, sizeof *v, cmp_str);
     *out = v;
@@ -151,16 +202,12 @@ static int list_dir(const char *dir, char ***out, int *count)
     return 0;
 }
 
-/* A file is a shard if it is named *.bin or starts with the shard magic. */
-static int looks_like_shard(const char *path)
+/* A file is a shard if it is named *.bin or starts with the shard magic (read from fd). */
+static int looks_like_shard(int fd, const char *path)
 {
     if (ends_with(path, ".bin")) return 1;
-    FILE *f = fopen(path, "rb");
-    if (!f) return 0;
     int32_t m = 0;
-    int r = fread(&m, sizeof m, 1, f) == 1 && m == MW_SHARD_MAGIC;
-    fclose(f);
-    return r;
+    return pread(fd, &m, sizeof m, 0) == (ssize_t)sizeof m && m == MW_SHARD_MAGIC;
 }
 
 int mw_data_open(struct mw_data *d, const char *path, const struct mw_data_opts *o)
@@ -171,53 +218,80 @@ int mw_data_open(struct mw_data *d, const char *path, const struct mw_data_opts 
     if (!(o->val_frac > 0 && o->val_frac < 1))
         return mw_error_set(-EINVAL, "validation fraction %g must lie in (0, 1)", o->val_frac);
     snprintf(d->path, sizeof d->path, "%s", path);
-    char **files = NULL;
-    int nfiles = 0, err = 0;
+    char **names = NULL; /* file names: relative to the directory, or the path itself */
+    int nfiles = 0, err = 0, fd = -1, dfd = AT_FDCWD;
+    DIR *dp = NULL;
     struct stat st;
-    if (stat(path, &st) != 0) return mw_error_set(-errno, "cannot open data %s: %s", path, strerror(errno));
+    if ((err = open_data_file(AT_FDCWD, path, path, &fd, &st))) return err;
     if (S_ISDIR(st.st_mode)) {
-        if ((err = list_dir(path, &files, &nfiles))) return err;
-        if (nfiles == 0) { free(files); return mw_error_set(-ENOENT, "data directory %s has no files", path); }
+        if (!(dp = fdopendir(fd))) {
+            err = mw_error_set(-errno, "cannot open directory %s: %s", path, strerror(errno));
+            close(fd);
+            return err;
+        }
+        fd = -1; /* owned by dp */
+        dfd = dirfd(dp);
+        if ((err = list_dir(dp, path, &names, &nfiles))) { closedir(dp); return err; }
+        if (nfiles == 0) {
+            free(names);
+            closedir(dp);
+            return mw_error_set(-ENOENT, "data directory %s has no files", path);
+        }
     } else {
-        files = malloc(sizeof *files);
-        if (!files || !(files[0] = strdup(path))) { free(files); return mw_error_set(-ENOMEM, "no memory"); }
+        names = malloc(sizeof *names);
+        if (!names || !(names[0] = strdup(path))) {
+            free(names);
+            close(fd);
+            return mw_error_set(-ENOMEM, "no memory");
+        }
         nfiles = 1;
     }
     d->seg = calloc((size_t)nfiles, sizeof *d->seg);
     if (!d->seg) { err = mw_error_set(-ENOMEM, "no memory"); goto err; }
-    int nshard = 0, any_val = 0;
+    int any_val = 0, kind = -1; /* kind: 1 shards, 0 text; set by the first file, kept by all */
+    for (int i = 0; i < nfiles; i++) any_val |= is_val_name(names[i]) && nfiles > 1;
     for (int i = 0; i < nfiles; i++) {
-        nshard += looks_like_shard(files[i]);
-        any_val |= is_val_name(files[i]) && nfiles > 1;
-    }
-    if (nshard && nshard != nfiles) {
-        err = mw_error_set(-EINVAL, "data directory %s mixes .bin shards and text files; use one kind", path);
-        goto err;
-    }
-    d->tokenizer = nshard ? MW_TOKENIZER_IDS : MW_TOKENIZER_BYTES;
-    for (int i = 0; i < nfiles; i++) {
+        char fpath[1024];
+        if (dp) snprintf(fpath, sizeof fpath, "%s/%s", path, names[i]);
+        else snprintf(fpath, sizeof fpath, "%s", path);
+        /* The one open of this file (the single-file case opened it above already). */
+        if (dp && (err = open_data_file(dfd, names[i], fpath, &fd, &st))) goto err;
+        if (S_ISDIR(st.st_mode)) { err = refuse_kind(fpath, st.st_mode); goto err; } /* raced */
+        int shard = looks_like_shard(fd, names[i]); /* the name, not fpath: never truncated */
+        if (kind >= 0 && shard != kind) {
+            err = mw_error_set(-EINVAL, "data directory %s mixes .bin shards and text files (%s is %s); use one kind",
+                               path, fpath, shard ? "a shard" : "text");
+            goto err;
+        }
+        kind = shard;
         struct mw_data_segment *s = &d->seg[i];
-        err = nshard ? open_shard(files[i], s) : open_text(files[i], s);
+        err = shard ? open_shard(fd, fpath, &st, s) : open_text(fd, fpath, &st, s);
+        close(fd);
+        fd = -1;
         if (err) goto err;
         d->nseg = i + 1;
         s->base = d->n_tokens;
         d->n_tokens += s->n;
-        if (any_val) s->train_end = is_val_name(files[i]) ? 0 : s->n;
+        if (any_val) s->train_end = is_val_name(names[i]) ? 0 : s->n;
         else s->train_end = s->n - (size_t)llround((double)s->n * o->val_frac);
         d->n_train_tokens += s->train_end;
         d->n_val_tokens += s->n - s->train_end;
         /* Text is scanned whole; a shard only at its start, so that opening 10B tokens of
          * shards does not read 20 GB (the model rejects an out-of-range token anyway). */
-        size_t scan = nshard ? MW_MIN(s->n, (size_t)1 << 20) : s->n;
+        size_t scan = shard ? MW_MIN(s->n, (size_t)1 << 20) : s->n;
         for (size_t k = 0; k < scan; k++)
             if (s->tok[k] > d->max_token) d->max_token = s->tok[k];
     }
-    for (int i = 0; i < nfiles; i++) free(files[i]);
-    free(files);
+    d->tokenizer = kind == 1 ? MW_TOKENIZER_IDS : MW_TOKENIZER_BYTES;
+    for (int i = 0; i < nfiles; i++) free(names[i]);
+    free(names);
+    if (dp) closedir(dp);
     return 0;
 err:
-    for (int i = 0; i < nfiles; i++) free(files[i]);
-    free(files);
+    if (fd >= 0) close(fd);
+    for (int i = 0; i < nfiles; i++) free(names[i]);
+    free(names);
+    if (dp) closedir(dp);
     mw_data_free(d);
     return err;
 }

@@ -16,7 +16,16 @@
  *
  * Why verify, then apply: a load that fails half-way must leave the model as it was. The load
  * checks the whole header and every shape, then reads every tensor once into a bounded scratch
- * buffer (catching short reads and non-finite values) before a second read writes the model.
+ * buffer (catching short reads, non-finite and absurd values) before a second read writes the model.
+ *
+ * Why a bound on magnitude, not only isfinite: a finite 1e34 (fp32 and BF16 both hold it) passes
+ * isfinite, then LayerNorm squares it (1e68: inf), and every step is skipped as inf/NaN while the
+ * run ends with rc 0 and writes a model. Trained weights are of order 1 (initialised at 0.02,
+ * LayerNorm gains near 1); MW_GPT2_MAX_ABS_WEIGHT = 1e9 is orders of magnitude beyond any
+ * trained network's, and still far below where two such values multiplied and summed over the
+ * width (1e18 x 2^20) reach fp32's 3.4e38: a bound that refuses garbage, never a real
+ * checkpoint. The check runs on the converted fp32 value, so F16 and BF16 files are held to the
+ * same rule (an F16 inf or NaN converts to an fp32 one).
  */
 #include "gpt2_internal.h"
 #include "safetensors.h"
@@ -359,7 +368,26 @@ static int check_tensors(const struct mw_gpt2 *m, const struct mw_st_file *f, co
     return 0;
 }
 
-/* Pass 2: reads each tensor through a bounded buffer: every byte readable, every value finite. */
+/* The refusal of element idx of e, value v: the tensor as the file names it, the element (with
+ * its row and column for a matrix), the value, why, and what to do. */
+static int bad_value(const struct mw_st_file *f, const struct mw_st_entry *e, uint64_t idx, float v)
+{
+    char at[64] = "";
+    if (e->ndim == 2 && e->shape[1])
+        snprintf(at, sizeof at, " (row %llu, column %llu)", (unsigned long long)(idx / e->shape[1]),
+                 (unsigned long long)(idx % e->shape[1]));
+    if (!isfinite(v))
+        return mw_error_set(MW_EFORMAT, "%s: tensor \"%s\" element %llu%s is %g: corrupt weights (a NaN or infinite "
+                            "weight makes every step's loss NaN); re-download or re-export the checkpoint", f->path,
+                            e->name, (unsigned long long)idx, at, (double)v);
+    return mw_error_set(MW_EFORMAT, "%s: tensor \"%s\" element %llu%s is %g, beyond %g, which no trained network's "
+                        "weight comes near (the forward pass squares and sums weights in fp32, which overflows at "
+                        "3.4e38): corrupt or not a model's weights; re-download or re-export the checkpoint", f->path,
+                        e->name, (unsigned long long)idx, at, (double)v, MW_GPT2_MAX_ABS_WEIGHT);
+}
+
+/* Pass 2: reads each tensor through a bounded buffer: every byte readable, every value finite
+ * and at most MW_GPT2_MAX_ABS_WEIGHT in magnitude. */
 static int check_data(const struct mw_gpt2 *m, const struct mw_st_file *f, const struct mw_st_entry **ents,
                       const uint64_t *numel)
 {
@@ -372,9 +400,8 @@ static int check_data(const struct mw_gpt2 *m, const struct mw_st_file *f, const
             uint64_t k = MW_MIN((uint64_t)CH, numel[i] - a);
             if ((rc = mw_st_read_f32(f, ents[i], a, k, buf))) break;
             for (uint64_t j = 0; j < k; j++)
-                if (!isfinite(buf[j])) {
-                    rc = mw_error_set(MW_EFORMAT, "%s: tensor \"%s\" element %llu is %g: corrupt weights", f->path,
-                                      ents[i]->name, (unsigned long long)(a + j), (double)buf[j]);
+                if (!(fabsf(buf[j]) <= (float)MW_GPT2_MAX_ABS_WEIGHT)) { /* NaN fails this too */
+                    rc = bad_value(f, ents[i], a + j, buf[j]);
                     break;
                 }
         }
