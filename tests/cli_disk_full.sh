@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # A real full disk (docs/train.md, "Faults"), on a small tmpfs mounted for the test (needs root
 # with CAP_SYS_ADMIN: skipped, exit 77, where the mount is refused):
-#  1. the disk of --out-dir fills up in the middle of a run: the checkpoint of step 1 fits, the
-#     one of step 2 does not. Exit 1; the message says the disk is full, which directory and how
+#  0. the disk of --out-dir is too full at start for the final model and two checkpoints:
+#     refused before the first step (exit 1, the numbers and the option named, nothing written).
+#  1. the disk of --out-dir fills up in the middle of a run (another program takes the space the
+#     start-up check saw free: the run is stopped after step 1 by MEMWALL_TEST_STOP_AT while the
+#     test fills the disk): the checkpoint of step 1 fits, the one of step 2 does not. Exit 1; the message says the disk is full, which directory and how
 #     much is free; no temporary file is left; the step-1 checkpoint is intact and named; once
 #     space is freed, --resume from it gives bitwise the losses and final checkpoint of a run
 #     on a disk with room.
@@ -43,10 +46,29 @@ fill_to() {
 csize=$(stat -c %s "$dir/ref/ckpt_00000001.mwck")
 pages=$(( (csize + 4095) / 4096 ))
 
-# 1. Room for one and a half checkpoints on the disk of --out-dir.
+# 0. Room for one and a half checkpoints at start: refused up front.
 fill_to $(( pages * 4096 * 3 / 2 / 4096 * 4096 )) || exit 1
 run="$mnt/run"
-"$cli" train "${args[@]}" --ckpt-every 1 --nvme-dir "$dir/nvme" --out-dir "$run" --log-json "$dir/full.jsonl" >"$dir/full.out" 2>&1
+"$cli" train "${args[@]}" --ckpt-every 1 --nvme-dir "$dir/nvme0" --out-dir "$run" --log-json "$dir/full0.jsonl" >"$dir/full0.out" 2>&1
+rc=$?
+echo "full at start (out-dir): $(grep -m1 '^memwall: checking the outputs failed' "$dir/full0.out")"
+[ $rc = 1 ] && ok || bad "a run whose out-dir is too full at start exited $rc, want 1"
+grep -qE "^memwall: checking the outputs failed: --out-dir $run has [0-9.]+ [KMG]?i?B free; the run needs [0-9.]+ [KMG]?i?B there \(the final model [0-9.]+ [KMG]?i?B, two checkpoints of [0-9.]+ [KMG]?i?B\): free space or choose another --out-dir$" \
+  "$dir/full0.out" && ok || { bad "the up-front refusal lacks the numbers"; tail -3 "$dir/full0.out"; }
+grep -q '^step ' "$dir/full0.out" && bad "a step ran on a disk without room for the outputs" || ok
+[ -z "$(ls -A "$run")" ] && [ ! -e "$dir/full0.jsonl" ] && ok || bad "the refused run wrote files: $(ls -A "$run")"
+rm -rf "$run" "$dir/nvme0"
+
+# 1. Room at start; after step 1 (and its checkpoint) only one and a half checkpoints' room.
+rm -f "$mnt/filler"
+MEMWALL_TEST_STOP_AT=1 "$cli" train "${args[@]}" --ckpt-every 1 --nvme-dir "$dir/nvme" --out-dir "$run" \
+  --log-json "$dir/full.jsonl" >"$dir/full.out" 2>&1 &
+pid=$!
+for _ in $(seq 600); do case "$(ps -o stat= -p $pid)" in T*) break ;; esac; sleep 0.05; done
+[ -f "$run/ckpt_00000001.mwck" ] && ok || bad "the run did not stop after its step-1 checkpoint"
+fill_to $(( pages * 4096 / 2 / 4096 * 4096 )) || { kill -CONT $pid; exit 1; }
+kill -CONT $pid
+wait $pid
 rc=$?
 msg=$(grep -m1 '^memwall: writing the checkpoint failed: ' "$dir/full.out")
 echo "disk full: $msg"
@@ -57,7 +79,8 @@ echo "$msg" | grep -qE "^memwall: writing the checkpoint failed: writing (checkp
 grep -qxF "memwall: the last checkpoint, $run/ckpt_00000001.mwck (step 1), is intact: continue with --resume $run/ckpt_00000001.mwck" \
   "$dir/full.out" && ok || bad "no line naming the intact step-1 checkpoint"
 [ "$(ls -A "$run")" = "ckpt_00000001.mwck" ] && ok || bad "the failed checkpoint left files: $(ls -A "$run")"
-cmp -s "$dir/ref/ckpt_00000001.mwck" "$run/ckpt_00000001.mwck" && ok || bad "the step-1 checkpoint is not the one a run with room wrote"
+. "$src/tests/lib_ckpt.sh"
+ckpt_state_eq "$dir/ref/ckpt_00000001.mwck" "$run/ckpt_00000001.mwck" && ok || bad "the step-1 checkpoint is not the one a run with room wrote"
 # Space freed: the NVMe state of the failed run (kept: its last committed step is 2) continues
 # with --resume DIR, and the step-1 checkpoint resumes too (into a fresh NVMe directory: the
 # failed run's files belong to its own resume).
@@ -73,7 +96,7 @@ want=$(losses "$dir/ref.jsonl" | grep -E '"step":(3|4),')
 want=$(losses "$dir/ref.jsonl" | grep -vE '"step":1,')
 [ -n "$want" ] && [ "$want" = "$(losses "$dir/res.jsonl")" ] && ok \
   || { bad "the resumed losses differ"; diff <(echo "$want") <(losses "$dir/res.jsonl"); }
-cmp -s "$dir/ref/ckpt_00000004.mwck" "$run/ckpt_00000004.mwck" && ok || bad "the final checkpoint differs"
+ckpt_state_eq "$dir/ref/ckpt_00000004.mwck" "$run/ckpt_00000004.mwck" && ok || bad "the final checkpoint differs"
 
 # 2. The disk of --nvme-dir full at start: refused before any step. With 64 KiB free the plan
 # refuses (the state does not fit); with 900 KiB it fits the state (864 KiB) but not the

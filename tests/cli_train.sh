@@ -52,7 +52,9 @@ want=$(losses "$dir/full.jsonl" | grep -E '"step":(5|6|7|8),')
 got=$(losses "$dir/res.jsonl")
 [ -n "$want" ] && [ "$want" = "$got" ] && ok || { bad "resumed losses differ"; diff <(echo "$want") <(echo "$got"); }
 # Weights and optimizer state at the end are bitwise the same too.
-cmp -s "$dir/full/ckpt_00000008.mwck" "$dir/res/ckpt_00000008.mwck" && ok || bad "final checkpoints differ"
+. "$src/tests/lib_ckpt.sh"
+ckpt_state_eq "$dir/full/ckpt_00000008.mwck" "$dir/res/ckpt_00000008.mwck" && ok || bad "final checkpoints differ"
+ckpt_state_eq "$dir/full/ckpt_00000008.mwck" "$dir/full/ckpt_00000004.mwck" && bad "the checkpoint comparison cannot fail" || ok
 
 # 3b. --init-safetensors: the weights saved at the end of the full run, loaded into a fresh
 # run, give bitwise the validation loss that run logged at its last step.

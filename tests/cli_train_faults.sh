@@ -16,6 +16,7 @@ export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 unset MEMWALL_FAULT MEMWALL_AIO
 cli=${MW_CLI:?}
 src=${MW_SOURCE_DIR:?}
+. "$src/tests/lib_ckpt.sh"
 dir=${MW_BUILD_DIR:-/tmp}/test-scratch/cli_train_faults-$$
 rm -rf "$dir" && mkdir -p "$dir"
 pass=0 fail=0
@@ -72,7 +73,7 @@ for m in opt stream; do
       want=$(losses "$ref.jsonl" | grep -E '"step":(3|4),')
       [ -n "$want" ] && [ "$want" = "$(losses "$run-res.jsonl")" ] && ok \
         || { bad "$m $op ($be): resumed losses differ from the run without a fault"; diff <(echo "$want") <(losses "$run-res.jsonl"); }
-      cmp -s "$ref/ckpt_00000004.mwck" "$run/res/ckpt_00000004.mwck" && ok \
+      ckpt_state_eq "$ref/ckpt_00000004.mwck" "$run/res/ckpt_00000004.mwck" && ok \
         || bad "$m $op ($be): the final checkpoint differs from the run without a fault"
     done
   done

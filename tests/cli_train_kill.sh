@@ -2,11 +2,14 @@
 # Crash-anywhere resume (docs/resume.md): `memwall train` with the optimizer state on NVMe (part A)
 # and with the weights streamed from it too (part B) is killed with SIGKILL at 15 + 15 instants
 # drawn from a fixed seed, spread uniformly over the whole run (start-up, steps, their I/O and
-# commits, the final save); after every kill `memwall train --resume DIR` continues it until it
-# finishes. Every finished run's model.safetensors must be bitwise the uninterrupted run's, every
-# printed loss the uninterrupted run's at that step, a resume may lose at most the step in flight,
-# and a finished run leaves nothing in its NVMe directory. A kill before the first commit leaves
-# no record (or no directory yet): the resume says so and the run starts again.
+# commits, the final save); after every kill `memwall train --resume DIR` alone (the run's record
+# keeps its out-dir, log and every setting) continues it until it finishes. Every finished run's
+# model.safetensors in the first invocation's out-dir must be bitwise the uninterrupted run's, its
+# log must hold every step once with the uninterrupted run's losses, every printed loss the
+# uninterrupted run's at that step, a resume may lose at most the step in flight, a finished run
+# leaves only its done marker in its NVMe directory, and resuming it says it finished. A kill
+# before the first commit leaves no record (or no directory yet): the resume says so and the run
+# starts again.
 set -u
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 cli=${MW_CLI:?}
@@ -29,12 +32,12 @@ part() {
   shift 2
   local args=("$@") ref="$dir/$name-ref" t0 t1
   t0=$(now_ms)
-  "$cli" train "${args[@]}" --nvme-dir "$ref/nvme" --out-dir "$ref" >"$ref.out" 2>&1 \
+  "$cli" train "${args[@]}" --nvme-dir "$ref/nvme" --out-dir "$ref" --log-json "$ref/log.jsonl" >"$ref.out" 2>&1 \
     || { bad "$name: the uninterrupted run failed"; cat "$ref.out"; return; }
   t1=$(now_ms)
   local span=$(( (t1 - t0) * 11 / 10 + 20 )) # ms: kill instants are drawn over the whole run
   echo "$name: the uninterrupted run took $((t1 - t0)) ms; kills drawn over $span ms"
-  [ -z "$(ls -A "$ref/nvme")" ] && ok || bad "$name: the finished run left files in its NVMe directory: $(ls -A "$ref/nvme")"
+  [ "$(ls -A "$ref/nvme")" = memwall-run.done ] && ok || bad "$name: the finished run left files in its NVMe directory: $(ls -A "$ref/nvme")"
   losses "$ref.out" >"$ref.losses"
   local made=0 trial=0
   while [ $made -lt "$kills" ] || [ $trial = 0 ]; do
@@ -45,9 +48,9 @@ part() {
       seg=$((seg + 1))
       local out="$t/seg$seg.out" pid rc st k
       if [ $resume = 1 ]; then
-        "$cli" train --resume "$t/nvme" --out-dir "$t/out" --sample-len 0 >"$out" 2>&1 &
+        "$cli" train --resume "$t/nvme" >"$out" 2>&1 &
       else
-        "$cli" train "${args[@]}" --nvme-dir "$t/nvme" --out-dir "$t/out" >"$out" 2>&1 &
+        "$cli" train "${args[@]}" --nvme-dir "$t/nvme" --out-dir "$t/out" --log-json "$t/out/log.jsonl" >"$out" 2>&1 &
       fi
       pid=$!
       if [ $made -lt "$kills" ]; then
@@ -72,7 +75,9 @@ part() {
       fi
       k=$(losses "$out" | tail -1 | cut -d' ' -f1)
       [ -n "$k" ] && prev=$k
-      if [ $rc = 0 ]; then
+      if [ $rc = 0 ] && grep -q "^the run in $t/nvme finished; nothing to resume" "$out"; then
+        done=1 # killed after the state was retired: the resume says the run finished
+      elif [ $rc = 0 ]; then
         done=1
       elif [ $rc = 137 ]; then
         made=$((made + 1))
@@ -97,7 +102,13 @@ part() {
     local wrong
     wrong=$(losses "$t"/seg*.out | sort -u | while read -r k l; do grep -qx "$k $l" "$ref.losses" || echo "step $k loss $l"; done)
     [ -z "$wrong" ] && ok || bad "$name trial $trial: losses differ from the uninterrupted run: $wrong"
-    [ -z "$(ls -A "$t/nvme" 2>/dev/null)" ] && ok || bad "$name trial $trial left files: $(ls -A "$t/nvme")"
+    [ "$(ls -A "$t/nvme" 2>/dev/null)" = memwall-run.done ] && ok || bad "$name trial $trial left files: $(ls -A "$t/nvme")"
+    # the log: every step once, in order, with the uninterrupted run's values
+    [ "$(grep -o '"step":[0-9]*,"loss":[^,]*' "$t/out/log.jsonl")" = "$(grep -o '"step":[0-9]*,"loss":[^,]*' "$ref/log.jsonl")" ] \
+      && [ "$(grep -c '"step":' "$t/out/log.jsonl")" -gt 10 ] && ok || bad "$name trial $trial: the log is not the uninterrupted run's"
+    # resuming a finished run says so, and changes nothing
+    "$cli" train --resume "$t/nvme" >"$t/again.out" 2>&1 && grep -q "finished; nothing to resume" "$t/again.out" \
+      && cmp -s "$ref/model.safetensors" "$t/out/model.safetensors" && ok || bad "$name trial $trial: resuming the finished run: $(cat "$t/again.out")"
   done
   echo "$name: $made kills over $trial run(s), each finished bitwise equal to the uninterrupted run"
 }

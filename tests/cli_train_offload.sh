@@ -8,6 +8,7 @@ set -u
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 cli=${MW_CLI:?}
 src=${MW_SOURCE_DIR:?}
+. "$src/tests/lib_ckpt.sh"
 dir=${MW_BUILD_DIR:-/tmp}/test-scratch/cli_train_offload-$$
 rm -rf "$dir" && mkdir -p "$dir"
 data="$src/data/kjv_excerpt.txt"
@@ -48,7 +49,7 @@ grep -q 'AdamW in nvme' "$dir/res.out" && ok || bad "resume did not keep the che
 want=$(losses "$dir/full.jsonl" | grep -E '"step":(4|5|6),')
 [ -n "$want" ] && [ "$want" = "$(losses "$dir/res.jsonl")" ] && ok \
   || { bad "resumed nvme losses differ"; diff <(echo "$want") <(losses "$dir/res.jsonl"); }
-cmp -s "$dir/full/ckpt_00000006.mwck" "$dir/res/ckpt_00000006.mwck" && ok || bad "final nvme checkpoints differ"
+ckpt_state_eq "$dir/full/ckpt_00000006.mwck" "$dir/res/ckpt_00000006.mwck" && ok || bad "final nvme checkpoints differ"
 # The checkpoint holds the state in one format: a DRAM run resumes it bitwise too.
 "$cli" train --resume "$dir/full/ckpt_00000003.mwck" --sample-len 0 --optimizer-tier dram \
   --log-json "$dir/resd.jsonl" >"$dir/resd.out" 2>&1 || { bad "dram resume of an nvme checkpoint failed"; cat "$dir/resd.out"; }

@@ -11,6 +11,7 @@ set -u
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 cli=${MW_CLI:?}
 src=${MW_SOURCE_DIR:?}
+. "$src/tests/lib_ckpt.sh"
 dir=${MW_BUILD_DIR:-/tmp}/test-scratch/cli_train_stream-$$
 rm -rf "$dir" && mkdir -p "$dir"
 data="$src/data/kjv_excerpt.txt"
@@ -88,7 +89,7 @@ run full "${small[@]}" --steps 4 --grad-accum 2 --subgroup-size 4096 --offload-p
   || { bad "streamed resume failed"; tail -5 "$dir/res.out"; }
 want=$(losses "$dir/full.jsonl" | grep -E '"step":(3|4),')
 [ -n "$want" ] && [ "$want" = "$(losses "$dir/res.jsonl")" ] && ok || bad "resumed streamed losses differ"
-cmp -s "$dir/full/ckpt_00000004.mwck" "$dir/res/ckpt_00000004.mwck" && ok || bad "resumed streamed checkpoint differs"
+ckpt_state_eq "$dir/full/ckpt_00000004.mwck" "$dir/res/ckpt_00000004.mwck" && ok || bad "resumed streamed checkpoint differs"
 cmp -s "$dir/full/model.safetensors" "$dir/ref-a2/model.safetensors" && ok || bad "streamed run's weights differ from resident"
 
 # 3. Budgets. Too small: refused up front, exit 1, with the numbers and what to change.

@@ -71,6 +71,11 @@ int mw_dir_lock(struct mw_dir_lock **out, const char *dir, const char *name);
 long mw_dir_lock_holder(const char *dir, const char *name);
 void mw_dir_unlock(struct mw_dir_lock *l);
 
+/* A small input file (a config, a profile) read whole into *out (malloc'd, NUL-terminated; *n its
+ * bytes): refused with a message naming `what` when it is not a regular file (a FIFO is never
+ * waited on) or is over max bytes. */
+int mw_read_small_file(const char *path, const char *what, size_t max, char **out, size_t *n);
+
 #ifdef __cplusplus
 }
 #endif

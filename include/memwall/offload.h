@@ -408,6 +408,15 @@ void mw_offload_record_free(struct mw_offload_record *r);
 int mw_offload_record_path(const char *nvme_dir, char *buf, size_t n);
 int mw_offload_record_file_path(const struct mw_offload_record *r, int i, char *buf, size_t n);
 
+/* The end of a run (docs/resume.md): once its outputs are durable, DIR0/MW_OFFLOAD_DONE_NAME is
+ * written with done_text (what a later --resume of the directory prints), then the record and
+ * the store files it names are removed, in that order, under the directory's lock. The engine
+ * must be freed first (its files are kept while a record exists). */
+#define MW_OFFLOAD_DONE_NAME "memwall-run.done"
+int mw_offload_run_retire(const char *dirs, const char *done_text);
+/* DIR0's done marker as printable text into buf; -ENOENT (no message) when there is none. */
+int mw_offload_run_done_read(const char *dirs, char *buf, size_t n);
+
 /* The blob the next record carries (copied). */
 int mw_offload_journal_note(struct mw_offload *e, const void *blob, size_t n);
 /* Notes the blob and writes the record of the committed state now (not during a step). */

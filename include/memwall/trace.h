@@ -112,6 +112,10 @@ void mw_trace_stats(const struct mw_trace *tr, struct mw_trace_stats *out);
 
 /* Writes the Chrome/Perfetto JSON file. Returns 0 or -errno (message names the path). */
 int mw_trace_write(struct mw_trace *tr, const char *path);
+/* A resumed run: the events of the trace an earlier segment wrote at path come first in the file
+ * mw_trace_write writes, and this recorder's times follow them. No file: nothing to continue (0);
+ * a file memwall did not write: a warning, the trace starts anew. */
+int mw_trace_continue(struct mw_trace *tr, const char *path);
 
 #ifdef __cplusplus
 }

@@ -157,6 +157,8 @@ struct mw_trainer {
     int local_batch;               /* sequences this rank runs per micro-batch */
     int overlap;                   /* the update runs behind the next forward (cfg.sync_update) */
     char *journal_data;            /* commit records are written (the data path they name); NULL: not */
+    char *run_spec;                /* the caller's settings of the run (mw_trainer_set_run_spec), kept in
+                                      every commit record and checkpoint; NULL: none */
 };
 
 /* Builds the model (weights initialised from cfg->seed), the optimizer and the batch buffers.
@@ -240,14 +242,48 @@ struct mw_ckpt_info {
      * subgroup size and the owned range (0 in single-rank checkpoints: world 1). */
     int world, rank, zero_stage;
     uint64_t subgroup_size, own_first, own_n;
+    uint32_t spec_bytes;   /* version 2: bytes of the run's settings after the header (mw_ckpt_read_spec) */
 };
 
 /* Writes the trainer's state to path (atomically: a temporary in the same directory, fsync,
  * rename, fsync of the directory). The weights are read a unit at a time through the residency
  * interface (collective under ZeRO-3: every rank calls it). */
 int mw_trainer_save(struct mw_trainer *tr, const char *data_path, const char *path);
+/* The bytes of a checkpoint of this trainer (mw_trainer_save). */
+uint64_t mw_trainer_ckpt_bytes(const struct mw_trainer *tr);
 /* Reads and validates the header only (magic, version, sizes against the file length). */
 int mw_ckpt_read_info(const char *path, struct mw_ckpt_info *info);
+/* The run's settings a checkpoint keeps (mw_trainer_set_run_spec) into *spec (malloc'd, NUL-
+ * terminated); *spec = NULL for a checkpoint without them (written before memwall kept them). */
+int mw_ckpt_read_spec(const char *path, char **spec);
+
+/* ---- a run's outputs, checked before its first step (src/train/outputs.c) ---- */
+
+struct mw_train_outputs {
+    const char *out_dir;       /* NULL: none (the final model and checkpoints go there) */
+    const char *log_path, *trace_path, *data_path; /* NULL: none */
+    uint64_t model_bytes;      /* the final model file */
+    uint64_t ckpt_bytes;       /* one checkpoint; 0: none are written */
+};
+struct mw_train_outlock;
+/* Takes the out-dir's lock (-EBUSY naming the holder when another live run has it), removes the
+ * temporaries of dead runs there and beside the log and trace, and refuses (a message naming the
+ * option) an output that cannot be written, two outputs that are one file or an output that is the
+ * data, and an out-dir without the free space for the final model and two checkpoints. Release
+ * the lock when the run ends. */
+int mw_train_outputs_check(const struct mw_train_outputs *o, struct mw_train_outlock **lock);
+void mw_train_outputs_release(struct mw_train_outlock *lock);
+/* Removes PREFIX*.tmp.<pid>.<n> files of processes that are not alive from dir (prefix NULL:
+ * any); *removed (optional) counts them. */
+int mw_train_sweep_tmp(const char *dir, const char *prefix, int *removed);
+/* An absolute path for path, which need not exist (its directory must). */
+int mw_train_abs_path(const char *path, char *out, size_t n);
+
+/* The caller's settings of the run, as text of at most MW_TRAIN_SPEC_MAX bytes without NULs, kept
+ * opaque in every commit record and checkpoint from now on (memwall train: every option, so that
+ * --resume alone continues the run as it was started). */
+#define MW_TRAIN_SPEC_MAX 32768u
+int mw_trainer_set_run_spec(struct mw_trainer *tr, const char *spec);
 /* Restores params, optimizer state, step and data-RNG state into a trainer built with the
  * checkpoint's model config. Verify, then apply: the header, the length, the completion marker
  * and the crc32c of the whole file are checked before anything is written, so a mismatch
@@ -263,6 +299,8 @@ int mw_trainer_load(struct mw_trainer *tr, const char *path);
  * checkpoint does not keep) and the engine's record. */
 struct mw_train_resume {
     struct mw_ckpt_info info;            /* model, training settings, step, data-RNG state, data path */
+    char *run_spec;                      /* the run's settings as its caller kept them; NULL in records
+                                            written before memwall kept them */
     enum mw_offload_tier offload_params; /* streamed weights or not */
     int layer_major, sync_update, prefetch_depth, buffer_count;
     uint64_t subgroup_size, io_block_size;

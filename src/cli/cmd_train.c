@@ -11,6 +11,7 @@
  */
 #include "cli/commands.h"
 #include "cli/opts.h"
+#include "cli/train_spec.h"
 #include "memwall/comm.h"
 #include "memwall/common.h"
 #include "memwall/data.h"
@@ -29,6 +30,7 @@
 #include <limits.h>
 #include <math.h>
 #include <omp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,7 +109,7 @@ static const struct mw_opt train_opts[] = {
     {"val-batches", MW_OPT_INT, &A.val_batches, "N", "micro-batches per validation", 1, 1e9, NULL},
     {"ckpt-every", MW_OPT_INT, &A.ckpt_every, "N", "checkpoint every N steps (and at the end) into --out-dir; 0 = never", 0, 1e12, NULL},
     {"out-dir", MW_OPT_STRING, &A.out_dir, "DIR", "checkpoints and the final model.safetensors go here (none if unset)", 0, 0, NULL},
-    {"resume", MW_OPT_STRING, &A.resume, "FILE|DIR", "continue the run saved in this checkpoint (its settings are the defaults); several ranks: ckpt_N.r%r.mwck. DIR: the --nvme-dir of a run that was killed or failed (--optimizer-tier nvme, one rank): it continues from its last committed step", 0, 0, NULL},
+    {"resume", MW_OPT_STRING, &A.resume, "FILE|DIR", "continue a run: alone, it finishes what the run was started to do (every setting, the out-dir, log and trace are kept with the run; a flag given differs as listed in docs/resume.md: allowed, announced or refused). FILE: a checkpoint (several ranks: ckpt_N.r%r.mwck); DIR: the --nvme-dir of a run that stopped (--optimizer-tier nvme, one rank), from its last committed step", 0, 0, NULL},
     {"init-safetensors", MW_OPT_STRING, &A.init_st, "FILE", "start from these weights (HF gpt2 model.safetensors, with the config.json beside it when present); the files set the model shape, shape flags fill what they do not say", 0, 0, NULL},
     {"data", MW_OPT_STRING, &A.data, "FILE|DIR", "text file(s) or llm.c .bin shards (default: the bundled corpus " BUNDLED_CORPUS ")", 0, 0, NULL},
     {"seed", MW_OPT_INT, &A.seed, "N", "seed of the weights and the batch order (same seed: bitwise same run)", 0, 9.2e18, NULL},
@@ -367,6 +369,9 @@ static int train_main(int argc, char **argv);
 /* --resume DIR: the commit record of the run in that NVMe directory (docs/resume.md). */
 static struct mw_train_resume rsm;
 static int resume_dir;
+/* --resume: the run's kept settings (train_spec.c), which the option table points into. */
+static struct train_spec_applied spec_applied;
+static char *ckpt_spec;
 
 /* The first directory of a "d1:d2" list, as "%.*s" arguments. */
 #define DIR0(list) (int)strcspn(list, ":"), list
@@ -396,6 +401,16 @@ static void print_found(const char *path)
     else printf("  found and used: %s (cannot stat: %s)\n", path, strerror(errno));
 }
 
+/* The files of the resumed run, each with its size. */
+static void list_resume_files(void)
+{
+    char path[PATH_MAX];
+    if (!mw_offload_record_path(rsm.rec.nvme_dir, path, sizeof path)) print_found(path);
+    for (uint32_t i = 0; i < rsm.rec.ndirs; i++)
+        if (!mw_offload_record_file_path(&rsm.rec, (int)i, path, sizeof path)) print_found(path);
+    fflush(stdout);
+}
+
 /* --resume DIR: reads the record, makes its settings the defaults of everything the command line
  * did not give (as a checkpoint's), and lists the files of the run that are used. */
 static int read_resume_dir(struct mw_ckpt_info *ci)
@@ -404,6 +419,11 @@ static int read_resume_dir(struct mw_ckpt_info *ci)
         return usage_error("--resume %s: resuming from the NVMe state runs on one rank for now; resume a multi-rank "
                            "run from its checkpoints (--resume ckpt_N.r%%r.mwck)", A.resume);
     int err = mw_train_resume_read(A.resume, &rsm);
+    char done[1024];
+    if (err == -ENOENT && mw_offload_run_done_read(A.resume, done, sizeof done) == 0) {
+        printf("the run in %s finished; nothing to resume:\n%s", A.resume, done);
+        return 3; /* finished: rc 0 */
+    }
     if (err) {
         mw_cli_fail("reading the commit record", err);
         if (err == -ENOENT)
@@ -414,6 +434,21 @@ static int read_resume_dir(struct mw_ckpt_info *ci)
     }
     resume_dir = 1;
     *ci = rsm.info;
+    if (rsm.run_spec) { /* the whole run as it was started (train_spec.c) */
+        if (GIVEN("nvme-dir") && strcmp(A.nvme_dir, rsm.rec.nvme_dir)) {
+            char a[PATH_MAX], b[PATH_MAX];
+            if (mw_train_abs_path(A.nvme_dir, a, sizeof a) || mw_train_abs_path(rsm.rec.nvme_dir, b, sizeof b) || strcmp(a, b))
+                return usage_error("--nvme-dir differs from the directory given to --resume, %s: give --resume alone", A.resume);
+        }
+        printf("resuming the run in %s from its last committed step, %" PRId64 " of %" PRId64 " (a step in flight when it "
+               "stopped runs again)\n", A.resume, ci->step, ci->train.steps);
+        int r = train_spec_apply(&train_spec, rsm.run_spec, A.resume, NULL, ci->step, &spec_applied);
+        if (r) return r;
+        A.nvme_dir = rsm.rec.nvme_dir; /* where the record is now, whatever the run called it */
+        A.tier = "nvme";
+        list_resume_files();
+        return 0;
+    }
     int r = apply_checkpoint(ci);
     if (r) return r;
     if (!GIVEN("offload-params")) A.offload_params = rsm.offload_params == MW_OFFLOAD_NVME ? "nvme" : "dram";
@@ -426,13 +461,9 @@ static int read_resume_dir(struct mw_ckpt_info *ci)
     if (!GIVEN("aio-queue-depth")) A.aio_queue_depth = rsm.io_queue_depth;
     if (!GIVEN("nvme-dir")) A.nvme_dir = rsm.rec.nvme_dir;
     A.tier = "nvme";
-    char path[PATH_MAX];
     printf("resuming the run in %s from its last committed step, %" PRId64 " of %" PRId64 " (a step in flight when it "
            "stopped runs again)\n", A.resume, ci->step, ci->train.steps);
-    if (!mw_offload_record_path(rsm.rec.nvme_dir, path, sizeof path)) print_found(path);
-    for (uint32_t i = 0; i < rsm.rec.ndirs; i++)
-        if (!mw_offload_record_file_path(&rsm.rec, (int)i, path, sizeof path)) print_found(path);
-    fflush(stdout);
+    list_resume_files();
     return 0;
 }
 
@@ -472,9 +503,15 @@ int mw_cmd_train(int argc, char **argv)
     comm = NULL;
     world = 1;
     rank = 0;
+    int sig = mw_cli_signals_start("memwall train");
     int rc = train_main(argc, argv);
+    if (rc == 3) rc = 0; /* a finished run, resumed: said so */
+    if (!sig) mw_cli_signals_stop();
     mw_ds_config_free(&ds);
     mw_train_resume_free(&rsm);
+    train_spec_applied_free(&spec_applied);
+    free(ckpt_spec);
+    ckpt_spec = NULL;
     if (comm) {
         fflush(stdout);
         /* A runtime failure on one rank would leave the others waiting in a collective. */
@@ -514,8 +551,14 @@ static int train_main(int argc, char **argv)
         if ((r = read_resume_dir(&ci))) return r;
     } else if (A.resume) {
         int err = mw_ckpt_read_info(A.resume, &ci);
+        if (!err) err = mw_ckpt_read_spec(A.resume, &ckpt_spec);
         if (err) { mw_cli_fail("reading the checkpoint", err); return 1; }
-        if ((r = apply_checkpoint(&ci))) return r;
+        if (ckpt_spec) {
+            printf("resuming the run of %s at step %" PRId64 " of %" PRId64 "\n", A.resume, ci.step, ci.train.steps);
+            if ((r = train_spec_apply(&train_spec, ckpt_spec, NULL, A.resume, ci.step, &spec_applied))) return r;
+        } else if ((r = apply_checkpoint(&ci))) {
+            return r;
+        }
     }
     if (A.batch % world) {
         fprintf(stderr, "memwall train: --batch %d is the global batch and must divide by the %d ranks\n"
@@ -596,6 +639,12 @@ static int train_main(int argc, char **argv)
         .journal = world == 1 && !strcmp(A.tier, "nvme"), .resume = resume_dir ? &rsm.rec : NULL,
     };
     if (tc.threads == 0) tc.threads = omp_get_max_threads();
+    /* What the run resolved is what its record keeps (train_spec.c): a resume decides nothing anew. */
+    A.threads = tc.threads;
+    A.layers = mc.n_layer; A.heads = mc.n_head; A.width = mc.n_embd; A.context = mc.max_seq_len; A.vocab = mc.vocab_size;
+    A.schedule = layer_major ? "layer-major" : "batch-major";
+    if (streamed && layer_major) A.activations = tc.acts_nvme ? "nvme" : "recompute";
+    if (!strcmp(A.tier, "nvme")) A.nvme_dir = tc.nvme_dir;
     char corpus[PATH_MAX];
     const char *data_path = A.data;
     if (!data_path) {
@@ -614,6 +663,7 @@ static int train_main(int argc, char **argv)
 
 struct run_state {
     FILE *log;
+    struct mw_train_outlock *outlock;
     struct mw_trace *trace;
     struct mw_trainer tr;
     struct mw_data data;
@@ -679,6 +729,18 @@ static int save_ckpt(struct run_state *s, const char *data_path)
     return 0;
 }
 
+/* Tests of a disk that fills up during a run: MEMWALL_TEST_STOP_AT=S stops the process (SIGSTOP)
+ * after step S and its checkpoint, for the test to fill the disk and continue it (SIGCONT). */
+static void test_stop_hook(int64_t step)
+{
+    const char *e = getenv("MEMWALL_TEST_STOP_AT");
+    if (e && atoll(e) == step) {
+        fflush(NULL);
+        raise(SIGSTOP);
+        usleep(300 * 1000); /* a signal sent while stopped is taken (signals.c) before the next step */
+    }
+}
+
 /* Tests of rank failure: MEMWALL_TEST_EXIT_AT=R:S makes rank R exit(3) after step S. */
 static void test_exit_hook(int64_t step)
 {
@@ -729,6 +791,114 @@ static int report_zero_memory(struct run_state *s, const struct mw_gpt2_config *
     return 0;
 }
 
+/* --log-json: a fresh run's is new; a resumed run's keeps the lines of the steps up to the one it
+ * resumes at (the step in flight when it stopped was logged and runs again) and goes on after
+ * them, so no step is in it twice. Rewritten atomically. */
+static int open_log(struct run_state *s, int resumed)
+{
+    if (resumed) {
+        FILE *f = fopen(A.log_json, "rb");
+        if (f) {
+            char *keep = NULL, *line = NULL;
+            size_t kn = 0, cap = 0;
+            FILE *k = open_memstream(&keep, &kn);
+            ssize_t len;
+            int dropped = 0;
+            while (k && (len = getline(&line, &cap, f)) > 0) {
+                long long st;
+                int used = 0;
+                if (line[len - 1] == '\n' && sscanf(line, "{\"step\":%lld%n", &st, &used) == 1 && used > 8 &&
+                    (line[used] == ',' || line[used] == '}') && st >= 0 && st <= s->tr.step)
+                    fwrite(line, 1, (size_t)len, k);
+                else
+                    dropped++;
+            }
+            free(line);
+            int rerr = ferror(f);
+            fclose(f);
+            if (!k) return mw_error_set(-ENOMEM, "no memory for %s", A.log_json);
+            fclose(k);
+            int err = rerr ? mw_error_set(-EIO, "cannot read %s", A.log_json) : mw_atomic_write_file(A.log_json, keep, kn);
+            free(keep);
+            if (err) return err;
+            if (dropped) printf("  log %s: %d line%s after step %" PRId64 " dropped (they run again)\n", A.log_json,
+                                dropped, dropped == 1 ? "" : "s", s->tr.step);
+        }
+    }
+    if (!(s->log = fopen(A.log_json, resumed ? "a" : "w"))) {
+        int e = errno;
+        return mw_error_set(-e, "cannot open %s: %s", A.log_json, strerror(e));
+    }
+    return 0;
+}
+
+/* The log durable: flushed, synced, closed; the real errno of a failure (ENOSPC, not EIO). */
+static int close_log(struct run_state *s)
+{
+    FILE *f = s->log;
+    s->log = NULL;
+    errno = 0;
+    int bad = fflush(f) != 0 || ferror(f);
+    int e = errno ? errno : EIO;
+    if (!bad && fsync(fileno(f)) != 0 && errno != EINVAL) { bad = 1; e = errno; }
+    if (fclose(f) != 0 && !bad) { bad = 1; e = errno ? errno : EIO; }
+    return bad ? mw_error_set(-e, "writing %s failed: %s", A.log_json, strerror(e)) : 0;
+}
+
+/* The trace, once the trainer is gone (its tiers record their frees). 0 or 1 (printed). */
+static int write_trace(struct run_state *s)
+{
+    mw_trainer_free(&s->tr);
+    int err = mw_trace_write(s->trace, A.trace);
+    if (err) { mw_cli_fail("writing the trace", err); return 1; }
+    printf("trace: %s\n", A.trace);
+    fflush(stdout);
+    if ((err = mw_report_text_summary(A.trace, stdout))) { mw_cli_fail("summarising the trace", err); return 1; }
+    return 0;
+}
+
+/* Every output is durable: the NVMe state goes, a marker of the finished run stays. */
+static int retire_state(const struct mw_train_config *tc)
+{
+    char done[PATH_MAX + 256];
+    snprintf(done, sizeof done, "finished all %" PRId64 " steps%s%s\n", tc->steps, A.out_dir ? "; the model: " : "",
+             A.out_dir ? A.out_dir : "");
+    if (A.out_dir) snprintf(done + strlen(done) - 1, sizeof done - strlen(done) + 1, "/model.safetensors\n");
+    return mw_offload_run_retire(tc->nvme_dir, done);
+}
+
+/* SIGINT/SIGTERM (signals.c), the same answer on every rank (they stop after the same step). */
+static int stop_requested(struct run_state *s)
+{
+    uint64_t sig = (uint64_t)mw_cli_stop_signal(), any = sig;
+    if (world > 1 && mw_trainer_max_u64(&s->tr, sig, &any)) return 0;
+    return (int)any;
+}
+
+/* The run stops between steps: the step in flight committed, a checkpoint where there is no
+ * commit record, the log and the trace written, and how to continue. Returns 128 + the signal. */
+static int stop_run(struct run_state *s, int sig, const char *data_path)
+{
+    const struct mw_train_config *tc = &s->tr.cfg;
+    int journal = tc->journal, err = mw_trainer_finish(&s->tr);
+    if (err) mw_cli_fail("finishing the step in flight", err);
+    char how[PATH_MAX + 64] = "";
+    int64_t step = s->tr.step, steps = tc->steps;
+    if (!err && journal)
+        snprintf(how, sizeof how, "memwall train --resume %.*s", DIR0(tc->nvme_dir));
+    else if (!err && A.out_dir && !save_ckpt(s, data_path) && world == 1)
+        snprintf(how, sizeof how, "memwall train --resume %s", last_ckpt);
+    else if (!err && A.out_dir && world > 1)
+        snprintf(how, sizeof how, "mpirun -np %d memwall train --resume %s/ckpt_%08" PRId64 ".r%%r.mwck", world, A.out_dir, step);
+    if (s->log && (err = close_log(s))) mw_cli_fail("writing --log-json", err);
+    if (s->trace) write_trace(s);
+    fprintf(stderr, "memwall train: stopped by %s after step %" PRId64 " of %" PRId64 "; %s%s\n",
+            sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal", step, steps,
+            how[0] ? "continue with: " : "nothing was saved to continue from (give --out-dir, or --optimizer-tier nvme)",
+            how);
+    return 128 + sig;
+}
+
 static int run(const char *data_path, const struct mw_gpt2_config *mc, const struct mw_train_config *tc,
                const struct mw_ckpt_info *resume_info)
 {
@@ -763,11 +933,33 @@ static int run(const char *data_path, const struct mw_gpt2_config *mc, const str
         mw_trace_meta(s.trace, "zero_stage", v);
         tcfg.trace = s.trace;
         if (comm) mw_comm_set_trace(comm, s.trace);
+        if ((resume_info || resume_dir) && (err = mw_trace_continue(s.trace, A.trace))) {
+            mw_cli_fail("continuing the trace", err);
+            goto out;
+        }
     }
     if ((err = mw_trainer_init(&s.tr, mc, &tcfg, &s.data))) {
         leftover_hint(err, tc->nvme_dir);
         mw_cli_fail(resume_dir ? "resuming from the NVMe state" : "building the model", err);
         goto out;
+    }
+    {
+        A.data = data_path; /* absolute */
+        char *spec = NULL;
+        if ((err = train_spec_build(&train_spec, A.out_dir, tc->journal ? tc->nvme_dir : NULL, &spec)) ||
+            (err = mw_trainer_set_run_spec(&s.tr, spec))) {
+            free(spec);
+            mw_cli_fail("recording the run's settings", err);
+            goto out;
+        }
+        free(spec);
+    }
+    if (rank == 0 || world == 1) {
+        /* Every output before the first step (src/train/outputs.c), the out-dir locked for this run. */
+        uint64_t mb = s.tr.model.sizes.params_bytes + (1u << 20);
+        struct mw_train_outputs oo = {A.out_dir, A.log_json, A.trace, data_path, mb,
+                                      A.out_dir && tc->ckpt_every > 0 ? mw_trainer_ckpt_bytes(&s.tr) : 0};
+        if ((err = mw_train_outputs_check(&oo, &s.outlock))) { mw_cli_fail("checking the outputs", err); goto out; }
     }
     if (A.init_st && !tcfg.init_safetensors && (err = mw_gpt2_load_safetensors(&s.tr.model, A.init_st))) {
         mw_cli_fail("loading --init-safetensors", err);
@@ -781,11 +973,7 @@ static int run(const char *data_path, const struct mw_gpt2_config *mc, const str
         goto out;
     }
     if (A.out_dir && (err = mw_mkdir_p(A.out_dir, 0777))) { mw_cli_fail("creating --out-dir", err); goto out; }
-    if (A.log_json && rank == 0 && !(s.log = fopen(A.log_json, resume_info || resume_dir ? "a" : "w"))) {
-        mw_error_set(-errno, "cannot open %s: %s", A.log_json, strerror(errno));
-        mw_cli_fail("opening --log-json", -errno);
-        goto out;
-    }
+    if (A.log_json && rank == 0 && (err = open_log(&s, resume_info || resume_dir))) { mw_cli_fail("opening --log-json", err); goto out; }
     struct mw_train_bytes tb;
     mw_trainer_bytes(&s.tr, &tb);
     if (s.trace) trace_model_memory(&s, &tb);
@@ -858,13 +1046,17 @@ static int run(const char *data_path, const struct mw_gpt2_config *mc, const str
                "'memwall train --resume %.*s' continues)\n", DIR0(tc->nvme_dir), MW_OFFLOAD_RECORD_NAME, DIR0(tc->nvme_dir));
     fflush(stdout);
 
+    if ((resume_info || resume_dir) && s.tr.step >= tc->steps)
+        printf("all %" PRId64 " steps of the run were committed before it stopped: finishing its outputs\n", tc->steps);
     float val = 0;
     if (tc->val_every > 0 && s.tr.step == 0) {
         if (do_eval(&s, 0, &val)) goto out;
         if (s.log) { fprintf(s.log, "{\"step\":0,\"val_loss\":%.9g}\n", val); fflush(s.log); }
     }
     uint64_t t_run = mw_now_ns(), tokens_run = 0;
+    int stop = 0;
     while (s.tr.step < tc->steps) {
+        if ((stop = stop_requested(&s))) break;
         struct mw_train_step_stats st;
         if ((err = mw_trainer_step(&s.tr, &st))) {
             mw_cli_fail("the training step", err);
@@ -909,14 +1101,19 @@ static int run(const char *data_path, const struct mw_gpt2_config *mc, const str
                     tps, ms, tb.params + tb.grads + tb.opt_dram + tb.acts, tb.opt_nvme, st.nvme_read_bytes,
                     st.nvme_write_bytes, st.io_wait_s, (double)st.forward_ns / 1e6, (double)st.backward_ns / 1e6,
                     (double)st.update_ns / 1e6, world, world > 1 ? (int)A.zero : 0, st.comm_sent_bytes, st.comm_sent_mean_bytes, st.comm_wait_s);
-            if (ferror(s.log)) {
-                mw_error_set(-EIO, "writing %s failed", A.log_json);
-                mw_cli_fail("writing --log-json", -EIO);
+            errno = 0;
+            if (fflush(s.log) != 0 || ferror(s.log)) {
+                int e = errno ? errno : EIO;
+                mw_cli_fail("writing --log-json", mw_error_set(-e, "writing %s failed: %s", A.log_json, strerror(e)));
                 goto out;
             }
-            fflush(s.log);
         }
         if (tc->ckpt_every > 0 && (st.step % tc->ckpt_every == 0 || last) && save_ckpt(&s, data_path)) goto out;
+        test_stop_hook(st.step);
+    }
+    if (stop) {
+        rc = stop_run(&s, stop, data_path);
+        goto out;
     }
     double secs = (double)(mw_now_ns() - t_run) / 1e9;
     if (tokens_run) printf("done: %" PRIu64 " tokens in %.1f s, %.0f tokens/s\n", tokens_run, secs, (double)tokens_run / secs);
@@ -950,8 +1147,7 @@ static int run(const char *data_path, const struct mw_gpt2_config *mc, const str
         if (err) { mw_cli_fail("writing the model", err); goto out; }
         printf("model: %s\n", path);
     }
-    /* Finished: the commit record and the store files go (a crashed run's stay for its resume). */
-    if ((err = mw_trainer_journal_end(&s.tr))) { mw_cli_fail("removing the run's NVMe files", err); goto out; }
+    if (s.log && (err = close_log(&s))) { mw_cli_fail("writing --log-json", err); goto out; }
     if (A.sample_len > 0) {
         int32_t prompt = s.data.tokenizer == MW_TOKENIZER_BYTES ? MW_TOK_EOT : (mc->vocab_size > 50256 ? 50256 : 0);
         int32_t *out = malloc((size_t)A.sample_len * sizeof *out);
@@ -966,18 +1162,16 @@ static int run(const char *data_path, const struct mw_gpt2_config *mc, const str
         free(out);
     }
     if (A.log_json) printf("log: %s\n", A.log_json);
-    if (s.trace) {
-        /* The engine's threads are idle between steps; free it first so its tiers record the frees. */
-        mw_trainer_free(&s.tr);
-        if ((err = mw_trace_write(s.trace, A.trace))) { mw_cli_fail("writing the trace", err); goto out; }
-        printf("trace: %s\n", A.trace);
-        fflush(stdout);
-        if ((err = mw_report_text_summary(A.trace, stdout))) { mw_cli_fail("summarising the trace", err); goto out; }
-    }
+    /* The commit record and the store files are kept at free; they go once every output is written. */
+    if (tc->journal && (err = mw_trainer_finish(&s.tr))) { mw_cli_fail("finishing the last step", err); goto out; }
+    if (s.trace && write_trace(&s)) goto out;
+    mw_trainer_free(&s.tr);
+    if (tc->journal && (err = retire_state(tc))) { mw_cli_fail("removing the run's NVMe files", err); goto out; }
     rc = 0;
 out:
     if (s.log) fclose(s.log);
     mw_trainer_free(&s.tr);
+    mw_train_outputs_release(s.outlock);
     if (comm) mw_comm_set_trace(comm, NULL); /* the recorder goes; MPI stays until mw_cmd_train ends */
     mw_trace_free(s.trace);
     mw_data_free(&s.data);

@@ -18,4 +18,11 @@ void mw_cli_fail(const char *what, int err);
 /* Multi-rank runs: failure messages name the rank ("memwall (rank 1 of 2): ..."). */
 void mw_cli_set_rank(int rank, int world);
 
+/* SIGINT/SIGTERM (signals.c): blocked in every thread from here on and watched by one; the first
+ * sets the stop signal (polled between steps), a second SIGINT or SIGTERM exits at once with
+ * 128 + the signal. `what` prefixes the messages. */
+int mw_cli_signals_start(const char *what);
+int mw_cli_stop_signal(void);   /* 0, or the signal that asked the run to stop */
+void mw_cli_signals_stop(void);
+
 #endif

@@ -297,3 +297,48 @@ void mw_dir_unlock(struct mw_dir_lock *l)
     free(l->path);
     free(l);
 }
+
+/* ------------------------------------------------------------------ small input files */
+
+int mw_read_small_file(const char *path, const char *what, size_t max, char **out, size_t *n_out)
+{
+    *out = NULL;
+    if (n_out) *n_out = 0;
+    /* O_NONBLOCK: a FIFO opens at once (no writer needed) and is refused below, never waited on. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
+        int e = errno;
+        return mw_error_set(-e, "cannot open the %s %s: %s", what, path, strerror(e));
+    }
+    struct stat st;
+    int rc = 0;
+    char *buf = NULL;
+    if (fstat(fd, &st) != 0) { rc = mw_error_set(-errno, "cannot stat %s %s: %s", what, path, strerror(errno)); goto out; }
+    if (!S_ISREG(st.st_mode)) {
+        rc = mw_error_set(-EINVAL, "%s %s is not a regular file (%s)", what, path,
+                          S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : "a device or socket");
+        goto out;
+    }
+    if ((uint64_t)st.st_size > max) {
+        rc = mw_error_set(MW_EFORMAT, "%s %s is %lld bytes, more than the %zu bytes such a file can be", what, path,
+                          (long long)st.st_size, max);
+        goto out;
+    }
+    size_t n = (size_t)st.st_size, got = 0;
+    if (!(buf = malloc(n + 1))) { rc = mw_error_set(-ENOMEM, "out of memory reading %s", path); goto out; }
+    while (got < n) {
+        ssize_t k = read(fd, buf + got, n - got);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0) { rc = mw_error_set(-errno, "cannot read %s %s: %s", what, path, strerror(errno)); goto out; }
+        if (k == 0) break; /* shrank meanwhile: what is there */
+        got += (size_t)k;
+    }
+    buf[got] = 0;
+    *out = buf;
+    buf = NULL;
+    if (n_out) *n_out = got;
+out:
+    free(buf);
+    close(fd);
+    return rc;
+}

@@ -12,11 +12,13 @@
 #include "memwall/fsutil.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 void mw_offload_hparams_default(struct mw_offload_hparams *h)
@@ -34,6 +36,49 @@ uint64_t ofl_stripe_for(uint64_t obj_bytes); /* placement.c */
 static enum mw_alloc_kind alloc_kind(int r) { return r == OFL_R_MASTER ? MW_KIND_MASTER : MW_KIND_MOMENTS; }
 
 /* ------------------------------------------------------------------ init / free */
+
+
+/* A finished run's marker without a record (mw_offload_run_retire cut short): the files left
+ * beside it belong to that finished run and go, with the marker, before a new run starts. */
+static void sweep_finished(const char *const *dirs, int nd)
+{
+    char p[4400];
+    struct stat st;
+    if ((size_t)snprintf(p, sizeof p, "%s/%s", dirs[0], MW_OFFLOAD_DONE_NAME) >= sizeof p || stat(p, &st) != 0) return;
+    if ((size_t)snprintf(p, sizeof p, "%s/%s", dirs[0], MW_OFFLOAD_RECORD_NAME) < sizeof p && stat(p, &st) == 0) return;
+    for (int i = 0; i < nd; i++)
+        if ((size_t)snprintf(p, sizeof p, "%s/%s.%d.dat", dirs[i], OFL_FILE_PREFIX, i) < sizeof p) unlink(p);
+    if ((size_t)snprintf(p, sizeof p, "%s/%s", dirs[0], MW_OFFLOAD_DONE_NAME) < sizeof p) unlink(p);
+}
+
+/* The directory list a commit record names (journal.c): the first directory as "." (the record
+ * lives there, so a run directory copied or moved elsewhere resumes where it now is), the others
+ * absolute, so a resume from another working directory finds them. */
+static int rec_dir_list(const char *dirs, char **out)
+{
+    size_t cap = 2, n;
+    for (const char *d = dirs; *d; d++) cap += *d == ':' ? PATH_MAX + 1 : 0;
+    char *p = malloc(cap);
+    if (!p) return mw_error_set(-ENOMEM, "offload: out of memory");
+    snprintf(p, cap, ".");
+    n = 1;
+    for (const char *d = strchr(dirs, ':'); d; d = strchr(d + 1, ':')) {
+        size_t dl = strcspn(d + 1, ":");
+        char one[PATH_MAX], abs_[PATH_MAX];
+        if (dl >= sizeof one) { free(p); return mw_error_set(-ENAMETOOLONG, "offload: an NVMe directory name is too long"); }
+        memcpy(one, d + 1, dl);
+        one[dl] = 0;
+        if (!realpath(one, abs_)) {
+            int e = errno;
+            free(p);
+            return mw_error_set(-e, "offload: cannot resolve the NVMe directory %s: %s", one, strerror(e));
+        }
+        if (strchr(abs_, ':')) { free(p); return mw_error_set(-EINVAL, "offload: the NVMe directory %s has a ':' in its path", abs_); }
+        n += (size_t)snprintf(p + n, cap - n, ":%s", abs_);
+    }
+    *out = p;
+    return 0;
+}
 
 static int open_store(struct mw_offload *e)
 {
@@ -66,6 +111,7 @@ static int open_store(struct mw_offload *e)
     sc.aio_config.queue_depth = e->cfg.io_queue_depth ? e->cfg.io_queue_depth : 128;
     if (e->cfg.io_block_size) sc.aio_config.block_size = e->cfg.io_block_size;
     if (rec && (rc = ofl_journal_check(e, rec))) { free(dirs_copy); return rc; }
+    if (!rec && e->cfg.journal) sweep_finished(dirs, nd);
     rc = mw_store_open(&e->store, &sc);
     free(dirs_copy);
     if (rc) return rc;
@@ -73,6 +119,7 @@ static int open_store(struct mw_offload *e)
         size_t n = strlen(e->cfg.nvme_dir) + sizeof MW_OFFLOAD_RECORD_NAME + 2;
         if (!(e->jpath = malloc(n))) return mw_error_set(-ENOMEM, "offload: out of memory");
         if ((rc = mw_offload_record_path(e->cfg.nvme_dir, e->jpath, n))) return rc;
+        if ((rc = rec_dir_list(e->cfg.nvme_dir, &e->rec_dirs))) return rc;
         /* The directory is ours now (locked): a fresh run drops a record left without its files. */
         if (!rec) unlink(e->jpath);
         ofl_journal_sweep(e->jpath);
@@ -257,6 +304,7 @@ void mw_offload_free(struct mw_offload *e)
     free(e->obj);
     free(e->gobj);
     free(e->jpath);
+    free(e->rec_dirs);
     free(e->jblob);
     for (int b = 0; b < e->nbuf && e->staging; b++) mw_tier_free(&e->staging[b]);
     free(e->staging);

@@ -157,6 +157,8 @@ struct mw_offload {
 
     /* durable commit record (journal.c; cfg.journal) */
     char *jpath;                           /* DIR0/MW_OFFLOAD_RECORD_NAME */
+    char *rec_dirs;                        /* the directory list as records name it: "." (the record's own
+                                              directory, wherever it is now), then the others absolute */
     uint8_t *jblob;                        /* the caller's blob for the next record */
     size_t jblob_len;
     int jon;                               /* records are written at every commit */

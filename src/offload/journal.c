@@ -38,6 +38,7 @@
 #define REC_MAX_BYTES ((uint64_t)256 << 20) /* far above any real record: a bound on what is read */
 #define REC_MAX_OBJECTS ((uint64_t)1 << 24)
 #define REC_DIRLIST_MAX 65536u
+#define STORE_LOCK_NAME "memwall.lock" /* the store's directory lock (src/store/store_impl.h) */
 
 /* ------------------------------------------------------------------ byte buffer */
 
@@ -200,6 +201,22 @@ int mw_offload_record_path(const char *nvme_dir, char *buf, size_t n)
     return 0;
 }
 
+/* The record lives in the first directory of its run: whatever that directory was called when
+ * the record was written (a run copied or moved elsewhere), it is the one it is read from now.
+ * The other directories are kept as written (absolute since records name them so). */
+static int relocate(struct mw_offload_record *r, const char *dir)
+{
+    size_t d0 = strcspn(dir, ":"), rest = strcspn(r->nvme_dir, ":");
+    size_t tail = strlen(r->nvme_dir + rest);
+    char *p = malloc(d0 + tail + 1);
+    if (!p) return mw_error_set(-ENOMEM, "out of memory");
+    memcpy(p, dir, d0);
+    memcpy(p + d0, r->nvme_dir + rest, tail + 1);
+    free(r->nvme_dir);
+    r->nvme_dir = p;
+    return 0;
+}
+
 int mw_offload_record_read(const char *dir, struct mw_offload_record *out)
 {
     memset(out, 0, sizeof *out);
@@ -235,6 +252,8 @@ int mw_offload_record_read(const char *dir, struct mw_offload_record *out)
         char msg[512];
         snprintf(msg, sizeof msg, "%s", mw_error_msg());
         rc = mw_error_set(rc, "%s: %s", path, msg);
+    } else if ((rc = relocate(out, dir))) {
+        mw_offload_record_free(out);
     }
 out:
     free(buf);
@@ -287,8 +306,8 @@ int ofl_journal_write(struct mw_offload *e, uint64_t step)
     put64(&b, e->sto_stripe);
     put64(&b, e->sto_crc_block);
     put64(&b, e->sto_capacity);
-    put32(&b, (uint32_t)strlen(e->cfg.nvme_dir));
-    put(&b, e->cfg.nvme_dir, strlen(e->cfg.nvme_dir));
+    put32(&b, (uint32_t)strlen(e->rec_dirs));
+    put(&b, e->rec_dirs, strlen(e->rec_dirs));
     uint32_t per = objs_per_sg(e);
     put32(&b, e->nsg * per);
     for (uint32_t i = 0; i < e->nsg && !rc; i++)
@@ -369,7 +388,8 @@ int ofl_journal_check(struct mw_offload *e, const struct mw_offload_record *r)
     if (what)
         return mw_error_set(-EINVAL, "the commit record in %s was written by a run with %s %llu, this one has %llu: "
                             "resume with the settings of that run", e->cfg.nvme_dir, what, rec, now);
-    if (strcmp(r->nvme_dir, e->cfg.nvme_dir))
+    /* The first directory is the one the record lies in, whatever it was called (relocate). */
+    if (strcmp(r->nvme_dir + strcspn(r->nvme_dir, ":"), e->cfg.nvme_dir + strcspn(e->cfg.nvme_dir, ":")))
         return mw_error_set(-EINVAL, "the commit record in %s names the NVMe directories %s, this run %s", e->cfg.nvme_dir,
                             r->nvme_dir, e->cfg.nvme_dir);
     uint32_t per = e->cfg.stream ? 3 : 2;
@@ -407,4 +427,63 @@ int ofl_journal_restore(struct mw_offload *e, const struct mw_offload_record *r)
     }
     e->committed = r->step;
     return 0;
+}
+
+/* ------------------------------------------------------------------ the end of a run */
+
+static int dir0_path(const char *dirs, const char *name, char *buf, size_t n)
+{
+    size_t dl = strcspn(dirs, ":");
+    int k = snprintf(buf, n, "%.*s/%s", (int)dl, dirs, name);
+    if (k < 0 || (size_t)k >= n) return mw_error_set(-ENAMETOOLONG, "the NVMe directory %.*s is too long", (int)dl, dirs);
+    return 0;
+}
+
+int mw_offload_run_done_read(const char *dirs, char *buf, size_t n)
+{
+    char path[4200];
+    int rc = dir0_path(dirs, MW_OFFLOAD_DONE_NAME, path, sizeof path);
+    if (rc) return rc;
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return -errno;
+    ssize_t k = n ? read(fd, buf, n - 1) : -1;
+    int e = errno;
+    close(fd);
+    if (k < 0) return mw_error_set(-e, "cannot read %s: %s", path, strerror(e));
+    buf[k] = 0;
+    for (ssize_t i = 0; i < k; i++) /* shown to the user: printable text only */
+        if (((unsigned char)buf[i] < 0x20 && buf[i] != '\n') || (unsigned char)buf[i] >= 0x7f) buf[i] = '?';
+    return 0;
+}
+
+/* Order: the marker (durable), then the record (the run can no longer be resumed: it is done),
+ * then the files the record names. A crash between leaves a marker and files that the next run
+ * on the directory sweeps (they belong to a finished run), never a record of a finished run. */
+int mw_offload_run_retire(const char *dirs, const char *done_text)
+{
+    struct mw_offload_record rec;
+    int rc = mw_offload_record_read(dirs, &rec);
+    if (rc) return rc;
+    char dir0[4200], path[4400];
+    size_t dl = strcspn(dirs, ":");
+    snprintf(dir0, sizeof dir0, "%.*s", (int)(dl < sizeof dir0 ? dl : sizeof dir0 - 1), dirs);
+    struct mw_dir_lock *lock = NULL;
+    if ((rc = mw_dir_lock(&lock, dir0, STORE_LOCK_NAME))) goto out;
+    if ((rc = dir0_path(dirs, MW_OFFLOAD_DONE_NAME, path, sizeof path)) ||
+        (rc = mw_atomic_write_file(path, done_text, strlen(done_text))))
+        goto out;
+    if ((rc = mw_offload_record_path(dirs, path, sizeof path))) goto out;
+    if (unlink(path) != 0 && errno != ENOENT) {
+        rc = mw_error_set(-errno, "cannot remove the commit record %s: %s", path, strerror(errno));
+        goto out;
+    }
+    ofl_journal_sweep(path);
+    if ((rc = mw_fsync_parent(path))) goto out;
+    for (uint32_t i = 0; i < rec.ndirs; i++)
+        if (!mw_offload_record_file_path(&rec, (int)i, path, sizeof path) && unlink(path) != 0 && errno != ENOENT)
+            rc = mw_error_set(-errno, "cannot remove the run's file %s: %s", path, strerror(errno));
+out:
+    if (lock) mw_dir_unlock(lock);
+    mw_offload_record_free(&rec);
+    return rc;
 }

@@ -17,6 +17,7 @@
  */
 #include "memwall/plan.h"
 #include "memwall/common.h"
+#include "memwall/fsutil.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -243,26 +244,9 @@ err:
 
 int mw_model_from_config_file(const char *path, struct mw_model *m)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return mw_error_set(-errno, "cannot open model config '%s'", path);
     char *buf = NULL;
-    int err = 0;
-    long n;
-    if (fseek(f, 0, SEEK_END) || (n = ftell(f)) < 0 || n > (16 << 20)) {
-        err = mw_error_set(MW_EFORMAT, "%s: not a config.json (unreadable or over 16 MiB)", path);
-        goto err;
-    }
-    rewind(f);
-    buf = malloc((size_t)n + 1);
-    if (!buf) { err = mw_error_set(-ENOMEM, "out of memory reading %s", path); goto err; }
-    if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        err = mw_error_set(-EIO, "cannot read %s", path);
-        goto err;
-    }
-    buf[n] = 0;
-    err = mw_model_from_config_json(buf, path, m);
-err:
+    int err = mw_read_small_file(path, "model config", 16u << 20, &buf, NULL);
+    if (!err) err = mw_model_from_config_json(buf, path, m);
     free(buf);
-    fclose(f);
     return err;
 }

@@ -9,6 +9,7 @@
  */
 #include "memwall/plan.h"
 #include "memwall/common.h"
+#include "memwall/fsutil.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -64,24 +65,10 @@ static int get_num(const cJSON *o, const char *key, double *v)
 
 int mw_hw_load_host_profile(const char *path, struct mw_hw *hw)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return mw_error_set(-errno, "cannot open host profile '%s'", path);
     char *buf = NULL;
-    int err = 0;
     cJSON *root = NULL;
-    if (fseek(f, 0, SEEK_END) || ftell(f) < 0 || ftell(f) > (1 << 20)) {
-        err = mw_error_set(MW_EFORMAT, "host profile '%s' is not a small JSON file", path);
-        goto err;
-    }
-    long n = ftell(f);
-    rewind(f);
-    buf = malloc((size_t)n + 1);
-    if (!buf) { err = mw_error_set(-ENOMEM, "out of memory"); goto err; }
-    if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        err = mw_error_set(-EIO, "cannot read host profile '%s'", path);
-        goto err;
-    }
-    buf[n] = 0;
+    int err = mw_read_small_file(path, "host profile", 1u << 20, &buf, NULL);
+    if (err) return err;
     root = cJSON_Parse(buf);
     if (!cJSON_IsObject(root)) {
         err = mw_error_set(MW_EFORMAT, "host profile '%s' is not a JSON object", path);
@@ -98,6 +85,5 @@ int mw_hw_load_host_profile(const char *path, struct mw_hw *hw)
 err:
     cJSON_Delete(root);
     free(buf);
-    fclose(f);
     return err;
 }

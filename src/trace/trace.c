@@ -62,6 +62,7 @@ void mw_trace_free(struct mw_trace *tr)
     for (int i = 0; i < tr->nthreads; i++) free(tr->threads[i].name);
     pthread_mutex_destroy(&tr->mu);
     free(tr->ring);
+    free(tr->prior);
     free(tr);
 }
 

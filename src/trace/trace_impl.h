@@ -56,6 +56,9 @@ struct mw_trace {
     int nmeta;
     struct { uint32_t tid; char *name; } threads[MW_TRACE_MAX_THREADS];
     int nthreads;
+    char *prior;               /* events of the earlier segments of a resumed run (trace_continue.c) */
+    size_t prior_len;
+    int segments;
 };
 
 uint32_t mw_trace_tid_(void);

@@ -196,6 +196,10 @@ int mw_trace_write(struct mw_trace *tr, const char *path)
         put_str(f, tr->threads[i].name);
         fputs("}}", f);
     }
+    if (tr->prior_len) { /* a resumed run: the earlier segments first (trace_continue.c) */
+        fputs(",\n", f);
+        fwrite(tr->prior, 1, tr->prior_len, f);
+    }
     pthread_mutex_unlock(&tr->mu);
     for (uint64_t i = begin; i < end; i++) {
         const struct mw_trace_ev *e = &tr->ring[i & tr->mask];

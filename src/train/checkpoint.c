@@ -27,7 +27,7 @@
 
 #define CKPT_MAGIC "MWCKPT01"
 #define CKPT_END "MWCKEND1"
-#define CKPT_VERSION 1u
+#define CKPT_VERSION 2u /* 2: the run's settings follow the header (1: none; read still) */
 #define CKPT_HEADER_BYTES MW_CKPT_HEADER_BYTES
 #define CKPT_TRAILER_BYTES 24u
 
@@ -51,6 +51,8 @@ enum {
     H_DATAPATH = 216, H_DATAPATH_LEN = 512,
     /* Data parallelism (0 in files of single-rank runs, read as world 1). */
     H_WORLD = 728, H_RANK = 732, H_ZERO = 736, H_SGSIZE = 744, H_OWNFIRST = 752, H_OWNN = 760,
+    /* Version 2: the bytes of the run's settings (mw_trainer_set_run_spec) right after the header. */
+    H_SPECLEN = 768,
 };
 
 void mw_ckpt_header_encode(uint8_t *h, const struct mw_ckpt_info *in)
@@ -81,6 +83,7 @@ void mw_ckpt_header_encode(uint8_t *h, const struct mw_ckpt_info *in)
     put32(h, H_WORLD, (uint32_t)in->world); put32(h, H_RANK, (uint32_t)in->rank);
     put32(h, H_ZERO, (uint32_t)in->zero_stage); put64(h, H_SGSIZE, in->subgroup_size);
     put64(h, H_OWNFIRST, in->own_first); put64(h, H_OWNN, in->own_n);
+    put32(h, H_SPECLEN, in->spec_bytes);
 }
 
 int mw_ckpt_header_decode(const uint8_t *h, struct mw_ckpt_info *out, const char *path)
@@ -89,7 +92,7 @@ int mw_ckpt_header_decode(const uint8_t *h, struct mw_ckpt_info *out, const char
     if (memcmp(h + H_MAGIC, CKPT_MAGIC, 8))
         return mw_error_set(MW_EFORMAT, "%s is not a memwall checkpoint (bad magic)", path);
     out->version = get32(h, H_VERSION);
-    if (out->version != CKPT_VERSION || get32(h, H_HDRBYTES) != CKPT_HEADER_BYTES)
+    if ((out->version != CKPT_VERSION && out->version != 1) || get32(h, H_HDRBYTES) != CKPT_HEADER_BYTES)
         return mw_error_set(MW_EFORMAT, "checkpoint %s has version %u (header %u bytes); this memwall reads version %u",
                             path, out->version, get32(h, H_HDRBYTES), CKPT_VERSION);
     struct mw_gpt2_config *m = &out->model;
@@ -114,6 +117,10 @@ int mw_ckpt_header_decode(const uint8_t *h, struct mw_ckpt_info *out, const char
     out->world = (int)get32(h, H_WORLD); out->rank = (int)get32(h, H_RANK);
     out->zero_stage = (int)get32(h, H_ZERO); out->subgroup_size = get64(h, H_SGSIZE);
     out->own_first = get64(h, H_OWNFIRST); out->own_n = get64(h, H_OWNN);
+    out->spec_bytes = out->version >= 2 ? get32(h, H_SPECLEN) : 0;
+    if (out->spec_bytes > MW_TRAIN_SPEC_MAX)
+        return mw_error_set(MW_EFORMAT, "checkpoint %s: the run's settings are %u bytes, more than the %u a checkpoint "
+                            "keeps (corrupt file?)", path, out->spec_bytes, MW_TRAIN_SPEC_MAX);
     if (out->world == 0) out->world = 1;
     t->zero_stage = out->zero_stage;
     if (out->world < 1 || out->rank < 0 || out->rank >= out->world || out->zero_stage < 0 || out->zero_stage > 3)
@@ -202,6 +209,7 @@ int mw_trainer_save(struct mw_trainer *tr, const char *data_path, const char *pa
     in.opt_bytes = mw_train_opt_state_bytes(tr->opt);
     in.world = tr->world;
     in.rank = tr->rank;
+    in.spec_bytes = tr->run_spec ? (uint32_t)strlen(tr->run_spec) : 0; /* bounded: mw_trainer_set_run_spec */
     if (tr->zero) {
         const struct mw_train_zero *z = tr->zero;
         in.zero_stage = z->stage;
@@ -216,6 +224,7 @@ int mw_trainer_save(struct mw_trainer *tr, const char *data_path, const char *pa
     uint8_t hdr[CKPT_HEADER_BYTES], trl[CKPT_TRAILER_BYTES];
     mw_ckpt_header_encode(hdr, &in);
     err = w_fn(&w, hdr, sizeof hdr);
+    if (!err && in.spec_bytes) err = w_fn(&w, tr->run_spec, in.spec_bytes);
     if (!err) err = write_weights(tr, &w);
     if (!err && (err = mw_train_opt_save(tr->opt, w_fn, &w)) && !w.failed) /* a read of the state failed */
         err = mw_error_set(err, "reading the optimizer state for checkpoint %s failed (%s is not written; an earlier "
@@ -230,6 +239,15 @@ int mw_trainer_save(struct mw_trainer *tr, const char *data_path, const char *pa
     return mw_atomic_commit(&af); /* fsync, rename over path, fsync of the directory */
 }
 
+uint64_t mw_trainer_ckpt_bytes(const struct mw_trainer *tr)
+{
+    uint64_t a = 0;
+    if (mw_mul_u64(tr->model.sizes.n_params, 4, &a) || mw_add_u64(a, mw_train_opt_state_bytes(tr->opt), &a) ||
+        mw_add_u64(a, (uint64_t)CKPT_HEADER_BYTES + CKPT_TRAILER_BYTES + (tr->run_spec ? strlen(tr->run_spec) : 0), &a))
+        return UINT64_MAX;
+    return a;
+}
+
 /* ---- reading: verify, then apply ---- */
 
 /* Header + weights + optimizer state + trailer; an error when the header's sizes wrap. */
@@ -237,7 +255,7 @@ static int expected_size(const struct mw_ckpt_info *in, uint64_t *out, const cha
 {
     uint64_t a;
     if (mw_mul_u64(in->n_params, 4, &a) || mw_add_u64(a, in->opt_bytes, &a) ||
-        mw_add_u64(a, CKPT_HEADER_BYTES + CKPT_TRAILER_BYTES, &a))
+        mw_add_u64(a, (uint64_t)CKPT_HEADER_BYTES + CKPT_TRAILER_BYTES + in->spec_bytes, &a))
         return mw_error_set(MW_EFORMAT, "checkpoint %s: header sizes overflow (%llu parameters, %llu optimizer "
                             "bytes): corrupt file", path, (unsigned long long)in->n_params,
                             (unsigned long long)in->opt_bytes);
@@ -282,6 +300,27 @@ int mw_ckpt_read_info(const char *path, struct mw_ckpt_info *info)
     int err = open_checked(path, &f, info);
     if (!err) fclose(f);
     return err;
+}
+
+int mw_ckpt_read_spec(const char *path, char **spec)
+{
+    struct mw_ckpt_info info;
+    FILE *f;
+    *spec = NULL;
+    int err = open_checked(path, &f, &info); /* the header read: the settings follow it */
+    if (err || !info.spec_bytes) {
+        if (!err) fclose(f);
+        return err;
+    }
+    char *s = malloc((size_t)info.spec_bytes + 1);
+    if (!s) err = mw_error_set(-ENOMEM, "no memory");
+    else if (fread(s, 1, info.spec_bytes, f) != info.spec_bytes) err = mw_error_set(MW_EFORMAT, "checkpoint %s ended early", path);
+    else if (memchr(s, 0, info.spec_bytes)) err = mw_error_set(MW_EFORMAT, "checkpoint %s: the run's settings hold a NUL", path);
+    fclose(f);
+    if (err) { free(s); return err; }
+    s[info.spec_bytes] = 0;
+    *spec = s;
+    return 0;
 }
 
 /* The whole file once, without applying anything: the body's crc32c against the trailer, which
@@ -366,10 +405,10 @@ int mw_trainer_load(struct mw_trainer *tr, const char *path)
     if ((err = verify_body(f, &in, path, &want_crc))) goto out;
     /* Apply: read again into the model and the optimizer. The crc is computed once more; a
      * mismatch now means the file changed during the load (or an I/O error): say so. */
-    uint8_t hdr[CKPT_HEADER_BYTES];
+    uint8_t hdr[CKPT_HEADER_BYTES + MW_TRAIN_SPEC_MAX];
     struct rctx r = {f, 0, path};
     rewind(f);
-    if ((err = r_fn(&r, hdr, sizeof hdr))) goto applied;
+    if ((err = r_fn(&r, hdr, CKPT_HEADER_BYTES + in.spec_bytes))) goto applied; /* the settings were read before */
     if (tr->stream) { /* streamed weights: straight into the master on NVMe, a piece at a time */
         uint64_t piece = 1u << 20;
         float *buf = malloc(piece * sizeof *buf);

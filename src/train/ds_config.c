@@ -13,6 +13,7 @@
  */
 #include "memwall/ds_config.h"
 #include "memwall/common.h"
+#include "memwall/fsutil.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -661,21 +662,11 @@ out:
 int mw_ds_config_load(const char *path, int world, struct mw_ds_config *out)
 {
     memset(out, 0, sizeof *out);
-    FILE *f = fopen(path, "rb");
-    if (!f) return mw_error_set(-errno, "cannot open the DeepSpeed config %s: %s", path, strerror(errno));
-    char *buf = malloc(MW_DS_CONFIG_MAX_BYTES + 1);
-    int err = 0;
-    if (!buf) { err = mw_error_set(-ENOMEM, "out of memory reading %s", path); goto out; }
-    size_t n = fread(buf, 1, MW_DS_CONFIG_MAX_BYTES + 1, f);
-    if (ferror(f)) { err = mw_error_set(-EIO, "cannot read %s", path); goto out; }
-    if (n > MW_DS_CONFIG_MAX_BYTES) {
-        err = mw_error_set(MW_EFORMAT, "%s: over %u bytes: not a DeepSpeed config", path, MW_DS_CONFIG_MAX_BYTES);
-        goto out;
-    }
-    err = mw_ds_config_parse(buf, n, path, world, out);
-out:
+    char *buf = NULL;
+    size_t n = 0;
+    int err = mw_read_small_file(path, "DeepSpeed config", MW_DS_CONFIG_MAX_BYTES, &buf, &n);
+    if (!err) err = mw_ds_config_parse(buf, n, path, world, out);
     free(buf);
-    fclose(f);
     return err;
 }
 

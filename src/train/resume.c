@@ -7,10 +7,13 @@
  * data-RNG state at commit time is not step s's. The blob is built before step s starts (every
  * batch of step s drawn, none of step s+1) and the engine keeps it for the commit of step s.
  *
- * Blob (version 1, little-endian): "MWRESUM1", the 1024-byte checkpoint header (settings, step,
- * data-RNG state, data path; checkpoint.c), then u32 offload_params, layer_major, sync_update,
- * prefetch_depth, buffer_count, io_queue_depth and u64 subgroup_size, io_block_size: the offload
- * settings a checkpoint does not keep but a reopen of the NVMe state must match.
+ * Blob (little-endian): "MWRESUM2" (version 1: "MWRESUM1", read still), the 1024-byte checkpoint
+ * header (settings, step, data-RNG state, data path; checkpoint.c), then u32 offload_params,
+ * layer_major, sync_update, prefetch_depth, buffer_count, io_queue_depth and u64 subgroup_size,
+ * io_block_size: the offload settings a checkpoint does not keep but a reopen of the NVMe state
+ * must match; version 2 adds u32 n and n bytes of the run's settings as the caller wrote them
+ * (mw_trainer_set_run_spec: `memwall train` keeps every option there, outputs included, so
+ * `--resume DIR` alone finishes what the first invocation promised).
  */
 #include "memwall/train.h"
 #include "memwall/common.h"
@@ -22,8 +25,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define BLOB_MAGIC "MWRESUM1"
-#define BLOB_BYTES (8 + MW_CKPT_HEADER_BYTES + 6 * 4 + 2 * 8)
+#define BLOB_MAGIC_V1 "MWRESUM1"
+#define BLOB_MAGIC "MWRESUM2"
+#define BLOB_BYTES (8 + MW_CKPT_HEADER_BYTES + 6 * 4 + 2 * 8) /* version 1; version 2 adds the spec */
 
 static void put32(uint8_t *b, size_t off, uint32_t v) { for (int i = 0; i < 4; i++) b[off + i] = (uint8_t)(v >> (8 * i)); }
 static void put64(uint8_t *b, size_t off, uint64_t v) { for (int i = 0; i < 8; i++) b[off + i] = (uint8_t)(v >> (8 * i)); }
@@ -31,8 +35,14 @@ static uint32_t get32(const uint8_t *b, size_t off) { uint32_t v = 0; for (int i
 static uint64_t get64(const uint8_t *b, size_t off) { uint64_t v = 0; for (int i = 0; i < 8; i++) v |= (uint64_t)b[off + i] << (8 * i); return v; }
 
 enum { X_OFFLOAD = 8 + MW_CKPT_HEADER_BYTES, X_LM = X_OFFLOAD + 4, X_SYNC = X_LM + 4, X_PREFETCH = X_SYNC + 4,
-       X_BUFS = X_PREFETCH + 4, X_QD = X_BUFS + 4, X_SG = X_QD + 4, X_BS = X_SG + 8 };
+       X_BUFS = X_PREFETCH + 4, X_QD = X_BUFS + 4, X_SG = X_QD + 4, X_BS = X_SG + 8, X_SPEC = X_BS + 8 };
 
+static size_t blob_bytes(const struct mw_trainer *tr)
+{
+    return BLOB_BYTES + 4 + (tr->run_spec ? strlen(tr->run_spec) : 0);
+}
+
+/* b holds blob_bytes(tr). */
 static void blob_encode(const struct mw_trainer *tr, int64_t step, uint8_t *b)
 {
     struct mw_ckpt_info in;
@@ -57,13 +67,21 @@ static void blob_encode(const struct mw_trainer *tr, int64_t step, uint8_t *b)
     put32(b, X_QD, c->io_queue_depth);
     put64(b, X_SG, tr->opt->plan.subgroup_size);
     put64(b, X_BS, c->io_block_size);
+    size_t sl = tr->run_spec ? strlen(tr->run_spec) : 0;
+    put32(b, X_SPEC, (uint32_t)sl);
+    if (sl) memcpy(b + X_SPEC + 4, tr->run_spec, sl);
 }
 
 /* The blob of a record, every field range-checked (hostile input). */
 static int blob_decode(const uint8_t *b, size_t n, struct mw_train_resume *out)
 {
-    if (n != BLOB_BYTES || memcmp(b, BLOB_MAGIC, 8))
+    int v2 = n >= BLOB_BYTES + 4 && !memcmp(b, BLOB_MAGIC, 8);
+    if (!v2 && (n != BLOB_BYTES || memcmp(b, BLOB_MAGIC_V1, 8)))
         return mw_error_set(MW_EFORMAT, "commit record: the trainer's part is not a memwall resume blob (%zu bytes)", n);
+    if (v2 && (get32(b, X_SPEC) != n - BLOB_BYTES - 4 || get32(b, X_SPEC) > MW_TRAIN_SPEC_MAX ||
+               memchr(b + X_SPEC + 4, 0, get32(b, X_SPEC))))
+        return mw_error_set(MW_EFORMAT, "commit record: the run's settings (%u bytes) do not fit the trainer's part "
+                            "(%zu bytes) or hold a NUL", get32(b, X_SPEC), n);
     int err = mw_ckpt_header_decode(b + 8, &out->info, "commit record");
     if (err) return err;
     out->offload_params = get32(b, X_OFFLOAD) == MW_OFFLOAD_NVME ? MW_OFFLOAD_NVME : MW_OFFLOAD_DRAM;
@@ -79,6 +97,12 @@ static int blob_decode(const uint8_t *b, size_t n, struct mw_train_resume *out)
         out->subgroup_size > (uint64_t)1e15 || out->io_block_size % 4096 || out->io_block_size > (1u << 30) ||
         out->info.world != 1 || out->info.train.tier != MW_OFFLOAD_NVME)
         return mw_error_set(MW_EFORMAT, "commit record: the trainer's offload settings are out of range (corrupt record?)");
+    if (v2) {
+        uint32_t sl = get32(b, X_SPEC);
+        if (!(out->run_spec = malloc((size_t)sl + 1))) return mw_error_set(-ENOMEM, "no memory");
+        memcpy(out->run_spec, b + X_SPEC + 4, sl);
+        out->run_spec[sl] = 0;
+    }
     return 0;
 }
 
@@ -109,15 +133,33 @@ int mw_train_resume_read(const char *dir, struct mw_train_resume *out)
 void mw_train_resume_free(struct mw_train_resume *r)
 {
     mw_offload_record_free(&r->rec);
+    free(r->run_spec);
     memset(r, 0, sizeof *r);
 }
 
 int mw_train_journal_note(struct mw_trainer *tr, int64_t step)
 {
     if (!tr->journal_data) return 0;
-    uint8_t b[BLOB_BYTES];
+    size_t n = blob_bytes(tr);
+    uint8_t *b = malloc(n);
+    if (!b) return mw_error_set(-ENOMEM, "no memory for the commit record");
     blob_encode(tr, step, b);
-    return mw_offload_journal_note(tr->opt->eng, b, sizeof b);
+    int err = mw_offload_journal_note(tr->opt->eng, b, n);
+    free(b);
+    return err;
+}
+
+int mw_trainer_set_run_spec(struct mw_trainer *tr, const char *spec)
+{
+    size_t n = spec ? strlen(spec) : 0;
+    if (n > MW_TRAIN_SPEC_MAX)
+        return mw_error_set(-E2BIG, "the run's settings are %zu bytes; a commit record or checkpoint keeps at most %u "
+                            "(shorter paths?)", n, MW_TRAIN_SPEC_MAX);
+    char *c = n ? strdup(spec) : NULL;
+    if (n && !c) return mw_error_set(-ENOMEM, "no memory");
+    free(tr->run_spec);
+    tr->run_spec = c;
+    return 0;
 }
 
 int mw_train_resume_apply(struct mw_trainer *tr, const struct mw_offload_record *rec)
@@ -125,6 +167,7 @@ int mw_train_resume_apply(struct mw_trainer *tr, const struct mw_offload_record 
     struct mw_train_resume r;
     memset(&r, 0, sizeof r);
     int err = blob_decode(rec->blob, rec->blob_len, &r);
+    free(r.run_spec); /* the caller's part: read by mw_train_resume_read */
     if (err) return err;
     const struct mw_gpt2_config *a = &r.info.model, *b = &tr->model.cfg;
     if (tr->world > 1)
@@ -150,9 +193,13 @@ int mw_trainer_journal_begin(struct mw_trainer *tr, const char *data_path)
     if (err) return err;
     free(tr->journal_data);
     if (!(tr->journal_data = strdup(data_path ? data_path : ""))) return mw_error_set(-ENOMEM, "no memory");
-    uint8_t b[BLOB_BYTES];
+    size_t n = blob_bytes(tr);
+    uint8_t *b = malloc(n);
+    if (!b) return mw_error_set(-ENOMEM, "no memory for the commit record");
     blob_encode(tr, tr->step, b);
-    return mw_offload_journal_commit(tr->opt->eng, b, sizeof b);
+    err = mw_offload_journal_commit(tr->opt->eng, b, n);
+    free(b);
+    return err;
 }
 
 int mw_trainer_journal_end(struct mw_trainer *tr)

@@ -38,13 +38,59 @@ static int check_config(const struct mw_gpt2_config *mc, const struct mw_train_c
                             c->batch, c->seq, c->grad_accum);
     if (c->seq > mc->max_seq_len)
         return mw_error_set(-EINVAL, "sequence length %d exceeds the model's context %d", c->seq, mc->max_seq_len);
-    if (!(c->lr >= 0) || !(c->beta1 >= 0 && c->beta1 < 1) || !(c->beta2 >= 0 && c->beta2 < 1) || !(c->eps > 0))
-        return mw_error_set(-EINVAL, "bad AdamW hyper-parameters (lr %g, betas %g %g, eps %g)",
-                            c->lr, c->beta1, c->beta2, c->eps);
+    /* Written so that a NaN fails every test (it compares false). */
+    if (!(c->lr >= 0 && c->lr <= 10) || !(c->beta1 >= 0 && c->beta1 < 1) || !(c->beta2 >= 0 && c->beta2 < 1) ||
+        !(c->eps > 0 && c->eps <= 1))
+        return mw_error_set(-EINVAL, "bad AdamW hyper-parameters (lr %g, betas %g %g, eps %g): lr in [0, 10], betas in "
+                            "[0, 1), eps in (0, 1]", c->lr, c->beta1, c->beta2, c->eps);
+    if (!(c->weight_decay >= 0 && c->weight_decay <= 10) || !(c->min_lr_frac >= 0 && c->min_lr_frac <= 1) ||
+        !(c->clip >= 0 && c->clip <= 1e9))
+        return mw_error_set(-EINVAL, "bad schedule or clipping (weight decay %g, minimum lr fraction %g, clip %g): weight "
+                            "decay in [0, 10], the fraction in [0, 1], clip in [0, 1e9] (0: off)", c->weight_decay,
+                            c->min_lr_frac, c->clip);
+    if (c->warmup < 0 || c->val_every < 0 || c->val_batches < 0 || c->ckpt_every < 0 || c->threads < 0)
+        return mw_error_set(-EINVAL, "warm-up, validation, checkpoint intervals and threads must be >= 0");
     if (d->max_token >= mc->vocab_size)
         return mw_error_set(-EINVAL, "data %s holds token %d but the model's vocabulary is %d; use --vocab %d or more",
                             d->path, d->max_token, mc->vocab_size, d->max_token + 1);
     return mw_data_check(d, c->seq);
+}
+
+/* MemAvailable of /proc/meminfo in bytes; 0 when it cannot be read. */
+static uint64_t mem_available(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    unsigned long long kib = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1) break;
+    fclose(f);
+    return (uint64_t)kib * 1024;
+}
+
+/* The model's arrays are allocated lazily by the kernel: a run that asks for more than the machine
+ * has starts, and is killed by the OOM killer in its first forward pass. Refused here instead,
+ * against what the machine has available now, with the numbers and what to lower. */
+static int check_memory(const struct mw_gpt2_config *mc, const struct mw_gpt2_options *mo, int streaming, int opt_dram)
+{
+    struct mw_gpt2_sizes z;
+    int err = mw_gpt2_sizes(mc, mo, &z);
+    if (err) return err;
+    uint64_t need = z.acts_bytes, avail = mem_available();
+    if (!streaming && (mw_add_u64(need, z.params_bytes, &need) || mw_add_u64(need, z.grads_bytes, &need)))
+        need = UINT64_MAX;
+    /* The optimizer in DRAM: two fp32 moments per parameter at least (the engine's own plan
+     * checks the rest against --dram-budget). */
+    if (opt_dram && (mw_add_u64(need, 2 * z.params_bytes, &need))) need = UINT64_MAX;
+    if (!avail || need <= avail) return 0;
+    char a[32], b[32], c[32];
+    return mw_error_set(-ENOMEM, "the run's arrays need %s (activations %s for %d x %d tokens per micro-batch%s%s) and "
+                        "this machine has %s available (MemAvailable): lower --batch or --seq, add --recompute%s%s",
+                        mw_fmt_bytes(a, sizeof a, need), mw_fmt_bytes(b, sizeof b, z.acts_bytes), mo->max_batch,
+                        mo->max_seq, streaming ? "" : ", weights and gradients", opt_dram ? ", the optimizer's moments" : "",
+                        mw_fmt_bytes(c, sizeof c, avail), opt_dram ? ", put the optimizer on NVMe (--optimizer-tier nvme)" : "",
+                        streaming ? "" : ", or stream the weights (--offload-params nvme)");
 }
 
 /* The streamed run's DRAM plan from the model and the optimizer's plan: the trainer and
@@ -135,6 +181,7 @@ int mw_trainer_init(struct mw_trainer *tr, const struct mw_gpt2_config *mcfg,
     /* Layer-major recomputes each block from its saved input (bitwise the same gradients), so
      * the model needs only one block's activations. */
     struct mw_gpt2_options mo = {tr->local_batch, cfg->seq, cfg->recompute || cfg->layer_major, cfg->threads};
+    if ((err = check_memory(mcfg, &mo, streaming, cfg->tier == MW_OFFLOAD_DRAM))) return err;
     if ((err = mw_gpt2_init(&tr->model, mcfg, &mo))) return err;
     if (!streaming) mw_gpt2_init_weights(&tr->model, cfg->seed); /* streamed: unit by unit at engine init */
     tr->res = calloc(1, sizeof *tr->res);
@@ -265,6 +312,7 @@ void mw_trainer_free(struct mw_trainer *tr)
     free(tr->g_inputs);
     free(tr->g_targets);
     free(tr->journal_data);
+    free(tr->run_spec);
     if (tr->model.params) mw_gpt2_free(&tr->model);
     memset(tr, 0, sizeof *tr);
 }
