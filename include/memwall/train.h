@@ -31,6 +31,7 @@
 
 #include "memwall/data.h"
 #include "memwall/gpt2.h"
+#include "memwall/model.h"
 #include "memwall/offload.h"
 
 struct mw_trace; /* memwall/trace.h */
@@ -243,6 +244,7 @@ struct mw_ckpt_info {
     int world, rank, zero_stage;
     uint64_t subgroup_size, own_first, own_n;
     uint32_t spec_bytes;   /* version 2: bytes of the run's settings after the header (mw_ckpt_read_spec) */
+    struct mw_net_config net; /* the model family and its config (version 1: GPT-2, from `model`) */
 };
 
 /* Writes the trainer's state to path (atomically: a temporary in the same directory, fsync,

@@ -13,6 +13,7 @@
 #include "memwall/train.h"
 #include "memwall/common.h"
 #include "memwall/fsutil.h"
+#include "memwall/model.h"
 #include "train/optimizer_step.h"
 #include "train/residency.h"
 #include "train/zero.h"
@@ -51,8 +52,10 @@ enum {
     H_DATAPATH = 216, H_DATAPATH_LEN = 512,
     /* Data parallelism (0 in files of single-rank runs, read as world 1). */
     H_WORLD = 728, H_RANK = 732, H_ZERO = 736, H_SGSIZE = 744, H_OWNFIRST = 752, H_OWNN = 760,
-    /* Version 2: the bytes of the run's settings (mw_trainer_set_run_spec) right after the header. */
-    H_SPECLEN = 768,
+    /* Version 2: the bytes of the run's settings (mw_trainer_set_run_spec) right after the header;
+     * the model family (memwall/model.h: its stable id) and its config as the family encodes it
+     * (GPT-2's is also in the fields above, where version 1 has it). */
+    H_SPECLEN = 768, H_FAMILY = 772, H_NETCFG = 776, /* .. 776 + MW_NET_CONFIG_WIRE */
 };
 
 void mw_ckpt_header_encode(uint8_t *h, const struct mw_ckpt_info *in)
@@ -84,6 +87,11 @@ void mw_ckpt_header_encode(uint8_t *h, const struct mw_ckpt_info *in)
     put32(h, H_ZERO, (uint32_t)in->zero_stage); put64(h, H_SGSIZE, in->subgroup_size);
     put64(h, H_OWNFIRST, in->own_first); put64(h, H_OWNN, in->own_n);
     put32(h, H_SPECLEN, in->spec_bytes);
+    const struct mw_net_family *fam = in->net.family ? in->net.family : mw_net_family_by_id(0);
+    struct mw_net_config gc = {fam, {0}};
+    if (!in->net.family) memcpy(gc.raw, &in->model, sizeof in->model); /* a GPT-2 caller */
+    put32(h, H_FAMILY, fam->id);
+    fam->config_encode(in->net.family ? in->net.raw : gc.raw, h + H_NETCFG);
 }
 
 int mw_ckpt_header_decode(const uint8_t *h, struct mw_ckpt_info *out, const char *path)
@@ -118,6 +126,13 @@ int mw_ckpt_header_decode(const uint8_t *h, struct mw_ckpt_info *out, const char
     out->zero_stage = (int)get32(h, H_ZERO); out->subgroup_size = get64(h, H_SGSIZE);
     out->own_first = get64(h, H_OWNFIRST); out->own_n = get64(h, H_OWNN);
     out->spec_bytes = out->version >= 2 ? get32(h, H_SPECLEN) : 0;
+    uint32_t fid = out->version >= 2 ? get32(h, H_FAMILY) : 0;
+    if (!(out->net.family = mw_net_family_by_id(fid)))
+        return mw_error_set(MW_EFORMAT, "checkpoint %s holds a model of family %u, which this memwall does not know", path, fid);
+    if (out->version >= 2) {
+        int err = out->net.family->config_decode(h + H_NETCFG, out->net.raw);
+        if (err) return mw_error_set(MW_EFORMAT, "checkpoint %s: invalid %s config (%s)", path, out->net.family->name, mw_error_msg());
+    }
     if (out->spec_bytes > MW_TRAIN_SPEC_MAX)
         return mw_error_set(MW_EFORMAT, "checkpoint %s: the run's settings are %u bytes, more than the %u a checkpoint "
                             "keeps (corrupt file?)", path, out->spec_bytes, MW_TRAIN_SPEC_MAX);
@@ -126,10 +141,16 @@ int mw_ckpt_header_decode(const uint8_t *h, struct mw_ckpt_info *out, const char
     if (out->world < 1 || out->rank < 0 || out->rank >= out->world || out->zero_stage < 0 || out->zero_stage > 3)
         return mw_error_set(MW_EFORMAT, "checkpoint %s: invalid rank fields (rank %d of %d, ZeRO %d)", path,
                             out->rank, out->world, out->zero_stage);
-    if (mw_gpt2_config_check(m) != 0)
+    /* GPT-2 (family 0) is also kept in the fields of version 1; another family only in its own. */
+    if (fid == 0 && mw_gpt2_config_check(m) != 0)
         return mw_error_set(MW_EFORMAT, "checkpoint %s: invalid model config in the header (%s)", path, mw_error_msg());
+    if (out->version < 2) memcpy(out->net.raw, m, sizeof *m);
+    else if (fid == 0 && memcmp(out->net.raw, m, sizeof *m))
+        return mw_error_set(MW_EFORMAT, "checkpoint %s: the GPT-2 config is kept twice and the two differ (corrupt file?)", path);
+    struct mw_net_options one = {1, 1, 0, 1};
+    struct mw_net_sizes ns;
     uint64_t pbytes;
-    if (out->n_params != mw_gpt2_num_params(m) || mw_mul_u64(out->n_params, 4, &pbytes) ||
+    if (mw_net_sizes(&out->net, &one, &ns) || out->n_params != ns.n_params || mw_mul_u64(out->n_params, 4, &pbytes) ||
         get64(h, H_PBYTES) != pbytes || out->step < 0)
         return mw_error_set(MW_EFORMAT, "checkpoint %s: header sizes disagree with its model config", path);
     /* The run's settings become the defaults of a resumed run: each in the range the command line

@@ -1,0 +1,180 @@
+/*
+ * model.h — the model seam (docs/model.md): a table a model family fills, and the instance of a
+ * model (struct mw_net) that the trainer, checkpoints, streaming, ZeRO, the CLI and the planner
+ * speak to. GPT-2 is the first family (src/model/gpt2_net.c); a family is added by filling one
+ * table and one registry line (src/model/registry.c), without touching train/, cli/ or plan/.
+ *
+ * Why a table and not a model base struct with virtual fields: the families differ in everything
+ * behind the flat arrays (GPT-2: LayerNorm and learned positions; Llama: RMSNorm, rotary, gated
+ * MLP, grouped heads) and in nothing the callers use. What callers need is exactly what is here:
+ *   - a config they can check, describe to the planner (struct mw_model of memwall/plan.h, the
+ *     planner's description: one description for the trainer and the planner), print, and keep
+ *     in a checkpoint (a fixed-size encoding with the family's stable id);
+ *   - one flat fp32 array of parameters and one of gradients, in the family's tensor order, with
+ *     HF names, cut into weight units (contiguous ranges that a pass reads one after another:
+ *     the unit of ZeRO-3 gathers, of NVMe streaming and of checkpoint writes);
+ *   - forward/backward of a micro-batch, and the layer-major step over a set of micro-batches,
+ *     telling the caller when each unit's weights are needed (the weights hook) and when a range
+ *     of gradients is final (grad_ready);
+ *   - initialisation (whole, or a unit at a time) and safetensors load/save (whole, or a unit at
+ *     a time).
+ * The calls cost one indirect call per pass or unit, nothing per element.
+ *
+ * Unit order (one source for the trainer, ZeRO, streaming and the planner): units are numbered in
+ * the order of the flat array; a pass acquires them in the order mw_net_unit_order gives for it
+ * (forward or backward, batch-major or layer-major), which tests/test_net.c checks against what
+ * the passes really acquire.
+ */
+#ifndef MEMWALL_MODEL_H
+#define MEMWALL_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct mw_model; /* memwall/plan.h: the planner's description of a model */
+
+#define MW_NET_CONFIG_BYTES 256u /* room for any family's config struct */
+#define MW_NET_CONFIG_WIRE 128u  /* a family's config in a checkpoint header, little-endian */
+
+struct mw_net_family;
+
+/* A family and its config (the family's own struct in raw; only the family reads it). */
+struct mw_net_config {
+    const struct mw_net_family *family;
+    _Alignas(8) unsigned char raw[MW_NET_CONFIG_BYTES];
+};
+
+struct mw_net_options {
+    int max_batch;     /* largest micro-batch a pass is given (activations are sized for it) */
+    int max_seq;       /* longest sequence (0: the model's context) */
+    int recompute;     /* keep only each block's input, recompute in backward (same gradients) */
+    int n_threads;     /* OpenMP/OpenBLAS threads; 0 = all */
+};
+
+struct mw_net_sizes {
+    size_t n_params;        /* elements of params (= of grads) */
+    size_t params_bytes, grads_bytes;
+    size_t acts_bytes;      /* the one activation allocation for (max_batch, max_seq) */
+    size_t acts_bytes_full; /* the same without recomputation */
+};
+
+/* One tensor of the flat array. */
+struct mw_net_tensor {
+    const char *name;  /* HF name, e.g. "h.3.attn.c_attn.weight" */
+    int ndim;          /* 1 or 2 */
+    size_t shape[2];   /* shape[1] = 1 for 1-D tensors */
+    size_t offset;     /* first element in params/grads */
+    size_t numel;
+};
+
+enum mw_net_pass { MW_NET_FORWARD = 0, MW_NET_BACKWARD = 1 };
+enum mw_net_unit_event { MW_NET_UNIT_ACQUIRE = 0, MW_NET_UNIT_RELEASE = 1 };
+/* ACQUIRE before a pass reads unit `unit`, RELEASE after its last read (backward = 1 in a
+ * backward pass). Non-zero ends the pass with that code. */
+typedef int (*mw_net_weights_fn)(void *user, int event, int unit, int backward);
+/* grads[first, first + n) is final for this micro-batch (layer-major: for the step). */
+typedef void (*mw_net_grad_ready_fn)(size_t first, size_t n, void *user);
+
+/* What the caller hears during a layer-major step (the fields mean what memwall/gpt2.h's
+ * mw_gpt2_lm_calls says; acts events: MW_NET_ACTS_*). */
+struct mw_net_lm_calls {
+    int (*before_grads)(void *user);
+    mw_net_grad_ready_fn grad_ready;
+    void (*forward_done)(void *user, uint64_t ns);
+    void (*backward_done)(void *user, uint64_t ns);
+    int (*acts)(void *user, int event, int layer, int mb, float **buf);
+    void *user;
+};
+enum mw_net_acts_event { MW_NET_ACTS_FILL = 0, MW_NET_ACTS_FILLED = 1, MW_NET_ACTS_GET = 2, MW_NET_ACTS_DONE = 3 };
+
+/* An instance. Callers read the fields and write only the CONTENTS of params and grads. */
+struct mw_net {
+    const struct mw_net_family *family;
+    struct mw_net_config cfg;
+    struct mw_net_options opts;  /* as given, 0s resolved */
+    struct mw_net_sizes sizes;
+    float *params, *grads;       /* [n_params] fp32, page-aligned whole pages */
+    int n_units;
+    int n_layer;                 /* transformer blocks (units that hold activations) */
+    int vocab, padded_vocab;     /* tokens the softmax runs over; rows of the output layer */
+    int context;                 /* the longest sequence the model accepts */
+    float loss;                  /* mean loss of the last forward with targets; -1 without */
+    void *impl;                  /* the family's instance */
+};
+
+/* The table a family fills. Every entry is required unless marked optional. */
+struct mw_net_family {
+    const char *name;  /* "gpt2": the registry key and what `memwall train --model` names */
+    uint32_t id;       /* stable, kept in checkpoints (GPT-2: 0, what checkpoints before the seam hold) */
+    /* ---- config (cfg points at mw_net_config.raw) ---- */
+    int (*config_check)(const void *cfg);                         /* 0 or -EINVAL, message set */
+    void (*config_describe)(const void *cfg, struct mw_model *d); /* the planner's description */
+    void (*config_summary)(const void *cfg, char *buf, size_t n); /* "L=12 heads=12 width=768 ..." */
+    void (*config_encode)(const void *cfg, uint8_t wire[MW_NET_CONFIG_WIRE]);
+    int (*config_decode)(const uint8_t wire[MW_NET_CONFIG_WIRE], void *cfg); /* hostile: checked */
+    int (*sizes)(const void *cfg, const struct mw_net_options *o, struct mw_net_sizes *out);
+    /* ---- an instance ---- */
+    int (*init)(struct mw_net *n, const struct mw_net_options *o); /* n->cfg set; fills the rest */
+    void (*free)(struct mw_net *n);
+    void (*init_weights)(struct mw_net *n, uint64_t seed);
+    int (*init_weights_unit)(struct mw_net *n, uint64_t seed, int unit);
+    void (*warm_runtime)(const struct mw_net *n);
+    int (*unit_range)(const struct mw_net *n, int unit, size_t *first, size_t *count);
+    void (*unit_name)(const struct mw_net *n, int unit, char *buf, size_t len);
+    /* The units a pass acquires, in order (a unit may come twice: GPT-2's tied head), into
+     * order[0..max): the count (may exceed max). layer_major: the layer-major step's passes. */
+    int (*unit_order)(const struct mw_net *n, enum mw_net_pass pass, int layer_major, int *order, int max);
+    int (*n_tensors)(const struct mw_net *n);
+    void (*tensor)(const struct mw_net *n, int i, struct mw_net_tensor *out);
+    void (*set_weights_hook)(struct mw_net *n, mw_net_weights_fn fn, void *user);
+    int (*forward)(struct mw_net *n, const int32_t *inputs, const int32_t *targets, int B, int T);
+    const float *(*logits)(const struct mw_net *n); /* [B, T, padded_vocab] of the last forward */
+    int (*backward)(struct mw_net *n, float grad_scale, mw_net_grad_ready_fn cb, void *user);
+    int (*accum_set)(struct mw_net *n, int index, int count);
+    size_t (*defer_bytes)(const struct mw_net *n, int count);
+    int (*step_layer_major)(struct mw_net *n, int nmb, const int32_t *inputs, const int32_t *targets, int B, int T,
+                            float grad_scale, const struct mw_net_lm_calls *calls, float *losses);
+    size_t (*lm_bytes)(const struct mw_net *n, int nmb, int acts);
+    size_t (*act_slot_bytes)(const struct mw_net *n);
+    void (*acts_lend)(struct mw_net *n, float *slot);
+    size_t (*own_block_bytes)(const struct mw_net *n);
+    void (*zero_grad)(struct mw_net *n);
+    /* ---- weights in files ---- */
+    int (*load_safetensors)(struct mw_net *n, const char *path);
+    int (*loader_open)(void **loader, const struct mw_net *n, const char *path); /* a unit at a time */
+    int (*loader_unit)(void *loader, struct mw_net *n, int unit);
+    void (*loader_close)(void *loader);
+    int (*save_safetensors_units)(const struct mw_net *n, const char *path, mw_net_weights_fn fn, void *user);
+};
+
+/* ---- the registry (src/model/registry.c) ---- */
+const struct mw_net_family *mw_net_family_find(const char *name); /* NULL: unknown */
+const struct mw_net_family *mw_net_family_by_id(uint32_t id);     /* NULL: unknown */
+const struct mw_net_family *mw_net_family_at(int i);               /* NULL past the last */
+
+/* ---- calls through the table (src/model/net.c) ---- */
+int mw_net_config_check(const struct mw_net_config *c);
+int mw_net_sizes(const struct mw_net_config *c, const struct mw_net_options *o, struct mw_net_sizes *out);
+int mw_net_init(struct mw_net *n, const struct mw_net_config *c, const struct mw_net_options *o);
+void mw_net_free(struct mw_net *n);
+int mw_net_unit_range(const struct mw_net *n, int unit, size_t *first, size_t *count);
+int mw_net_unit_order(const struct mw_net *n, enum mw_net_pass pass, int layer_major, int *order, int max);
+void mw_net_unit_name(const struct mw_net *n, int unit, char *buf, size_t len);
+
+static inline int mw_net_forward(struct mw_net *n, const int32_t *in, const int32_t *tg, int B, int T)
+{
+    return n->family->forward(n, in, tg, B, T);
+}
+static inline int mw_net_backward(struct mw_net *n, float scale, mw_net_grad_ready_fn cb, void *user)
+{
+    return n->family->backward(n, scale, cb, user);
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,77 @@
+/*
+ * net.c — the model seam's registry and the calls through a family's table (memwall/model.h).
+ * Adding a family: its table in its own file, and one line in `families` below.
+ */
+#include "memwall/model.h"
+#include "memwall/common.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+extern const struct mw_net_family mw_net_gpt2; /* gpt2_net.c */
+
+static const struct mw_net_family *const families[] = {
+    &mw_net_gpt2,
+};
+#define N_FAMILIES (int)(sizeof families / sizeof families[0])
+
+const struct mw_net_family *mw_net_family_find(const char *name)
+{
+    for (int i = 0; name && i < N_FAMILIES; i++)
+        if (!strcmp(families[i]->name, name)) return families[i];
+    return NULL;
+}
+
+const struct mw_net_family *mw_net_family_by_id(uint32_t id)
+{
+    for (int i = 0; i < N_FAMILIES; i++)
+        if (families[i]->id == id) return families[i];
+    return NULL;
+}
+
+const struct mw_net_family *mw_net_family_at(int i) { return i >= 0 && i < N_FAMILIES ? families[i] : NULL; }
+
+int mw_net_config_check(const struct mw_net_config *c)
+{
+    if (!c->family) return mw_error_set(-EINVAL, "model config without a family");
+    return c->family->config_check(c->raw);
+}
+
+int mw_net_sizes(const struct mw_net_config *c, const struct mw_net_options *o, struct mw_net_sizes *out)
+{
+    int err = mw_net_config_check(c);
+    return err ? err : c->family->sizes(c->raw, o, out);
+}
+
+int mw_net_init(struct mw_net *n, const struct mw_net_config *c, const struct mw_net_options *o)
+{
+    memset(n, 0, sizeof *n);
+    int err = mw_net_config_check(c);
+    if (err) return err;
+    n->family = c->family;
+    n->cfg = *c;
+    if ((err = c->family->init(n, o))) memset(n, 0, sizeof *n);
+    return err;
+}
+
+void mw_net_free(struct mw_net *n)
+{
+    if (n->family) n->family->free(n);
+    memset(n, 0, sizeof *n);
+}
+
+int mw_net_unit_range(const struct mw_net *n, int unit, size_t *first, size_t *count)
+{
+    return n->family->unit_range(n, unit, first, count);
+}
+
+int mw_net_unit_order(const struct mw_net *n, enum mw_net_pass pass, int layer_major, int *order, int max)
+{
+    return n->family->unit_order(n, pass, layer_major, order, max);
+}
+
+void mw_net_unit_name(const struct mw_net *n, int unit, char *buf, size_t len)
+{
+    n->family->unit_name(n, unit, buf, len);
+}
