@@ -27,6 +27,7 @@
 #define MEMWALL_TRAIN_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #include "memwall/data.h"
@@ -280,6 +281,18 @@ void mw_train_outputs_release(struct mw_train_outlock *lock);
 int mw_train_sweep_tmp(const char *dir, const char *prefix, int *removed);
 /* An absolute path for path, which need not exist (its directory must). */
 int mw_train_abs_path(const char *path, char *out, size_t n);
+
+/* ---- the JSON step log (src/train/runlog.c): one object per line ---- */
+struct mw_train_log { FILE *f; char *path; };
+/* resume_step < 0: a new log (truncated). Otherwise the log of a resumed run: the lines of steps
+ * after resume_step are dropped (*dropped, optional, counts them) and the log goes on after it. */
+int mw_train_log_open(struct mw_train_log *l, const char *path, int64_t resume_step, int *dropped);
+int mw_train_log_val(struct mw_train_log *l, int64_t step, float val_loss); /* {"step":S,"val_loss":X} */
+/* A step's line (val_loss: NULL when the step had no validation); flushed. */
+int mw_train_log_step(struct mw_train_log *l, const struct mw_train_step_stats *st, const float *val_loss,
+                      const struct mw_train_bytes *tb, int ranks, int zero);
+/* Flushed, synced and closed; the real errno of a failure. Idempotent. */
+int mw_train_log_close(struct mw_train_log *l);
 
 /* The caller's settings of the run, as text of at most MW_TRAIN_SPEC_MAX bytes without NULs, kept
  * opaque in every commit record and checkpoint from now on (memwall train: every option, so that

@@ -662,7 +662,7 @@ static int train_main(int argc, char **argv)
 }
 
 struct run_state {
-    FILE *log;
+    struct mw_train_log log;
     struct mw_train_outlock *outlock;
     struct mw_trace *trace;
     struct mw_trainer tr;
@@ -791,60 +791,6 @@ static int report_zero_memory(struct run_state *s, const struct mw_gpt2_config *
     return 0;
 }
 
-/* --log-json: a fresh run's is new; a resumed run's keeps the lines of the steps up to the one it
- * resumes at (the step in flight when it stopped was logged and runs again) and goes on after
- * them, so no step is in it twice. Rewritten atomically. */
-static int open_log(struct run_state *s, int resumed)
-{
-    if (resumed) {
-        FILE *f = fopen(A.log_json, "rb");
-        if (f) {
-            char *keep = NULL, *line = NULL;
-            size_t kn = 0, cap = 0;
-            FILE *k = open_memstream(&keep, &kn);
-            ssize_t len;
-            int dropped = 0;
-            while (k && (len = getline(&line, &cap, f)) > 0) {
-                long long st;
-                int used = 0;
-                if (line[len - 1] == '\n' && sscanf(line, "{\"step\":%lld%n", &st, &used) == 1 && used > 8 &&
-                    (line[used] == ',' || line[used] == '}') && st >= 0 && st <= s->tr.step)
-                    fwrite(line, 1, (size_t)len, k);
-                else
-                    dropped++;
-            }
-            free(line);
-            int rerr = ferror(f);
-            fclose(f);
-            if (!k) return mw_error_set(-ENOMEM, "no memory for %s", A.log_json);
-            fclose(k);
-            int err = rerr ? mw_error_set(-EIO, "cannot read %s", A.log_json) : mw_atomic_write_file(A.log_json, keep, kn);
-            free(keep);
-            if (err) return err;
-            if (dropped) printf("  log %s: %d line%s after step %" PRId64 " dropped (they run again)\n", A.log_json,
-                                dropped, dropped == 1 ? "" : "s", s->tr.step);
-        }
-    }
-    if (!(s->log = fopen(A.log_json, resumed ? "a" : "w"))) {
-        int e = errno;
-        return mw_error_set(-e, "cannot open %s: %s", A.log_json, strerror(e));
-    }
-    return 0;
-}
-
-/* The log durable: flushed, synced, closed; the real errno of a failure (ENOSPC, not EIO). */
-static int close_log(struct run_state *s)
-{
-    FILE *f = s->log;
-    s->log = NULL;
-    errno = 0;
-    int bad = fflush(f) != 0 || ferror(f);
-    int e = errno ? errno : EIO;
-    if (!bad && fsync(fileno(f)) != 0 && errno != EINVAL) { bad = 1; e = errno; }
-    if (fclose(f) != 0 && !bad) { bad = 1; e = errno ? errno : EIO; }
-    return bad ? mw_error_set(-e, "writing %s failed: %s", A.log_json, strerror(e)) : 0;
-}
-
 /* The trace, once the trainer is gone (its tiers record their frees). 0 or 1 (printed). */
 static int write_trace(struct run_state *s)
 {
@@ -890,7 +836,7 @@ static int stop_run(struct run_state *s, int sig, const char *data_path)
         snprintf(how, sizeof how, "memwall train --resume %s", last_ckpt);
     else if (!err && A.out_dir && world > 1)
         snprintf(how, sizeof how, "mpirun -np %d memwall train --resume %s/ckpt_%08" PRId64 ".r%%r.mwck", world, A.out_dir, step);
-    if (s->log && (err = close_log(s))) mw_cli_fail("writing --log-json", err);
+    if ((err = mw_train_log_close(&s->log))) mw_cli_fail("writing --log-json", err);
     if (s->trace) write_trace(s);
     fprintf(stderr, "memwall train: stopped by %s after step %" PRId64 " of %" PRId64 "; %s%s\n",
             sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal", step, steps,
@@ -973,7 +919,16 @@ static int run(const char *data_path, const struct mw_gpt2_config *mc, const str
         goto out;
     }
     if (A.out_dir && (err = mw_mkdir_p(A.out_dir, 0777))) { mw_cli_fail("creating --out-dir", err); goto out; }
-    if (A.log_json && rank == 0 && (err = open_log(&s, resume_info || resume_dir))) { mw_cli_fail("opening --log-json", err); goto out; }
+    if (A.log_json && rank == 0) {
+        int dropped = 0;
+        if ((err = mw_train_log_open(&s.log, A.log_json, resume_info || resume_dir ? s.tr.step : -1, &dropped))) {
+            mw_cli_fail("opening --log-json", err);
+            goto out;
+        }
+        if (dropped)
+            printf("  log %s: %d line%s after step %" PRId64 " dropped (they run again)\n", A.log_json, dropped,
+                   dropped == 1 ? "" : "s", s.tr.step);
+    }
     struct mw_train_bytes tb;
     mw_trainer_bytes(&s.tr, &tb);
     if (s.trace) trace_model_memory(&s, &tb);
@@ -1051,7 +1006,7 @@ static int run(const char *data_path, const struct mw_gpt2_config *mc, const str
     float val = 0;
     if (tc->val_every > 0 && s.tr.step == 0) {
         if (do_eval(&s, 0, &val)) goto out;
-        if (s.log) { fprintf(s.log, "{\"step\":0,\"val_loss\":%.9g}\n", val); fflush(s.log); }
+        if ((err = mw_train_log_val(&s.log, 0, val))) { mw_cli_fail("writing --log-json", err); goto out; }
     }
     uint64_t t_run = mw_now_ns(), tokens_run = 0;
     int stop = 0;
@@ -1089,24 +1044,9 @@ static int run(const char *data_path, const struct mw_gpt2_config *mc, const str
                    st.skipped ? " (inf/NaN: skipped)" : st.clipped ? " (clipped)" : "", tps, ms, s.tiers, io);
         fflush(stdout);
         if (have_val && do_eval(&s, st.step, &val)) goto out;
-        if (s.log) {
-            fprintf(s.log, "{\"step\":%" PRId64 ",\"loss\":%.9g,", st.step, st.loss);
-            if (have_val) fprintf(s.log, "\"val_loss\":%.9g,", val);
-            fprintf(s.log, "\"lr\":%.9g,\"grad_norm\":%.9g,\"clipped\":%s,\"skipped\":%s,\"tokens\":%" PRIu64
-                    ",\"tokens_per_s\":%.1f,\"ms\":%.3f,\"dram_bytes\":%" PRIu64 ",\"nvme_bytes\":%" PRIu64
-                    ",\"nvme_read_bytes\":%" PRIu64 ",\"nvme_write_bytes\":%" PRIu64 ",\"io_wait_s\":%.6f"
-                    ",\"forward_ms\":%.3f,\"backward_ms\":%.3f,\"update_ms\":%.3f,\"ranks\":%d,\"zero\":%d"
-                    ",\"comm_sent_bytes\":%" PRIu64 ",\"comm_sent_mean_bytes\":%" PRIu64 ",\"comm_wait_s\":%.6f}\n",
-                    st.lr, st.grad_norm, st.clipped ? "true" : "false", st.skipped ? "true" : "false", st.tokens,
-                    tps, ms, tb.params + tb.grads + tb.opt_dram + tb.acts, tb.opt_nvme, st.nvme_read_bytes,
-                    st.nvme_write_bytes, st.io_wait_s, (double)st.forward_ns / 1e6, (double)st.backward_ns / 1e6,
-                    (double)st.update_ns / 1e6, world, world > 1 ? (int)A.zero : 0, st.comm_sent_bytes, st.comm_sent_mean_bytes, st.comm_wait_s);
-            errno = 0;
-            if (fflush(s.log) != 0 || ferror(s.log)) {
-                int e = errno ? errno : EIO;
-                mw_cli_fail("writing --log-json", mw_error_set(-e, "writing %s failed: %s", A.log_json, strerror(e)));
-                goto out;
-            }
+        if ((err = mw_train_log_step(&s.log, &st, have_val ? &val : NULL, &tb, world, world > 1 ? (int)A.zero : 0))) {
+            mw_cli_fail("writing --log-json", err);
+            goto out;
         }
         if (tc->ckpt_every > 0 && (st.step % tc->ckpt_every == 0 || last) && save_ckpt(&s, data_path)) goto out;
         test_stop_hook(st.step);
@@ -1147,7 +1087,7 @@ static int run(const char *data_path, const struct mw_gpt2_config *mc, const str
         if (err) { mw_cli_fail("writing the model", err); goto out; }
         printf("model: %s\n", path);
     }
-    if (s.log && (err = close_log(&s))) { mw_cli_fail("writing --log-json", err); goto out; }
+    if ((err = mw_train_log_close(&s.log))) { mw_cli_fail("writing --log-json", err); goto out; }
     if (A.sample_len > 0) {
         int32_t prompt = s.data.tokenizer == MW_TOKENIZER_BYTES ? MW_TOK_EOT : (mc->vocab_size > 50256 ? 50256 : 0);
         int32_t *out = malloc((size_t)A.sample_len * sizeof *out);
@@ -1169,7 +1109,7 @@ static int run(const char *data_path, const struct mw_gpt2_config *mc, const str
     if (tc->journal && (err = retire_state(tc))) { mw_cli_fail("removing the run's NVMe files", err); goto out; }
     rc = 0;
 out:
-    if (s.log) fclose(s.log);
+    mw_train_log_close(&s.log);
     mw_trainer_free(&s.tr);
     mw_train_outputs_release(s.outlock);
     if (comm) mw_comm_set_trace(comm, NULL); /* the recorder goes; MPI stays until mw_cmd_train ends */
