@@ -36,6 +36,16 @@ int main(void)
         cfg.backend = MW_COMM_MPI;
         CHECK_EQ_INT(mw_comm_init(&c, NULL, NULL, &cfg), -ENOTSUP);
         CHECK(c == NULL);
+        CHECK(strstr(mw_error_msg(), "memwall was built without MPI") != NULL);
+        if (!getenv("OMPI_COMM_WORLD_SIZE")) { /* AUTO under a launcher, built without MPI */
+            cfg.backend = MW_COMM_AUTO;
+            setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+            CHECK(mw_comm_launched());
+            CHECK_EQ_INT(mw_comm_init(&c, NULL, NULL, &cfg), -ENOTSUP);
+            CHECK(c == NULL);
+            CHECK(strstr(mw_error_msg(), "started by an MPI launcher but memwall was built without MPI") != NULL);
+            unsetenv("OMPI_COMM_WORLD_SIZE");
+        }
     }
     if (!mw_comm_launched()) { /* AUTO without mpirun: one rank, MPI never initialised */
         cfg.backend = MW_COMM_AUTO;

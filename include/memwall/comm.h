@@ -8,8 +8,11 @@
  * collective lands in the trace (cat "comm") and in per-rank byte counters.
  *
  * Backends: MPI (Open MPI, launched by mpirun) when memwall was built with MPI
- * (MEMWALL_HAVE_MPI) and the process was started by a launcher; otherwise a single rank whose
- * collectives are copies, so that every code path runs the same without MPI.
+ * (mw_comm_have_mpi(); CMake also defines MEMWALL_HAVE_MPI for code built against the library,
+ * memwall itself never tests it) and the process was started by a launcher; otherwise a single
+ * rank whose collectives are copies, so that every code path runs the same without MPI. The
+ * choice is made once, at mw_comm_init; the two sit behind one internal function table
+ * (src/comm/comm_impl.h).
  *
  * Groups (communicators):
  *   WORLD    every rank.

@@ -1,8 +1,11 @@
 /*
  * comm.c — the generic half of memwall/comm.h: configuration, groups, the requests in flight,
- * bounded waits, byte counters and trace spans. Backends (comm_single.c, src/mpi/comm_mpi.c)
- * only start collectives and report completion, so accounting and failure handling are the
- * same whichever runs.
+ * bounded waits, byte counters and trace spans. Backends fill a struct mw_comm_iface
+ * (comm_impl.h: comm_single.c, src/mpi/comm_mpi.c) and only build the groups, start
+ * collectives and report completion, so accounting and failure handling are the same whichever
+ * runs. mw_comm_init picks the table once (MPI when asked for or launched by mpirun and the MPI
+ * table exists, else single); every later call goes through c->iface, except that a group of
+ * one rank always runs on the single table, and each request polls the table that started it.
  *
  * Requests in flight form a list, oldest first; test, wait and progress advance all of them in
  * that order (a deterministic allreduce's second phase must start in issue order).
@@ -49,14 +52,7 @@ const char *mw_comm_op_name(enum mw_comm_op op)
     return (unsigned)op <= MW_COMM_NOPS ? n[op] : "?";
 }
 
-int mw_comm_have_mpi(void)
-{
-#ifdef MEMWALL_HAVE_MPI
-    return 1;
-#else
-    return 0;
-#endif
-}
+int mw_comm_have_mpi(void) { return mw_comm_mpi_iface_() != NULL; }
 
 int mw_comm_launched(void)
 {
@@ -75,27 +71,17 @@ int mw_comm_init(struct mw_comm **out, int *argc, char ***argv, const struct mw_
     else mw_comm_config_default(&c->cfg);
     if (c->cfg.timeout_s <= 0) c->cfg.timeout_s = 300;
     c->trace = c->cfg.trace;
+    const struct mw_comm_iface *mpi = mw_comm_mpi_iface_(); /* NULL: built without MPI */
     int want_mpi = c->cfg.backend == MW_COMM_MPI || (c->cfg.backend == MW_COMM_AUTO && mw_comm_launched());
-    if (want_mpi && !mw_comm_have_mpi()) {
+    if (want_mpi && !mpi) {
         int autod = c->cfg.backend == MW_COMM_AUTO; /* launched by mpirun, but built without MPI */
         free(c);
         return mw_error_set(-ENOTSUP, "%smemwall was built without MPI (install libopenmpi-dev and rebuild)",
                             autod ? "started by an MPI launcher but " : "");
     }
-    if (!want_mpi) {
-        for (int g = 0; g < MW_COMM_NGROUPS; g++) { c->rank[g] = 0; c->size[g] = 1; }
-        c->node = 0;
-        c->nodes = 1;
-        *out = c;
-        return 0;
-    }
-#ifdef MEMWALL_HAVE_MPI
-    c->mpi = 1;
-    int rc = mw_comm_mpi_init(c, argc, argv);
+    c->iface = want_mpi ? mpi : mw_comm_single_iface_();
+    int rc = c->iface->init(c, argc, argv);
     if (rc) { free(c); return rc; }
-#else
-    (void)argc; (void)argv;
-#endif
     *out = c;
     return 0;
 }
@@ -109,10 +95,7 @@ int mw_comm_free(struct mw_comm *c)
         if (!q->done) inflight++; /* the MPI state stays: MPI may still write the buffers */
         else free(q);
     }
-    int rc = 0;
-#ifdef MEMWALL_HAVE_MPI
-    if (c->mpi) rc = mw_comm_mpi_free(c, inflight);
-#endif
+    int rc = c->iface->free ? c->iface->free(c, inflight) : 0;
     if (inflight && !rc)
         rc = mw_error_set(-EBUSY, "comm: %d collective(s) still in flight at shutdown", inflight);
     free(c);
@@ -121,10 +104,7 @@ int mw_comm_free(struct mw_comm *c)
 
 void mw_comm_abort(struct mw_comm *c, int code)
 {
-#ifdef MEMWALL_HAVE_MPI
-    if (c && c->mpi) mw_comm_mpi_abort(c, code);
-#endif
-    (void)c;
+    if (c && c->iface->abort) c->iface->abort(c, code); /* every rank (MPI_Abort) */
     exit(code);
 }
 
@@ -132,7 +112,7 @@ int mw_comm_rank(const struct mw_comm *c, enum mw_comm_group g) { return (unsign
 int mw_comm_size(const struct mw_comm *c, enum mw_comm_group g) { return (unsigned)g < MW_COMM_NGROUPS ? c->size[g] : -1; }
 int mw_comm_node(const struct mw_comm *c) { return c->node; }
 int mw_comm_nodes(const struct mw_comm *c) { return c->nodes; }
-int mw_comm_is_mpi(const struct mw_comm *c) { return c->mpi; }
+int mw_comm_is_mpi(const struct mw_comm *c) { return c->iface == mw_comm_mpi_iface_(); }
 void mw_comm_set_trace(struct mw_comm *c, struct mw_trace *tr) { c->trace = tr; }
 
 /* ---------------------------------------------------------------- requests */
@@ -192,24 +172,16 @@ static int start(struct mw_comm *c, struct mw_comm_args *a, struct mw_comm_req *
     q->payload_bytes = (uint64_t)a->total * sizeof(float);
     q->sent_bytes = ring_sent(a, me, size);
     q->start_ns = mw_trace_now(c->trace);
-    int rc = 0;
-    if (size == 1) {
-        mw_comm_single_run(a);
-        q->done = 1;
-    } else {
-#ifdef MEMWALL_HAVE_MPI
-        rc = mw_comm_mpi_start(c, q, a);
-#else
-        rc = mw_error_set(-ENOTSUP, "comm: a group of %d ranks without MPI", size);
-#endif
-    }
+    /* A group of one rank needs no peer: the single table serves it whatever the job's. */
+    q->iface = size == 1 ? mw_comm_single_iface_() : c->iface;
+    int done = 0, rc = q->iface->start(c, q, a, &done);
     if (rc) { free(q); return rc; }
     if (a->op < MW_COMM_NOPS) {
         c->stats.calls[a->op]++;
         c->stats.payload_bytes[a->op] += q->payload_bytes;
         c->stats.sent_bytes[a->op] += q->sent_bytes;
     }
-    if (q->done) req_finish(c, q, 0);
+    if (done) req_finish(c, q, 0);
     struct mw_comm_req **tail = &c->inflight; /* oldest first: progress goes in issue order */
     while (*tail) tail = &(*tail)->next;
     *tail = q;
@@ -243,14 +215,9 @@ int mw_comm_iallgather(struct mw_comm *c, enum mw_comm_group g, const float *sen
 static int poll_one(struct mw_comm *c, struct mw_comm_req *q)
 {
     if (q->done) return 0;
-#ifdef MEMWALL_HAVE_MPI
-    int done = 0, rc = mw_comm_mpi_poll(c, q, &done);
+    int done = 0, rc = q->iface->poll(c, q, &done);
     if (rc || done) req_finish(c, q, rc);
     return rc;
-#else
-    (void)c;
-    return 0;
-#endif
 }
 
 static void unlink_req(struct mw_comm *c, struct mw_comm_req *q)

@@ -1,5 +1,8 @@
 /*
- * comm_mpi.c — the MPI backend of memwall/comm.h (built only when CMake finds MPI).
+ * comm_mpi.c — the MPI backend of memwall/comm.h (built only when CMake finds MPI): fills the
+ * struct mw_comm_iface of comm_impl.h and hands it to comm.c through mw_comm_mpi_iface_()
+ * (a build without MPI compiles src/comm/comm_nompi.c instead, whose answer is NULL). The only
+ * file that includes mpi.h; nothing else in memwall tests MEMWALL_HAVE_MPI.
  *
  * Groups: WORLD is a dup of MPI_COMM_WORLD; NODE comes from MPI_Comm_split_type(SHARED) (or
  * rank / ranks_per_node for tests); CROSS splits WORLD by node-local rank; SHARD and REPLICA
@@ -75,7 +78,7 @@ static int prep(MPI_Comm cm, MPI_Comm *dst)
     return MPI_Comm_set_errhandler(cm, MPI_ERRORS_RETURN);
 }
 
-int mw_comm_mpi_init(struct mw_comm *c, int *argc, char ***argv)
+static int comm_mpi_init(struct mw_comm *c, int *argc, char ***argv)
 {
     int rc = 0, flag = 0, *leaders = NULL;
     struct mpi_state *s = calloc(1, sizeof *s);
@@ -155,7 +158,7 @@ err:
     return rc;
 }
 
-int mw_comm_mpi_free(struct mw_comm *c, int inflight)
+static int comm_mpi_free(struct mw_comm *c, int inflight)
 {
     struct mpi_state *s = c->be;
     if (!s) return 0;
@@ -175,7 +178,7 @@ int mw_comm_mpi_free(struct mw_comm *c, int inflight)
     return rc;
 }
 
-void mw_comm_mpi_abort(struct mw_comm *c, int code)
+static void comm_mpi_abort(struct mw_comm *c, int code)
 {
     (void)c;
     MPI_Abort(MPI_COMM_WORLD, code);
@@ -247,8 +250,9 @@ static void ordered_sum(const struct mpi_req *m, float *dst)
     }
 }
 
-int mw_comm_mpi_start(struct mw_comm *c, struct mw_comm_req *q, const struct mw_comm_args *a)
+static int comm_mpi_start(struct mw_comm *c, struct mw_comm_req *q, const struct mw_comm_args *a, int *done)
 {
+    (void)done; /* completes in comm_mpi_poll, never at once */
     struct mpi_state *s = c->be;
     const int size = c->size[a->group], me = c->rank[a->group];
     const char *what = a->op < MW_COMM_NOPS ? mw_comm_op_name((enum mw_comm_op)a->op) : "barrier";
@@ -321,7 +325,7 @@ err:
     return rc;
 }
 
-int mw_comm_mpi_poll(struct mw_comm *c, struct mw_comm_req *q, int *done)
+static int comm_mpi_poll(struct mw_comm *c, struct mw_comm_req *q, int *done)
 {
     struct mpi_state *s = c->be;
     struct mpi_req *m = q->be;
@@ -363,3 +367,14 @@ finish:
     *done = 1;
     return rc;
 }
+
+static const struct mw_comm_iface mpi_iface = {
+    .name = "mpi",
+    .init = comm_mpi_init,
+    .free = comm_mpi_free,
+    .abort = comm_mpi_abort,
+    .start = comm_mpi_start,
+    .poll = comm_mpi_poll,
+};
+
+const struct mw_comm_iface *mw_comm_mpi_iface_(void) { return &mpi_iface; }
