@@ -283,6 +283,13 @@ int mw_offload_backward_end(struct mw_offload *e);
  * chunks are added in order, so the norm does not depend on the subgroup size (and a caller that
  * streams the gradients can sum the same chunks as they finish). */
 #define MW_OFFLOAD_NORM_CHUNK ((uint64_t)1 << 20)
+/* Sum of squares of norm chunk c of the fp32 gradients g[0, n): elements [c * MW_OFFLOAD_NORM_CHUNK,
+ * min(n, (c + 1) * MW_OFFLOAD_NORM_CHUNK)), in mw_grad_sumsq's fixed order (the same bits for every
+ * thread count). Every gradient norm in memwall (the engine's, the streamed run's as gradients
+ * finish, a ZeRO rank's over its shard) is these chunks of its range added in chunk order, so
+ * they agree bit for bit. Returns 0, MW_EOVERFLOW with *sumsq non-finite (message set), or
+ * another error (*sumsq 0). There are (n + MW_OFFLOAD_NORM_CHUNK - 1) / MW_OFFLOAD_NORM_CHUNK. */
+int mw_offload_norm_chunk(const float *g, uint64_t n, uint64_t c, int threads, double *sumsq);
 /* Global L2 norm of the accumulated gradients (times nothing: raw), summed in subgroup order so
  * it is the same for every subgroup size. Only between the last backward_end and an unarmed
  * mw_offload_step. Non-finite on overflow (then call mw_offload_skip_step). */

@@ -122,18 +122,28 @@ int mw_offload_backward_end(struct mw_offload *e)
     return rc;
 }
 
+int mw_offload_norm_chunk(const float *g, uint64_t n, uint64_t c, int threads, double *sumsq)
+{
+    uint64_t a = c * MW_OFFLOAD_NORM_CHUNK;
+    *sumsq = 0;
+    if (a >= n) return mw_error_set(-EINVAL, "gradient norm: chunk %llu starts past the %llu elements",
+                                    (unsigned long long)c, (unsigned long long)n);
+    struct mw_optim_exec ex = {threads, MW_SIMD_AUTO, 0};
+    return mw_grad_sumsq(MW_OPTIM_F32, g + a, MW_MIN(MW_OFFLOAD_NORM_CHUNK, n - a), 1.0f, &ex, sumsq);
+}
+
 int mw_offload_grad_norm(struct mw_offload *e, double *norm)
 {
     if (e->in_backward || e->armed || e->micro_index == 0)
         return mw_error_set(-EINVAL, "offload grad_norm: only after the last backward_end of an unarmed step");
     const float *g = e->grads.ptr ? (const float *)e->grads.ptr : e->cfg.ext_grads;
+    const uint64_t total = e->plan.total_elems;
     double sum = 0;
-    const uint64_t chunk = MW_OFFLOAD_NORM_CHUNK; /* fixed chunks of the flat space: independent of subgroups */
-    struct mw_optim_exec ex = {e->cfg.cpu_threads, MW_SIMD_AUTO, 0};
     int rc = 0;
-    for (uint64_t a = 0; a < e->plan.total_elems; a += chunk) {
+    /* Fixed chunks of the flat space (independent of subgroups), added in order. */
+    for (uint64_t c = 0; c * MW_OFFLOAD_NORM_CHUNK < total; c++) {
         double s = 0;
-        int r = mw_grad_sumsq(MW_OPTIM_F32, g + a, MW_MIN(chunk, e->plan.total_elems - a), 1.0f, &ex, &s);
+        int r = mw_offload_norm_chunk(g, total, c, e->cfg.cpu_threads, &s);
         if (r && !rc) rc = r;
         sum += s;
     }

@@ -90,7 +90,11 @@ static int z_weights(void *self, int event, int unit, int backward)
 {
     return mw_train_zero_weights_hook(zof(self), event, unit, backward);
 }
-static int z_pass_begin(void *self, int training) { return mw_train_zero_pass_begin(zof(self), training); }
+static int z_pass_begin(void *self, int training)
+{
+    struct mw_trainer *tr = self;
+    return mw_train_zero_pass_begin(tr->zero, training, tr->cfg.layer_major);
+}
 static int z_step_begin(void *self)
 {
     mw_train_zero_step_begin(zof(self));

@@ -7,7 +7,6 @@
 #include "train/stream.h"
 #include "memwall/common.h"
 #include "memwall/offload.h"
-#include "memwall/optim.h"
 #include "memwall/trace.h"
 #include "train/optimizer_step.h"
 #include "train/residency.h"
@@ -346,11 +345,8 @@ static int st_backward_begin(void *self, int micro, int last)
 /* Norm chunk c's gradients are final: its sum of squares, as the engine computes it. */
 static int chunk_finish(struct mw_train_stream *s, uint64_t c)
 {
-    uint64_t a = s->norm_first + c * MW_OFFLOAD_NORM_CHUNK;
-    uint64_t n = MW_MIN(MW_OFFLOAD_NORM_CHUNK, s->norm_first + s->norm_n - a);
-    struct mw_optim_exec ex = {s->opt->cfg.cpu_threads, MW_SIMD_AUTO, 0};
     double sum = 0;
-    int r = mw_grad_sumsq(MW_OPTIM_F32, s->model->grads + a, n, 1.0f, &ex, &sum);
+    int r = mw_offload_norm_chunk(s->model->grads + s->norm_first, s->norm_n, c, s->opt->cfg.cpu_threads, &sum);
     if (r && r != MW_EOVERFLOW) return r;
     s->chunk_sumsq[c] = sum; /* non-finite on overflow, as in the engine */
     s->chunk_done[c] = 1;

@@ -15,11 +15,11 @@
  */
 #include "train/zero.h"
 #include "memwall/common.h"
-#include "memwall/optim.h"
+#include "memwall/offload.h"
+#include "memwall/plan.h"
 #include "memwall/trace.h"
 
 #include <errno.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -287,14 +287,12 @@ int mw_train_zero_backward_end(struct mw_train_zero *z)
 int mw_train_zero_local_sumsq(struct mw_train_zero *z, double *out)
 {
     const float *g = z->model->grads + z->own.first;
-    const uint64_t chunk = 1u << 20;
-    struct mw_optim_exec ex = {z->model->opts.n_threads, MW_SIMD_AUTO, 0};
     double sum = 0;
-    for (uint64_t a = 0; a < z->own.n; a += chunk) {
+    /* The engine's chunks over the owned range, added in order (non-finite on overflow, as there). */
+    for (uint64_t c = 0; c * MW_OFFLOAD_NORM_CHUNK < z->own.n; c++) {
         double s = 0;
-        int r = mw_grad_sumsq(MW_OPTIM_F32, g + a, MW_MIN(chunk, z->own.n - a), 1.0f, &ex, &s);
-        if (r == MW_EOVERFLOW) s = INFINITY;
-        else if (r) return r;
+        int r = mw_offload_norm_chunk(g, z->own.n, c, z->model->opts.n_threads, &s);
+        if (r && r != MW_EOVERFLOW) return r;
         sum += s;
     }
     *out = sum;
@@ -474,49 +472,50 @@ void mw_train_zero_reset_peak(struct mw_train_zero *z)
     z->grads_resident_peak = z->grads_resident_now;
 }
 
-int mw_train_zero_pass_begin(struct mw_train_zero *z, int training)
+int mw_train_zero_pass_begin(struct mw_train_zero *z, int training, int layer_major)
 {
     if (z->stage != 3) return 0;
     z->training = training;
+    z->layer_major = layer_major;
     z->pos = 0;
     z->in_backward = 0;
     if (!z->started) return mw_train_zero_release_all(z);
     return 0;
 }
 
-/* Position p of the schedule of a pass: forward 0, 1..L, L+1, 0; backward 0, L+1, L..1. */
-static int sched(const struct mw_train_zero *z, int backward, int p)
+/* Unit at position p of the current pass: the order the model acquires units in, the one the
+ * streamed path and the planner walk (mw_plan_stream_unit: forward 0, 1..L, L+1, 0 (the tied LM
+ * head); backward L..1 layer-major, 0, L+1, L..1 batch-major). An evaluation pass is the forward
+ * part alone. -1 past the end. */
+static int sched(const struct mw_train_zero *z, int p)
 {
     int L = z->n_units - 2;
-    if (!backward) {
-        if (p < 0 || p > L + 2) return -1;
-        return p == L + 2 ? 0 : p;
-    }
-    if (p < 0 || p > L + 1) return -1;
-    return p == 0 ? 0 : L + 2 - p;
+    if (!z->training && p >= L + 3) return -1;
+    return mw_plan_stream_unit(L, z->layer_major, p);
 }
 
 int mw_train_zero_weights_hook(void *user, int event, int unit, int backward)
 {
     struct mw_train_zero *z = user;
     if (z->stage != 3) return 0;
-    int L = z->n_units - 2, err;
+    int err;
     if (event == MW_GPT2_UNIT_ACQUIRE) {
-        if (backward && !z->in_backward) { z->in_backward = 1; z->pos = 0; }
-        if (sched(z, backward, z->pos) != unit)
+        if (backward && !z->in_backward) { z->in_backward = 1; z->pos = z->n_units + 1; /* the forward's length */ }
+        if (sched(z, z->pos) != unit)
             return mw_error_set(-EINVAL, "ZeRO-3: the model acquired weight unit %d, the schedule expected %d "
-                                "(%s position %d)", unit, sched(z, backward, z->pos), backward ? "backward" : "forward", z->pos);
+                                "(%s %s position %d)", unit, sched(z, z->pos),
+                                z->layer_major ? "layer-major" : "batch-major", backward ? "backward" : "forward", z->pos);
         if ((err = unit_wait(z, unit))) return err;
-        int next = sched(z, backward, z->pos + 1);
+        int next = sched(z, z->pos + 1);
         if (next >= 0 && next != unit && z->u_state[next] == 0 && (err = gather_issue(z, next))) return err;
         sample_resident(z);
         z->pos++;
         return 0;
     }
     sample_resident(z);
-    /* The LM head's weights (unit 0) end the forward pass and start the backward pass: kept. */
-    int keep = !backward && z->training && unit == 0 && z->pos == L + 3;
-    if (!keep && (err = unit_release(z, unit))) return err;
+    /* A unit the schedule acquires next stays (batch-major's LM head: the end of the forward pass
+     * and the start of backward). */
+    if (sched(z, z->pos) != unit && (err = unit_release(z, unit))) return err;
     int r = mw_comm_progress(z->comm);
     return r < 0 ? r : 0;
 }

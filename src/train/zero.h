@@ -14,6 +14,7 @@
  *   stage 3  as stage 2, and the weights outside the owned range are released (their pages
  *            returned to the OS): each unit is all-gathered before use, the next one is
  *            prefetched, and it is released after use. No allgather after the update.
+ *            Batch-major or layer-major: the schedule's unit order (mw_plan_stream_unit).
  * Hierarchy "node": SHARD = the node's ranks, and each owner averages its gradient shard over
  * REPLICA (the same shard on the other nodes) before the update.
  */
@@ -60,7 +61,8 @@ struct mw_train_zero {
     struct mw_comm_req **u_req;/* [n_units] gather in flight */
     int started;               /* non-owned weights released since the last full write */
     int training;              /* the forward pass is followed by backward (keep the LM head) */
-    int pos;                   /* position in the current pass's schedule */
+    int layer_major;           /* the pass's schedule: layer-major (else batch-major) */
+    int pos;                   /* position in the current pass's schedule (mw_plan_stream_unit) */
     int in_backward;           /* the pass's backward has started */
     size_t page;               /* bytes per page */
     size_t map_bytes;          /* the params allocation, whole pages */
@@ -105,9 +107,11 @@ int mw_train_zero_after_step(struct mw_train_zero *z);
 
 /* ZeRO-3: the model's weights hook (install with m->weights_hook / weights_user = z). */
 int mw_train_zero_weights_hook(void *user, int event, int unit, int backward);
-/* ZeRO-3: before a pass (training: a backward follows). Releases the non-owned weights the
- * first time after they were written whole (init, load). */
-int mw_train_zero_pass_begin(struct mw_train_zero *z, int training);
+/* ZeRO-3: before a pass (training: a backward follows; layer_major: the step runs layer-major,
+ * mw_gpt2_step_layer_major, else batch-major). The gathers follow the order the model acquires
+ * the units in, the one the streamed path and the planner walk (mw_plan_stream_unit). Releases
+ * the non-owned weights the first time after they were written whole (init, load). */
+int mw_train_zero_pass_begin(struct mw_train_zero *z, int training, int layer_major);
 /* ZeRO-3: gather every unit (checkpoint, safetensors) / release them again. */
 int mw_train_zero_gather_all(struct mw_train_zero *z);
 int mw_train_zero_release_all(struct mw_train_zero *z);
