@@ -421,6 +421,9 @@ int mw_offload_record_file_path(const struct mw_offload_record *r, int i, char *
  * must be freed first (its files are kept while a record exists). */
 #define MW_OFFLOAD_DONE_NAME "memwall-run.done"
 int mw_offload_run_retire(const char *dirs, const char *done_text);
+/* A finished run's directory (done marker, no record): what a retire cut short left behind (its
+ * store files in DIR0, a lock file of the killed process) goes. 0 when there is nothing to do. */
+int mw_offload_run_tidy(const char *dirs);
 /* DIR0's done marker as printable text into buf; -ENOENT (no message) when there is none. */
 int mw_offload_run_done_read(const char *dirs, char *buf, size_t n);
 

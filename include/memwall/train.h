@@ -215,6 +215,19 @@ int mw_trainer_save_safetensors(struct mw_trainer *tr, const char *path, int wri
 struct mw_plan_stream;
 int mw_train_plan_stream(const struct mw_gpt2_config *mcfg, const struct mw_train_config *cfg,
                          struct mw_plan_stream *out, uint64_t *nvme_bytes);
+/* A DRAM budget picks the streamed run's knobs (src/train/budget.c): for a run with
+ * offload_params = NVMe and dram_budget > 0, the knobs named in free_knobs (the caller left them
+ * to memwall) are set in *cfg to the most preferred values whose plan fits the budget; when none
+ * fits, MW_EBUDGET naming the smallest budget that would (out->need_min). Nothing to choose: 0. */
+enum { MW_FIT_SUBGROUP = 1, MW_FIT_BUFFERS = 2, MW_FIT_PREFETCH = 4, MW_FIT_ACTS = 8 };
+struct mw_train_fit {
+    int tried, changed;     /* plans evaluated; knobs set */
+    uint64_t chosen_total;  /* the chosen plan's DRAM peak, bytes */
+    uint64_t need_min;      /* none fits: the smallest plan's peak, bytes */
+};
+int mw_train_fit_budget(const struct mw_gpt2_config *mc, struct mw_train_config *cfg, unsigned free_knobs,
+                        struct mw_train_fit *out);
+
 /* The streamed weights' figures (zero when weights are resident). */
 struct mw_train_stream_info {
     int active, prefetch_depth;

@@ -421,6 +421,7 @@ static int read_resume_dir(struct mw_ckpt_info *ci)
     int err = mw_train_resume_read(A.resume, &rsm);
     char done[1024];
     if (err == -ENOENT && mw_offload_run_done_read(A.resume, done, sizeof done) == 0) {
+        (void)mw_offload_run_tidy(A.resume); /* a retire cut short: its leftovers */
         printf("the run in %s finished; nothing to resume:\n%s", A.resume, done);
         return 3; /* finished: rc 0 */
     }
@@ -845,6 +846,32 @@ static int stop_run(struct run_state *s, int sig, const char *data_path)
     return 128 + sig;
 }
 
+/* --dram-budget with the streamed run's knobs left to memwall: the budget picks them
+ * (mw_train_fit_budget); a resumed run keeps its own. 0 or 1 (printed). */
+static int fit_budget(const struct mw_gpt2_config *mc, struct mw_train_config *tc)
+{
+    if (A.resume || world > 1) return 0;
+    unsigned free_knobs = (GIVEN("subgroup-size") ? 0u : MW_FIT_SUBGROUP) | (GIVEN("buffer-count") ? 0u : MW_FIT_BUFFERS) |
+                          (GIVEN("prefetch-depth") ? 0u : MW_FIT_PREFETCH) |
+                          (!strcmp(A.activations, "auto") || !GIVEN("activations") ? MW_FIT_ACTS : 0u);
+    struct mw_train_fit fit;
+    int err = mw_train_fit_budget(mc, tc, free_knobs, &fit);
+    if (err) { mw_cli_fail("fitting the run into --dram-budget", err); return 1; }
+    if (!fit.changed) return 0;
+    char b1[32], b2[32];
+    printf("  --dram-budget %s chose: subgroups of %llu parameters, %d staging buffers, prefetch depth %d, block "
+           "activations %s (planned peak %s; %d plan%s tried)\n", mw_fmt_bytes(b1, sizeof b1, tc->dram_budget),
+           (unsigned long long)tc->subgroup_size, tc->buffer_count, tc->prefetch_depth,
+           tc->acts_nvme ? "on NVMe" : "recomputed", mw_fmt_bytes(b2, sizeof b2, fit.chosen_total), fit.tried,
+           fit.tried == 1 ? "" : "s");
+    /* What the run resolved is what its record keeps. */
+    A.subgroup_size = tc->subgroup_size;
+    A.buffer_count = tc->buffer_count;
+    A.prefetch_depth = tc->prefetch_depth;
+    if (tc->layer_major) A.activations = tc->acts_nvme ? "nvme" : "recompute";
+    return 0;
+}
+
 static int run(const char *data_path, const struct mw_gpt2_config *mc, const struct mw_train_config *tc,
                const struct mw_ckpt_info *resume_info)
 {
@@ -884,6 +911,7 @@ static int run(const char *data_path, const struct mw_gpt2_config *mc, const str
             goto out;
         }
     }
+    if ((err = fit_budget(mc, &tcfg))) goto out;
     if ((err = mw_trainer_init(&s.tr, mc, &tcfg, &s.data))) {
         leftover_hint(err, tc->nvme_dir);
         mw_cli_fail(resume_dir ? "resuming from the NVMe state" : "building the model", err);

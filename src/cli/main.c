@@ -51,7 +51,8 @@ void mw_cli_set_rank(int rank, int world)
 void mw_cli_fail(const char *what, int err)
 {
     fprintf(stderr, "%s: %s failed: %s\n", cli_who, what, mw_error_msg());
-    if (err) fprintf(stderr, "%s: (error code %d: %s)\n", cli_who, err, mw_strerror(err));
+    /* The code only where the message says nothing (it names what was wrong otherwise). */
+    if (err && !*mw_error_msg()) fprintf(stderr, "%s: (error code %d: %s)\n", cli_who, err, mw_strerror(err));
 }
 
 static int dispatch(const struct mw_command *t, size_t n, const char *group, int argc, char **argv)

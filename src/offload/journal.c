@@ -487,3 +487,26 @@ out:
     mw_offload_record_free(&rec);
     return rc;
 }
+
+int mw_offload_run_tidy(const char *dirs)
+{
+    char path[4400], dir0[4200];
+    struct stat st;
+    size_t dl = strcspn(dirs, ":");
+    snprintf(dir0, sizeof dir0, "%.*s", (int)(dl < sizeof dir0 ? dl : sizeof dir0 - 1), dirs);
+    if (dir0_path(dirs, MW_OFFLOAD_RECORD_NAME, path, sizeof path) || stat(path, &st) == 0) return 0; /* not finished */
+    if (dir0_path(dirs, MW_OFFLOAD_DONE_NAME, path, sizeof path) || stat(path, &st) != 0) return 0;
+    struct mw_dir_lock *lock = NULL;
+    int rc = mw_dir_lock(&lock, dir0, STORE_LOCK_NAME); /* a live run there: leave it alone */
+    if (rc) return rc;
+    DIR *d = opendir(dir0);
+    size_t pl = strlen(OFL_FILE_PREFIX);
+    for (struct dirent *x; d && (x = readdir(d));) {
+        size_t n = strlen(x->d_name);
+        if (strncmp(x->d_name, OFL_FILE_PREFIX ".", pl + 1) || n < pl + 5 || strcmp(x->d_name + n - 4, ".dat")) continue;
+        if ((size_t)snprintf(path, sizeof path, "%s/%s", dir0, x->d_name) < sizeof path) unlink(path);
+    }
+    if (d) closedir(d);
+    mw_dir_unlock(lock); /* and with it a lock file a killed process left */
+    return 0;
+}
