@@ -26,6 +26,11 @@ static const int depths[] = {2, 1, 0};
 
 struct cand { uint64_t sg; int buffers, depth, acts_nvme; };
 
+/* The plan's runtime part is the resident set measured now; the trainer measures it again just
+ * before its own check, a little later (the data mapped, the trace recorder made). A plan is
+ * taken only with this much room to spare, and a refusal names a budget with it. */
+static uint64_t margin(uint64_t total) { return ((uint64_t)4 << 20) + total / 100; }
+
 static int plan_of(const struct mw_gpt2_config *mc, const struct mw_train_config *cfg, const struct cand *c,
                    uint64_t *total)
 {
@@ -66,7 +71,8 @@ int mw_train_fit_budget(const struct mw_gpt2_config *mc, struct mw_train_config 
                     int err = plan_of(mc, cfg, &c, &total);
                     if (err) return err;
                     out->tried++;
-                    if (total <= cfg->dram_budget) {
+                    uint64_t need = total + margin(total);
+                    if (need <= cfg->dram_budget) {
                         out->changed = c.sg != (cfg->subgroup_size ? cfg->subgroup_size : sg_sizes[0]) ||
                                        c.buffers != cfg->buffer_count ||
                                        c.depth != cfg->prefetch_depth || c.acts_nvme != cfg->acts_nvme;
@@ -77,7 +83,7 @@ int mw_train_fit_budget(const struct mw_gpt2_config *mc, struct mw_train_config 
                         out->chosen_total = total;
                         return 0;
                     }
-                    if (total < best_need) { best_need = total; best = c; }
+                    if (need < best_need) { best_need = need; best = c; }
                 }
     char b1[32], b2[32];
     out->need_min = best_need;
