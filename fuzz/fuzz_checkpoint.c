@@ -7,6 +7,15 @@
 #include "fuzz.h"
 #include "memwall/train.h"
 
+/* The trainer takes a model through the seam (memwall/model.h): a GPT-2 config as a seam config. */
+static int trainer_init_gpt2(struct mw_trainer *tr, const struct mw_gpt2_config *g, const struct mw_train_config *c,
+                             const struct mw_data *d)
+{
+    struct mw_net_config n;
+    mw_net_config_gpt2(&n, g);
+    return mw_trainer_init(tr, &n, c, d);
+}
+
 static struct mw_trainer tr;
 static struct mw_data data;
 static float *snapshot;
@@ -27,7 +36,7 @@ static void init_once(void)
         .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .val_batches = 1, .seed = 3, .threads = 1,
         .tier = MW_OFFLOAD_DRAM,
     };
-    if (mw_trainer_init(&tr, &mc, &c, &data)) { fprintf(stderr, "fuzz: %s\n", mw_error_msg()); abort(); }
+    if (trainer_init_gpt2(&tr, &mc, &c, &data)) { fprintf(stderr, "fuzz: %s\n", mw_error_msg()); abort(); }
     struct mw_train_step_stats st;
     if (mw_trainer_step(&tr, &st)) abort();
     const char *seed = getenv("MW_FUZZ_SEED_OUT");

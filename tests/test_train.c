@@ -8,6 +8,15 @@
 #include <errno.h>
 #include <math.h>
 
+/* The trainer takes a model through the seam (memwall/model.h): a GPT-2 config as a seam config. */
+static int trainer_init_gpt2(struct mw_trainer *tr, const struct mw_gpt2_config *g, const struct mw_train_config *c,
+                             const struct mw_data *d)
+{
+    struct mw_net_config n;
+    mw_net_config_gpt2(&n, g);
+    return mw_trainer_init(tr, &n, c, d);
+}
+
 static char g_dir[400];
 
 static struct mw_train_config base_config(void)
@@ -56,7 +65,7 @@ static void test_learns(const struct mw_data *d)
 {
     struct mw_trainer tr;
     struct mw_train_config c = base_config();
-    REQUIRE(mw_trainer_init(&tr, &tiny, &c, d) == 0);
+    REQUIRE(trainer_init_gpt2(&tr, &tiny, &c, d) == 0);
     float v0, v1;
     REQUIRE(mw_trainer_eval(&tr, &v0) == 0);
     CHECK_MSG(fabsf(v0 - logf(257.0f)) < 0.3f, "initial val loss %f, expected near ln 257", v0);
@@ -82,8 +91,8 @@ static void test_grad_accum(const struct mw_data *d)
     struct mw_train_config c1 = base_config(), c2 = base_config();
     c2.batch = 2; c2.grad_accum = 2;
     struct mw_trainer a, b;
-    REQUIRE(mw_trainer_init(&a, &tiny, &c1, d) == 0);
-    REQUIRE(mw_trainer_init(&b, &tiny, &c2, d) == 0);
+    REQUIRE(trainer_init_gpt2(&a, &tiny, &c1, d) == 0);
+    REQUIRE(trainer_init_gpt2(&b, &tiny, &c2, d) == 0);
     struct mw_train_step_stats sa, sb;
     for (int i = 0; i < 3; i++) {
         REQUIRE(mw_trainer_step(&a, &sa) == 0);
@@ -105,7 +114,7 @@ static void test_clip(const struct mw_data *d)
     struct mw_train_config c = base_config();
     c.clip = 1e-3;
     struct mw_trainer tr;
-    REQUIRE(mw_trainer_init(&tr, &tiny, &c, d) == 0);
+    REQUIRE(trainer_init_gpt2(&tr, &tiny, &c, d) == 0);
     struct mw_train_step_stats st;
     REQUIRE(mw_trainer_step(&tr, &st) == 0);
     CHECK(st.clipped == 1);
@@ -148,7 +157,7 @@ static void test_checkpoint(const struct mw_data *d)
 {
     struct mw_train_config c = base_config();
     struct mw_trainer a, b;
-    REQUIRE(mw_trainer_init(&a, &tiny, &c, d) == 0);
+    REQUIRE(trainer_init_gpt2(&a, &tiny, &c, d) == 0);
     struct mw_train_step_stats st, sa, sb;
     for (int i = 0; i < 3; i++) REQUIRE(mw_trainer_step(&a, &st) == 0);
     char path[600];
@@ -172,15 +181,17 @@ static void test_checkpoint(const struct mw_data *d)
     struct mw_ckpt_info info2;
     CHECK(mw_ckpt_read_info(path2, &info2) == 0 && !strcmp(info2.data_path, longp));
     unlink(path2);
-    CHECK_EQ_INT(info.model.n_layer, 2);
-    CHECK_EQ_INT(info.model.padded_vocab_size, 264);
+    struct mw_gpt2_config ig;
+    REQUIRE(mw_net_gpt2_config(&info.net, &ig) == 0);
+    CHECK_EQ_INT(ig.n_layer, 2);
+    CHECK_EQ_INT(ig.padded_vocab_size, 264);
     CHECK_EQ_INT(info.train.batch, 4);
     CHECK(info.train.lr == c.lr && info.train.seed == c.seed);
     CHECK_EQ_INT(info.n_params, a.model.sizes.n_params);
 
     /* A different seed initialises different weights; the load replaces them all. */
     c.seed = 999;
-    REQUIRE(mw_trainer_init(&b, &tiny, &c, d) == 0);
+    REQUIRE(trainer_init_gpt2(&b, &tiny, &c, d) == 0);
     REQUIRE(mw_trainer_load(&b, path) == 0);
     CHECK_EQ_INT(b.step, 3);
     CHECK(!memcmp(a.model.params, b.model.params, a.model.sizes.params_bytes));
@@ -227,7 +238,7 @@ static void test_checkpoint(const struct mw_data *d)
     struct mw_gpt2_config other = tiny;
     other.n_layer = 1;
     struct mw_trainer o;
-    REQUIRE(mw_trainer_init(&o, &other, &c, d) == 0);
+    REQUIRE(trainer_init_gpt2(&o, &other, &c, d) == 0);
     CHECK(mw_trainer_load(&o, path) == -EINVAL);
     mw_trainer_free(&o);
     mw_trainer_free(&a);
@@ -239,18 +250,18 @@ static void test_bad_config(const struct mw_data *d)
     struct mw_trainer tr;
     struct mw_train_config c = base_config();
     c.seq = 33; /* longer than the model's context 32 */
-    CHECK(mw_trainer_init(&tr, &tiny, &c, d) == -EINVAL);
+    CHECK(trainer_init_gpt2(&tr, &tiny, &c, d) == -EINVAL);
     c = base_config();
     struct mw_gpt2_config small_vocab = tiny;
     small_vocab.vocab_size = 100;
     small_vocab.padded_vocab_size = 0;
-    CHECK(mw_trainer_init(&tr, &small_vocab, &c, d) == -EINVAL); /* bytes up to 'z' and EOT 256 */
+    CHECK(trainer_init_gpt2(&tr, &small_vocab, &c, d) == -EINVAL); /* bytes up to 'z' and EOT 256 */
     CHECK(strstr(mw_error_msg(), "--vocab") != NULL);
     /* The NVMe tier is sized before anything is allocated: a too-small budget is refused. */
     c.tier = MW_OFFLOAD_NVME;
     c.nvme_dir = tu_scratch_dir("train_nvme_budget");
     c.nvme_budget = 4096;
-    CHECK(mw_trainer_init(&tr, &tiny, &c, d) == MW_EBUDGET);
+    CHECK(trainer_init_gpt2(&tr, &tiny, &c, d) == MW_EBUDGET);
     CHECK(strstr(mw_error_msg(), "nvme") != NULL);
 }
 

@@ -299,6 +299,12 @@ int mw_gpt2_save_safetensors(const struct mw_gpt2 *m, const char *path);
  * written and RELEASE after its last (callers that keep only some units resident). */
 int mw_gpt2_save_safetensors_units(const struct mw_gpt2 *m, const char *path, mw_gpt2_weights_fn fn, void *user);
 
+/* GPT-2 as a family of the model seam (memwall/model.h, src/model/gpt2_net.c): its config as a
+ * seam config, and back (-EINVAL when the config is another family's). */
+struct mw_net_config;
+void mw_net_config_gpt2(struct mw_net_config *out, const struct mw_gpt2_config *g);
+int mw_net_gpt2_config(const struct mw_net_config *c, struct mw_gpt2_config *g);
+
 #ifdef __cplusplus
 }
 #endif

@@ -173,6 +173,36 @@ static inline int mw_net_backward(struct mw_net *n, float scale, mw_net_grad_rea
 {
     return n->family->backward(n, scale, cb, user);
 }
+static inline const float *mw_net_logits(const struct mw_net *n) { return n->family->logits(n); }
+static inline int mw_net_accum_set(struct mw_net *n, int index, int count) { return n->family->accum_set(n, index, count); }
+static inline size_t mw_net_defer_bytes(const struct mw_net *n, int count) { return n->family->defer_bytes(n, count); }
+static inline int mw_net_step_layer_major(struct mw_net *n, int nmb, const int32_t *in, const int32_t *tg, int B, int T,
+                                          float scale, const struct mw_net_lm_calls *c, float *losses)
+{
+    return n->family->step_layer_major(n, nmb, in, tg, B, T, scale, c, losses);
+}
+static inline size_t mw_net_lm_bytes(const struct mw_net *n, int nmb, int acts) { return n->family->lm_bytes(n, nmb, acts); }
+static inline size_t mw_net_act_slot_bytes(const struct mw_net *n) { return n->family->act_slot_bytes(n); }
+static inline void mw_net_acts_lend(struct mw_net *n, float *slot) { n->family->acts_lend(n, slot); }
+static inline size_t mw_net_own_block_bytes(const struct mw_net *n) { return n->family->own_block_bytes(n); }
+static inline void mw_net_zero_grad(struct mw_net *n) { n->family->zero_grad(n); }
+static inline void mw_net_init_weights(struct mw_net *n, uint64_t seed) { n->family->init_weights(n, seed); }
+static inline int mw_net_init_weights_unit(struct mw_net *n, uint64_t seed, int unit)
+{
+    return n->family->init_weights_unit(n, seed, unit);
+}
+static inline void mw_net_warm_runtime(const struct mw_net *n) { n->family->warm_runtime(n); }
+static inline void mw_net_set_weights_hook(struct mw_net *n, mw_net_weights_fn fn, void *user)
+{
+    n->family->set_weights_hook(n, fn, user);
+}
+static inline int mw_net_load_safetensors(struct mw_net *n, const char *path) { return n->family->load_safetensors(n, path); }
+static inline int mw_net_save_safetensors_units(const struct mw_net *n, const char *path, mw_net_weights_fn fn, void *user)
+{
+    return n->family->save_safetensors_units(n, path, fn, user);
+}
+/* Two configs of the same model (family and every field, by their checkpoint encoding)? */
+int mw_net_config_same(const struct mw_net_config *a, const struct mw_net_config *b);
 
 #ifdef __cplusplus
 }

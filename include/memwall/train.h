@@ -87,7 +87,7 @@ struct mw_train_config {
                                    the optimizer state on NVMe and one rank, it runs behind the next
                                    step's forward pass (bitwise the same results) */
     int layer_major;            /* 1: each step's micro-batches go through the model unit by unit
-                                   (mw_gpt2_step_layer_major; one rank); 0: one micro-batch at a time */
+                                   (the model's layer-major step); 0: one micro-batch at a time */
     int acts_nvme;              /* layer-major with streamed weights: each block's activations are
                                    written to NVMe in forward and read back in backward (src/train/acts.c)
                                    instead of recomputed; bitwise the same results */
@@ -142,7 +142,7 @@ struct mw_residency;   /* src/train/residency.h: where each weight unit lives be
 
 struct mw_trainer {
     struct mw_train_config cfg;
-    struct mw_gpt2 model;
+    struct mw_net model;           /* the model, through its family's table (memwall/model.h) */
     const struct mw_data *data;    /* borrowed: must outlive the trainer */
     struct mw_train_opt *opt;
     int64_t step;                  /* optimizer steps completed */
@@ -166,7 +166,7 @@ struct mw_trainer {
 /* Builds the model (weights initialised from cfg->seed), the optimizer and the batch buffers.
  * The data must hold windows of cfg->seq + 1 tokens (mw_data_check) with tokens < vocab.
  * Returns 0 or a negative code with the message set. */
-int mw_trainer_init(struct mw_trainer *tr, const struct mw_gpt2_config *mcfg,
+int mw_trainer_init(struct mw_trainer *tr, const struct mw_net_config *mcfg,
                     const struct mw_train_config *cfg, const struct mw_data *data);
 void mw_trainer_free(struct mw_trainer *tr);
 
@@ -213,7 +213,7 @@ int mw_trainer_save_safetensors(struct mw_trainer *tr, const char *path, int wri
  * trainer would print and check against cfg->dram_budget (out, memwall/plan.h), and the NVMe
  * bytes of its state. Nothing is allocated on any tier. */
 struct mw_plan_stream;
-int mw_train_plan_stream(const struct mw_gpt2_config *mcfg, const struct mw_train_config *cfg,
+int mw_train_plan_stream(const struct mw_net_config *mcfg, const struct mw_train_config *cfg,
                          struct mw_plan_stream *out, uint64_t *nvme_bytes);
 /* A DRAM budget picks the streamed run's knobs (src/train/budget.c): for a run with
  * offload_params = NVMe and dram_budget > 0, the knobs named in free_knobs (the caller left them
@@ -225,7 +225,7 @@ struct mw_train_fit {
     uint64_t chosen_total;  /* the chosen plan's DRAM peak, bytes */
     uint64_t need_min;      /* none fits: the smallest plan's peak, bytes */
 };
-int mw_train_fit_budget(const struct mw_gpt2_config *mc, struct mw_train_config *cfg, unsigned free_knobs,
+int mw_train_fit_budget(const struct mw_net_config *mc, struct mw_train_config *cfg, unsigned free_knobs,
                         struct mw_train_fit *out);
 
 /* The streamed weights' figures (zero when weights are resident). */
@@ -246,7 +246,7 @@ void mw_trainer_stream_info(const struct mw_trainer *tr, struct mw_train_stream_
 /* What a checkpoint says about its run, readable without building a model. */
 struct mw_ckpt_info {
     uint32_t version;
-    struct mw_gpt2_config model;
+
     struct mw_train_config train;
     int64_t step;
     uint64_t data_rng;

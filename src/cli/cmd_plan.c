@@ -90,7 +90,9 @@ static int plan_stream(const struct mw_model *m, int64_t micro, int64_t seq, int
     tc.acts_nvme = tc.layer_major && !recompute; /* memwall train's --activations auto */
     struct mw_plan_stream p;
     uint64_t nvme = 0;
-    int err = mw_train_plan_stream(&mc, &tc, &p, &nvme);
+    struct mw_net_config nc;
+    mw_net_config_gpt2(&nc, &mc);
+    int err = mw_train_plan_stream(&nc, &tc, &p, &nvme);
     if (err) { mw_cli_fail("planning the streamed run", err); return err == -EINVAL ? 2 : 1; }
     int fits = !budget || p.total <= budget;
     if (json) {

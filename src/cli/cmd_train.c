@@ -204,8 +204,10 @@ static int apply_checkpoint(const struct mw_ckpt_info *ci)
     static const char *const shape[] = {"layers", "heads", "width", "context", "vocab", "preset", "init-safetensors"};
     for (size_t i = 0; i < sizeof shape / sizeof shape[0]; i++)
         if (GIVEN(shape[i])) return usage_error("--%s cannot be combined with --resume (the checkpoint fixes the model)", shape[i]);
-    A.layers = ci->model.n_layer; A.heads = ci->model.n_head; A.width = ci->model.n_embd;
-    A.context = ci->model.max_seq_len; A.vocab = ci->model.vocab_size;
+    struct mw_gpt2_config g;
+    if (mw_net_gpt2_config(&ci->net, &g)) return usage_error("--resume: %s (memwall train trains GPT-2 for now)", mw_error_msg());
+    A.layers = g.n_layer; A.heads = g.n_head; A.width = g.n_embd;
+    A.context = g.max_seq_len; A.vocab = g.vocab_size;
     const struct mw_train_config *t = &ci->train;
     if (!GIVEN("batch")) A.batch = t->batch;
     if (!GIVEN("seq")) A.seq = t->seq;
@@ -615,7 +617,9 @@ static int train_main(int argc, char **argv)
         }
         if (A.seq > mc.max_seq_len) return usage_error("--seq is longer than the context of %s", A.init_st);
     } else if (A.resume) {
-        mc.padded_vocab_size = ci.model.padded_vocab_size;
+        struct mw_gpt2_config g;
+        if (mw_net_gpt2_config(&ci.net, &g)) return usage_error("--resume: %s (memwall train trains GPT-2 for now)", mw_error_msg());
+        mc.padded_vocab_size = g.padded_vocab_size;
     } else {
         /* Pad the output rows to a multiple of 128 (GPT-2: 50257 -> 50304) for the matmuls;
          * a byte vocabulary gets 8. */
@@ -855,7 +859,9 @@ static int fit_budget(const struct mw_gpt2_config *mc, struct mw_train_config *t
                           (GIVEN("prefetch-depth") ? 0u : MW_FIT_PREFETCH) |
                           (!strcmp(A.activations, "auto") || !GIVEN("activations") ? MW_FIT_ACTS : 0u);
     struct mw_train_fit fit;
-    int err = mw_train_fit_budget(mc, tc, free_knobs, &fit);
+    struct mw_net_config nc;
+    mw_net_config_gpt2(&nc, mc);
+    int err = mw_train_fit_budget(&nc, tc, free_knobs, &fit);
     if (err) { mw_cli_fail("fitting the run into --dram-budget", err); return 1; }
     if (!fit.changed) return 0;
     char b1[32], b2[32];
@@ -912,7 +918,9 @@ static int run(const char *data_path, const struct mw_gpt2_config *mc, const str
         }
     }
     if ((err = fit_budget(mc, &tcfg))) goto out;
-    if ((err = mw_trainer_init(&s.tr, mc, &tcfg, &s.data))) {
+    struct mw_net_config nc;
+    mw_net_config_gpt2(&nc, mc);
+    if ((err = mw_trainer_init(&s.tr, &nc, &tcfg, &s.data))) {
         leftover_hint(err, tc->nvme_dir);
         mw_cli_fail(resume_dir ? "resuming from the NVMe state" : "building the model", err);
         goto out;
@@ -935,7 +943,7 @@ static int run(const char *data_path, const struct mw_gpt2_config *mc, const str
                                       A.out_dir && tc->ckpt_every > 0 ? mw_trainer_ckpt_bytes(&s.tr) : 0};
         if ((err = mw_train_outputs_check(&oo, &s.outlock))) { mw_cli_fail("checking the outputs", err); goto out; }
     }
-    if (A.init_st && !tcfg.init_safetensors && (err = mw_gpt2_load_safetensors(&s.tr.model, A.init_st))) {
+    if (A.init_st && !tcfg.init_safetensors && (err = mw_net_load_safetensors(&s.tr.model, A.init_st))) {
         mw_cli_fail("loading --init-safetensors", err);
         goto out;
     }
@@ -995,14 +1003,12 @@ static int run(const char *data_path, const struct mw_gpt2_config *mc, const str
     mw_trainer_stream_info(&s.tr, &si);
     if (si.active && s.trace) { /* the residency lanes of the report name the units */
         char k[32], v[32];
-        int nu = mw_gpt2_n_units(&s.tr.model);
+        int nu = s.tr.model.n_units;
         snprintf(v, sizeof v, "%d", nu);
         mw_trace_meta(s.trace, "units", v);
         for (int u = 0; u < nu; u++) {
             snprintf(k, sizeof k, "unit.%d.name", u);
-            if (u == 0) snprintf(v, sizeof v, "embeddings");
-            else if (u == nu - 1) snprintf(v, sizeof v, "ln_f");
-            else snprintf(v, sizeof v, "h.%d", u - 1);
+            mw_net_unit_name(&s.tr.model, u, v, sizeof v);
             mw_trace_meta(s.trace, k, v);
         }
     }

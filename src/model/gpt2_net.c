@@ -217,3 +217,17 @@ const struct mw_net_family mw_net_gpt2 = {
     .load_safetensors = load_safetensors, .loader_open = loader_open, .loader_unit = loader_unit,
     .loader_close = loader_close, .save_safetensors_units = save_units,
 };
+
+void mw_net_config_gpt2(struct mw_net_config *out, const struct mw_gpt2_config *g)
+{
+    memset(out, 0, sizeof *out);
+    out->family = &mw_net_gpt2;
+    memcpy(out->raw, g, sizeof *g);
+}
+
+int mw_net_gpt2_config(const struct mw_net_config *c, struct mw_gpt2_config *g)
+{
+    if (c->family != &mw_net_gpt2) return mw_error_set(-EINVAL, "the model is a %s, not a GPT-2", c->family ? c->family->name : "(none)");
+    memcpy(g, c->raw, sizeof *g);
+    return 0;
+}

@@ -75,3 +75,12 @@ void mw_net_unit_name(const struct mw_net *n, int unit, char *buf, size_t len)
 {
     n->family->unit_name(n, unit, buf, len);
 }
+
+int mw_net_config_same(const struct mw_net_config *a, const struct mw_net_config *b)
+{
+    if (!a->family || a->family != b->family) return 0;
+    uint8_t wa[MW_NET_CONFIG_WIRE], wb[MW_NET_CONFIG_WIRE];
+    a->family->config_encode(a->raw, wa);
+    b->family->config_encode(b->raw, wb);
+    return !memcmp(wa, wb, sizeof wa);
+}

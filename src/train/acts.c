@@ -11,7 +11,7 @@
  */
 #include "train/acts.h"
 #include "memwall/common.h"
-#include "memwall/gpt2.h"
+#include "memwall/model.h"
 #include "memwall/offload.h"
 #include "memwall/trace.h"
 
@@ -171,7 +171,7 @@ int mw_train_acts_call(void *user, int event, int layer, int mb, float **buf)
     struct mw_train_act_slot *s;
     int err;
     switch (event) {
-    case MW_GPT2_ACTS_FILL:
+    case MW_NET_ACTS_FILL:
         if (t == 0) { /* a new step: nothing of the last one is needed */
             if ((err = finish_all(a))) return err;
             for (int i = 0; i < a->nslots; i++) { a->slot[i].tag = -1; a->slot[i].valid = a->slot[i].busy = 0; }
@@ -187,7 +187,7 @@ int mw_train_acts_call(void *user, int event, int layer, int mb, float **buf)
         s->busy = 1;
         *buf = buf_of(a, s);
         return 0;
-    case MW_GPT2_ACTS_FILLED:
+    case MW_NET_ACTS_FILLED:
         s = &a->slot[t % a->nslots];
         if (s->tag != t || !s->busy)
             return mw_error_set(-EINVAL, "kept activations: block %d, micro-batch %d was not being filled", layer, mb);
@@ -200,7 +200,7 @@ int mw_train_acts_call(void *user, int event, int layer, int mb, float **buf)
             return issue_window(a, 0);
         }
         return 0;
-    case MW_GPT2_ACTS_GET:
+    case MW_NET_ACTS_GET:
         if (!a->in_backward || bwd_tag(a, a->bwd_pos) != t)
             return mw_error_set(-EINVAL, "kept activations: backward asked for block %d, micro-batch %d out of order",
                                 layer, mb);
@@ -210,7 +210,7 @@ int mw_train_acts_call(void *user, int event, int layer, int mb, float **buf)
         s->busy = 1;
         *buf = buf_of(a, s);
         return 0;
-    case MW_GPT2_ACTS_DONE:
+    case MW_NET_ACTS_DONE:
         s = find(a, t);
         if (!s || !s->busy)
             return mw_error_set(-EINVAL, "kept activations: block %d, micro-batch %d was not in use", layer, mb);

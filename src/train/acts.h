@@ -21,7 +21,7 @@
 struct mw_offload;
 struct mw_trace;
 
-#define MW_TRAIN_ACT_SLOTS 2 /* DRAM slots (mw_gpt2_act_slot_bytes each) */
+#define MW_TRAIN_ACT_SLOTS 2 /* DRAM slots (mw_net_act_slot_bytes each) */
 
 struct mw_train_act_slot {
     int64_t tag;                 /* layer * nmb + micro-batch held, -1 none */
@@ -45,7 +45,7 @@ struct mw_train_acts {
     uint64_t write_bytes, read_bytes, wait_ns; /* totals */
 };
 
-/* A slot's bytes for the model's mw_gpt2_act_slot_bytes: whole checksum blocks of the store
+/* A slot's bytes for the model's mw_net_act_slot_bytes: whole checksum blocks of the store
  * (MW_OFFLOAD_SCRATCH_ALIGN), what the plan counts per slot. */
 size_t mw_train_acts_slot_bytes(size_t model_slot_bytes);
 /* NVMe bytes the scratch needs for L blocks x nmb micro-batches of the model's slot. */

@@ -31,7 +31,7 @@ struct cand { uint64_t sg; int buffers, depth, acts_nvme; };
  * taken only with this much room to spare, and a refusal names a budget with it. */
 static uint64_t margin(uint64_t total) { return ((uint64_t)4 << 20) + total / 100; }
 
-static int plan_of(const struct mw_gpt2_config *mc, const struct mw_train_config *cfg, const struct cand *c,
+static int plan_of(const struct mw_net_config *mc, const struct mw_train_config *cfg, const struct cand *c,
                    uint64_t *total)
 {
     struct mw_train_config t = *cfg;
@@ -45,7 +45,7 @@ static int plan_of(const struct mw_gpt2_config *mc, const struct mw_train_config
     return err;
 }
 
-int mw_train_fit_budget(const struct mw_gpt2_config *mc, struct mw_train_config *cfg, unsigned free_knobs,
+int mw_train_fit_budget(const struct mw_net_config *mc, struct mw_train_config *cfg, unsigned free_knobs,
                         struct mw_train_fit *out)
 {
     memset(out, 0, sizeof *out);

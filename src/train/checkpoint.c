@@ -64,10 +64,14 @@ void mw_ckpt_header_encode(uint8_t *h, const struct mw_ckpt_info *in)
     memcpy(h + H_MAGIC, CKPT_MAGIC, 8);
     put32(h, H_VERSION, CKPT_VERSION);
     put32(h, H_HDRBYTES, CKPT_HEADER_BYTES);
-    const struct mw_gpt2_config *m = &in->model;
-    put32(h, H_L, (uint32_t)m->n_layer); put32(h, H_NH, (uint32_t)m->n_head); put32(h, H_C, (uint32_t)m->n_embd);
-    put32(h, H_MAXT, (uint32_t)m->max_seq_len); put32(h, H_V, (uint32_t)m->vocab_size);
-    put32(h, H_VP, (uint32_t)m->padded_vocab_size);
+    /* The model: its family's id and encoded config; GPT-2's (family 0, six u32) also where
+     * version 1 keeps it (L, heads, width, context, vocabulary, padded vocabulary at H_L..H_VP). */
+    const struct mw_net_family *fam = in->net.family;
+    uint8_t wire[MW_NET_CONFIG_WIRE];
+    fam->config_encode(in->net.raw, wire);
+    if (fam->id == 0) memcpy(h + H_L, wire, H_NPARAMS - H_L);
+    put32(h, H_FAMILY, fam->id);
+    memcpy(h + H_NETCFG, wire, MW_NET_CONFIG_WIRE);
     put64(h, H_NPARAMS, in->n_params);
     put64(h, H_PBYTES, in->n_params * 4);
     put64(h, H_OBYTES, in->opt_bytes);
@@ -87,11 +91,6 @@ void mw_ckpt_header_encode(uint8_t *h, const struct mw_ckpt_info *in)
     put32(h, H_ZERO, (uint32_t)in->zero_stage); put64(h, H_SGSIZE, in->subgroup_size);
     put64(h, H_OWNFIRST, in->own_first); put64(h, H_OWNN, in->own_n);
     put32(h, H_SPECLEN, in->spec_bytes);
-    const struct mw_net_family *fam = in->net.family ? in->net.family : mw_net_family_by_id(0);
-    struct mw_net_config gc = {fam, {0}};
-    if (!in->net.family) memcpy(gc.raw, &in->model, sizeof in->model); /* a GPT-2 caller */
-    put32(h, H_FAMILY, fam->id);
-    fam->config_encode(in->net.family ? in->net.raw : gc.raw, h + H_NETCFG);
 }
 
 int mw_ckpt_header_decode(const uint8_t *h, struct mw_ckpt_info *out, const char *path)
@@ -103,10 +102,6 @@ int mw_ckpt_header_decode(const uint8_t *h, struct mw_ckpt_info *out, const char
     if ((out->version != CKPT_VERSION && out->version != 1) || get32(h, H_HDRBYTES) != CKPT_HEADER_BYTES)
         return mw_error_set(MW_EFORMAT, "checkpoint %s has version %u (header %u bytes); this memwall reads version %u",
                             path, out->version, get32(h, H_HDRBYTES), CKPT_VERSION);
-    struct mw_gpt2_config *m = &out->model;
-    m->n_layer = (int)get32(h, H_L); m->n_head = (int)get32(h, H_NH); m->n_embd = (int)get32(h, H_C);
-    m->max_seq_len = (int)get32(h, H_MAXT); m->vocab_size = (int)get32(h, H_V);
-    m->padded_vocab_size = (int)get32(h, H_VP);
     out->n_params = get64(h, H_NPARAMS);
     out->opt_bytes = get64(h, H_OBYTES);
     out->step = (int64_t)get64(h, H_STEP);
@@ -129,9 +124,15 @@ int mw_ckpt_header_decode(const uint8_t *h, struct mw_ckpt_info *out, const char
     uint32_t fid = out->version >= 2 ? get32(h, H_FAMILY) : 0;
     if (!(out->net.family = mw_net_family_by_id(fid)))
         return mw_error_set(MW_EFORMAT, "checkpoint %s holds a model of family %u, which this memwall does not know", path, fid);
-    if (out->version >= 2) {
-        int err = out->net.family->config_decode(h + H_NETCFG, out->net.raw);
-        if (err) return mw_error_set(MW_EFORMAT, "checkpoint %s: invalid %s config (%s)", path, out->net.family->name, mw_error_msg());
+    uint8_t wire[MW_NET_CONFIG_WIRE] = {0};
+    if (out->version >= 2) memcpy(wire, h + H_NETCFG, sizeof wire);
+    else memcpy(wire, h + H_L, H_NPARAMS - H_L); /* version 1: GPT-2, in its fields */
+    if (out->version >= 2 && fid == 0 && memcmp(wire, h + H_L, H_NPARAMS - H_L))
+        return mw_error_set(MW_EFORMAT, "checkpoint %s: the GPT-2 config is kept twice and the two differ (corrupt file?)", path);
+    if (out->net.family->config_decode(wire, out->net.raw) != 0) {
+        char m[400];
+        snprintf(m, sizeof m, "%s", mw_error_msg());
+        return mw_error_set(MW_EFORMAT, "checkpoint %s: invalid model config in the header (%s)", path, m);
     }
     if (out->spec_bytes > MW_TRAIN_SPEC_MAX)
         return mw_error_set(MW_EFORMAT, "checkpoint %s: the run's settings are %u bytes, more than the %u a checkpoint "
@@ -141,12 +142,6 @@ int mw_ckpt_header_decode(const uint8_t *h, struct mw_ckpt_info *out, const char
     if (out->world < 1 || out->rank < 0 || out->rank >= out->world || out->zero_stage < 0 || out->zero_stage > 3)
         return mw_error_set(MW_EFORMAT, "checkpoint %s: invalid rank fields (rank %d of %d, ZeRO %d)", path,
                             out->rank, out->world, out->zero_stage);
-    /* GPT-2 (family 0) is also kept in the fields of version 1; another family only in its own. */
-    if (fid == 0 && mw_gpt2_config_check(m) != 0)
-        return mw_error_set(MW_EFORMAT, "checkpoint %s: invalid model config in the header (%s)", path, mw_error_msg());
-    if (out->version < 2) memcpy(out->net.raw, m, sizeof *m);
-    else if (fid == 0 && memcmp(out->net.raw, m, sizeof *m))
-        return mw_error_set(MW_EFORMAT, "checkpoint %s: the GPT-2 config is kept twice and the two differ (corrupt file?)", path);
     struct mw_net_options one = {1, 1, 0, 1};
     struct mw_net_sizes ns;
     uint64_t pbytes;
@@ -198,9 +193,9 @@ static int write_weights(struct mw_trainer *tr, struct wctx *w)
 {
     struct mw_residency *r = tr->res;
     int err = r->ops->save_begin(r->self);
-    for (int u = 0; u < mw_gpt2_n_units(&tr->model) && !err; u++) {
+    for (int u = 0; u < tr->model.n_units && !err; u++) {
         size_t a, n;
-        mw_gpt2_unit_range(&tr->model, u, &a, &n);
+        mw_net_unit_range(&tr->model, u, &a, &n);
         if ((err = r->ops->unit_get(r->self, u))) break;
         err = w_fn(w, tr->model.params + a, n * 4);
         int err2 = r->ops->unit_put(r->self, u);
@@ -217,7 +212,7 @@ int mw_trainer_save(struct mw_trainer *tr, const char *data_path, const char *pa
     struct mw_ckpt_info in;
     memset(&in, 0, sizeof in);
     in.version = CKPT_VERSION;
-    in.model = tr->model.cfg;
+    in.net = tr->model.cfg;
     in.train = tr->cfg;
     in.step = tr->step;
     in.data_rng = tr->data_rng;
@@ -397,7 +392,6 @@ int mw_trainer_load(struct mw_trainer *tr, const char *path)
     FILE *f;
     int err = open_checked(path, &f, &in);
     if (err) return err;
-    const struct mw_gpt2_config *a = &in.model, *b = &tr->model.cfg;
     int zstage = tr->zero ? tr->zero->stage : 0;
     if (in.world != tr->world) {
         err = mw_error_set(-EINVAL, "checkpoint %s was written by a run on %d rank%s (ZeRO-%d); this run has %d: resume "
@@ -413,12 +407,13 @@ int mw_trainer_load(struct mw_trainer *tr, const char *path)
                            (unsigned long long)in.own_n, tr->rank, zstage);
         goto out;
     }
-    if (a->n_layer != b->n_layer || a->n_head != b->n_head || a->n_embd != b->n_embd ||
-        a->max_seq_len != b->max_seq_len || a->vocab_size != b->vocab_size ||
-        a->padded_vocab_size != b->padded_vocab_size || in.n_params != tr->model.sizes.n_params ||
+    if (!mw_net_config_same(&in.net, &tr->model.cfg) || in.n_params != tr->model.sizes.n_params ||
         in.opt_bytes != mw_train_opt_state_bytes(tr->opt)) {
-        err = mw_error_set(-EINVAL, "checkpoint %s holds a different model (L=%d NH=%d C=%d T=%d V=%d) or optimizer "
-                           "state than this run", path, a->n_layer, a->n_head, a->n_embd, a->max_seq_len, a->vocab_size);
+        char a[160], b[160];
+        in.net.family->config_summary(in.net.raw, a, sizeof a);
+        tr->model.family->config_summary(tr->model.cfg.raw, b, sizeof b);
+        err = mw_error_set(-EINVAL, "checkpoint %s holds a different model (%s) or optimizer state than this run (%s)", path,
+                           a, b);
         goto out;
     }
     /* Verify: the whole file against its trailer before the first byte reaches the trainer. */

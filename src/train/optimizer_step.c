@@ -34,21 +34,21 @@ static int mkdir_nvme(const char *dirs)
     return err;
 }
 
-static int opt_init(struct mw_train_opt *o, struct mw_gpt2 *m, const struct mw_train_config *c,
+static int opt_init(struct mw_train_opt *o, struct mw_net *m, const struct mw_train_config *c,
                     uint64_t model_dram_bytes, uint64_t own_first, uint64_t own_n, int plan_only);
 
-int mw_train_opt_init(struct mw_train_opt *o, struct mw_gpt2 *m, const struct mw_train_config *c,
+int mw_train_opt_init(struct mw_train_opt *o, struct mw_net *m, const struct mw_train_config *c,
                       uint64_t model_dram_bytes, uint64_t own_first, uint64_t own_n)
 {
     return opt_init(o, m, c, model_dram_bytes, own_first, own_n, 0);
 }
 
-int mw_train_opt_plan_only(struct mw_train_opt *o, struct mw_gpt2 *m, const struct mw_train_config *c)
+int mw_train_opt_plan_only(struct mw_train_opt *o, struct mw_net *m, const struct mw_train_config *c)
 {
     return opt_init(o, m, c, 0, 0, 0, 1);
 }
 
-static int opt_init(struct mw_train_opt *o, struct mw_gpt2 *m, const struct mw_train_config *c,
+static int opt_init(struct mw_train_opt *o, struct mw_net *m, const struct mw_train_config *c,
                     uint64_t model_dram_bytes, uint64_t own_first, uint64_t own_n, int plan_only)
 {
     memset(o, 0, sizeof *o);
@@ -69,8 +69,9 @@ static int opt_init(struct mw_train_opt *o, struct mw_gpt2 *m, const struct mw_t
     o->eps = c->eps;
     o->weight_decay = c->weight_decay;
     /* The engine's flat space is the owned range: the tensors (or their pieces) inside it. */
-    for (int i = 0; i < m->n_tensors; i++) {
-        const struct mw_gpt2_tensor *t = &m->tensors[i];
+    for (int i = 0; i < m->family->n_tensors(m); i++) {
+        struct mw_net_tensor tt, *t = &tt;
+        m->family->tensor(m, i, &tt);
         uint64_t a = MW_MAX((uint64_t)t->offset, own_first), b = MW_MIN((uint64_t)(t->offset + t->numel), own_first + own_n);
         if (a >= b) continue;
         unsigned flags = t->ndim == 2 ? 0 : MW_OFFLOAD_NO_DECAY;
@@ -116,9 +117,9 @@ static int opt_init(struct mw_train_opt *o, struct mw_gpt2 *m, const struct mw_t
      * NVMe), its user is set by the trainer once the stream exists. */
     if (c->offload_params == MW_OFFLOAD_NVME) cfg->stream = mw_train_stream_engine_hook;
     if (c->acts_nvme) { /* the blocks' kept activations (src/train/acts.c) */
-        cfg->scratch_bytes = mw_train_acts_scratch_bytes(m->cfg.n_layer, c->grad_accum, mw_gpt2_act_slot_bytes(m));
+        cfg->scratch_bytes = mw_train_acts_scratch_bytes(m->n_layer, c->grad_accum, mw_net_act_slot_bytes(m));
         if (cfg->scratch_bytes == UINT64_MAX) {
-            err = mw_error_set(-EOVERFLOW, "the kept activations of %d blocks x %d micro-batches overflow", m->cfg.n_layer,
+            err = mw_error_set(-EOVERFLOW, "the kept activations of %d blocks x %d micro-batches overflow", m->n_layer,
                                c->grad_accum);
             goto err;
         }

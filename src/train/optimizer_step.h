@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "memwall/gpt2.h"
+#include "memwall/model.h"
 #include "memwall/offload.h"
 #include "memwall/train.h"
 #include "memwall/optim.h"
@@ -39,16 +39,16 @@ struct mw_train_opt {
  * safetensors file) become its master copy. ZeRO: the optimizer holds only elements
  * [own_first, own_first + own_n) of the model (own_n = 0: all); tensors cut by the range are
  * registered as 1-D pieces "name[a:b]" with their decay flag. */
-int mw_train_opt_init(struct mw_train_opt *o, struct mw_gpt2 *m, const struct mw_train_config *c,
+int mw_train_opt_init(struct mw_train_opt *o, struct mw_net *m, const struct mw_train_config *c,
                       uint64_t model_dram_bytes, uint64_t own_first, uint64_t own_n);
 void mw_train_opt_free(struct mw_train_opt *o);
 /* The plan alone (memwall plan --stream): nothing is created; a missing NVMe directory is not
  * made (its free space is then not checked). */
-int mw_train_opt_plan_only(struct mw_train_opt *o, struct mw_gpt2 *m, const struct mw_train_config *c);
+int mw_train_opt_plan_only(struct mw_train_opt *o, struct mw_net *m, const struct mw_train_config *c);
 
 /* The backward pass of each micro-batch is bracketed (mw_offload_backward_begin / grad_ready /
  * backward_end). last: the optimizer step follows this micro-batch. mw_train_opt_grad_ready
- * has the model's mw_gpt2_grad_ready_fn signature (user = the struct mw_train_opt); it cannot
+ * has the model's mw_net_grad_ready_fn signature (user = the struct mw_train_opt); it cannot
  * return an error, so one is kept and returned by mw_train_opt_backward_end. */
 int mw_train_opt_backward_begin(struct mw_train_opt *o, int last);
 void mw_train_opt_grad_ready(size_t first_elem, size_t n_elems, void *user);

@@ -22,9 +22,9 @@ static int res_weights(void *self, int event, int unit, int backward)
 {
     struct mw_trainer *tr = self;
     (void)backward;
-    if (event != MW_GPT2_UNIT_ACQUIRE || !tr->overlap) return 0;
+    if (event != MW_NET_UNIT_ACQUIRE || !tr->overlap) return 0;
     size_t a, n;
-    int err = mw_gpt2_unit_range(&tr->model, unit, &a, &n);
+    int err = mw_net_unit_range(&tr->model, unit, &a, &n);
     if (!err) err = mw_train_opt_wait_range(tr->opt, a, n, 1);
     return err < 0 ? err : 0;
 }
@@ -34,7 +34,7 @@ static int res_unit_noop(void *self, int unit) { (void)self; (void)unit; return 
 static int res_step_begin(void *self)
 {
     struct mw_trainer *tr = self;
-    mw_gpt2_zero_grad(&tr->model);
+    mw_net_zero_grad(&tr->model);
     return 0;
 }
 

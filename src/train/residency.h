@@ -23,7 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "memwall/gpt2.h"
+#include "memwall/model.h"
 #include "memwall/train.h"
 
 /* The state of one weight unit (or piece of one) in DRAM. */
@@ -35,7 +35,7 @@ enum mw_unit_state {
 
 struct mw_residency_ops {
     const char *name;                                           /* "resident", "zero", "nvme" */
-    /* The model's unit hook (mw_gpt2_weights_fn): acquire/release around each use. */
+    /* The model's unit hook (mw_net_weights_fn): acquire/release around each use. */
     int (*weights)(void *self, int event, int unit, int backward);
     /* Before a forward pass (training: a backward pass follows). */
     int (*pass_begin)(void *self, int training);

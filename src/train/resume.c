@@ -47,7 +47,7 @@ static void blob_encode(const struct mw_trainer *tr, int64_t step, uint8_t *b)
 {
     struct mw_ckpt_info in;
     memset(&in, 0, sizeof in);
-    in.model = tr->model.cfg;
+    in.net = tr->model.cfg;
     in.train = tr->cfg;
     in.step = step;
     in.data_rng = tr->data_rng;
@@ -169,14 +169,14 @@ int mw_train_resume_apply(struct mw_trainer *tr, const struct mw_offload_record 
     int err = blob_decode(rec->blob, rec->blob_len, &r);
     free(r.run_spec); /* the caller's part: read by mw_train_resume_read */
     if (err) return err;
-    const struct mw_gpt2_config *a = &r.info.model, *b = &tr->model.cfg;
     if (tr->world > 1)
         return mw_error_set(-ENOTSUP, "resuming from the NVMe state (--resume DIR) runs on one rank for now; resume a "
                             "multi-rank run from its checkpoints (--resume FILE)");
-    if (a->n_layer != b->n_layer || a->n_head != b->n_head || a->n_embd != b->n_embd || a->max_seq_len != b->max_seq_len ||
-        a->vocab_size != b->vocab_size || r.info.n_params != tr->model.sizes.n_params)
-        return mw_error_set(-EINVAL, "the commit record holds a different model (L=%d NH=%d C=%d T=%d V=%d) than this run",
-                            a->n_layer, a->n_head, a->n_embd, a->max_seq_len, a->vocab_size);
+    if (!mw_net_config_same(&r.info.net, &tr->model.cfg) || r.info.n_params != tr->model.sizes.n_params) {
+        char a[160];
+        r.info.net.family->config_summary(r.info.net.raw, a, sizeof a);
+        return mw_error_set(-EINVAL, "the commit record holds a different model (%s) than this run", a);
+    }
     /* The engine reads the committed state back (checked against the record's digests) and, with
      * resident weights, refreshes the model's weights from its master. */
     if ((err = mw_train_opt_ensure(tr->opt))) return err;

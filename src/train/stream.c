@@ -56,7 +56,7 @@ static void count_resident(struct mw_train_stream *s, int64_t delta)
     if (s->trace) mw_trace_counter(s->trace, "resident weights", mw_now_ns(), (double)s->resident_now);
 }
 
-int mw_train_stream_init(struct mw_train_stream *s, struct mw_gpt2 *m, struct mw_train_opt *opt, int depth,
+int mw_train_stream_init(struct mw_train_stream *s, struct mw_net *m, struct mw_train_opt *opt, int depth,
                          uint64_t seed, struct mw_train_zero *zero, struct mw_trace *trace)
 {
     memset(s, 0, sizeof *s);
@@ -85,7 +85,7 @@ int mw_train_stream_init(struct mw_train_stream *s, struct mw_gpt2 *m, struct mw
     s->sg_end = (uint32_t)((opt->own_first + opt->n_params + S - 1) / S);
     s->norm_first = opt->own_first; /* ZeRO-1..3: the owned gradients' sum of squares (zero.c's chunks) */
     s->norm_n = opt->n_params;
-    s->n_units = mw_gpt2_n_units(m);
+    s->n_units = m->n_units;
     s->nchunks = (s->norm_n + MW_OFFLOAD_NORM_CHUNK - 1) / MW_OFFLOAD_NORM_CHUNK;
     s->page = page;
     size_t nu = (size_t)s->n_units, ns = s->nsg;
@@ -114,7 +114,7 @@ int mw_train_stream_init(struct mw_train_stream *s, struct mw_gpt2 *m, struct mw
         return mw_error_set(-ENOMEM, "no memory for the streaming tables");
     }
     for (int u = 0; u < s->n_units; u++) {
-        mw_gpt2_unit_range(m, u, &s->u_first[u], &s->u_n[u]);
+        mw_net_unit_range(m, u, &s->u_first[u], &s->u_n[u]);
         s->u_lo[u] = (uint32_t)(s->u_first[u] / S);
         s->u_hi[u] = (uint32_t)((s->u_first[u] + s->u_n[u] - 1) / S);
     }
@@ -126,7 +126,7 @@ int mw_train_stream_init(struct mw_train_stream *s, struct mw_gpt2 *m, struct mw
         (void)madvise(m->grads, MW_ALIGN_UP(m->sizes.grads_bytes, page), MADV_HUGEPAGE);
     }
     /* Nothing of the weights or gradients is resident until it is used: the model's arrays are
-     * fresh mappings (mw_gpt2_init), never touched before this. */
+     * fresh mappings (the model's init), never touched before this. */
     return 0;
 }
 
@@ -165,7 +165,7 @@ void mw_train_stream_free(struct mw_train_stream *s)
     free(s->gw_unit);
     free(s->chunk_sumsq);
     free(s->chunk_done);
-    mw_gpt2_st_loader_close(s->init);
+    if (s->init) s->model->family->loader_close(s->init);
     memset(s, 0, sizeof *s);
 }
 
@@ -287,7 +287,7 @@ static int unit_put_(struct mw_train_stream *s, int u, int backward, int keep_ah
 static int st_weights(void *self, int event, int unit, int backward)
 {
     struct mw_train_stream *s = self;
-    if (event == MW_GPT2_UNIT_RELEASE) return unit_put_(s, unit, backward, 1);
+    if (event == MW_NET_UNIT_RELEASE) return unit_put_(s, unit, backward, 1);
     if (backward && !s->in_backward) {
         s->in_backward = 1;
         s->pos = s->n_units + 1; /* the forward part's length */
@@ -476,8 +476,8 @@ int mw_train_stream_engine_hook(void *user, int event, uint64_t first, uint64_t 
     if (event == MW_OFFLOAD_WEIGHTS_IN) { /* engine init: the initial weights of the units here */
         for (int u = 0; u < s->n_units; u++) {
             if (s->u_init[u] || sg < s->u_lo[u] || sg > s->u_hi[u]) continue;
-            int err = s->init ? mw_gpt2_st_loader_unit(s->init, s->model, u)
-                              : mw_gpt2_init_weights_unit(s->model, s->seed, u);
+            int err = s->init ? s->model->family->loader_unit(s->init, s->model, u)
+                              : mw_net_init_weights_unit(s->model, s->seed, u);
             if (err) return err;
             s->u_init[u] = 1;
         }

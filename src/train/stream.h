@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "memwall/gpt2.h"
+#include "memwall/model.h"
 #include "memwall/plan.h"
 #include "memwall/store.h"
 
@@ -32,7 +32,7 @@ struct mw_train_zero;
 
 
 struct mw_train_stream {
-    struct mw_gpt2 *model;        /* borrowed */
+    struct mw_net *model;         /* borrowed */
     struct mw_train_opt *opt;     /* borrowed: its engine holds the master and the gradient objects */
     struct mw_trace *trace;       /* optional */
     struct mw_train_zero *zero;   /* data parallel (borrowed; NULL on one rank): its collectives */
@@ -42,7 +42,7 @@ struct mw_train_stream {
     uint64_t norm_first, norm_n;  /* elements whose gradient norm this rank sums, in chunks from norm_first */
     int saving;                   /* between save_begin and save_end with gather: every unit is held */
     uint64_t seed;                /* initial weights (unit by unit, at engine init) ... */
-    struct mw_gpt2_st_loader *init; /* ... or from this file (owned; closed once the engine has them) */
+    void *init;                    /* ... or from this file (owned; closed once the engine has them) */
     int depth;                    /* units fetched ahead of use */
     int n_units;
     size_t *u_first, *u_n;        /* [n_units] element ranges */
@@ -79,7 +79,7 @@ struct mw_train_stream {
  * pages of fp32, or one subgroup for the whole model). The optimizer covers the whole model,
  * or under ZeRO stages 1-3 (zero given) exactly the rank's shard. depth: units read ahead
  * (0..8). Nothing is fetched yet. */
-int mw_train_stream_init(struct mw_train_stream *s, struct mw_gpt2 *m, struct mw_train_opt *opt, int depth,
+int mw_train_stream_init(struct mw_train_stream *s, struct mw_net *m, struct mw_train_opt *opt, int depth,
                          uint64_t seed, struct mw_train_zero *zero, struct mw_trace *trace);
 /* After the engine wrote the initial master: no weight page stays resident (the initial weights
  * of units that reach outside this rank's shard were written whole). */

@@ -8,6 +8,7 @@
 #include "memwall/train.h"
 #include "memwall/common.h"
 #include "memwall/trace.h"
+#include "memwall/plan.h"
 #include "train/acts.h"
 #include "train/optimizer_step.h"
 #include "train/residency.h"
@@ -17,6 +18,7 @@
 #include "memwall/comm.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,13 +33,15 @@ double mw_train_lr(const struct mw_train_config *c, int64_t step)
     return min_lr + 0.5 * (1.0 + cos(M_PI * ratio)) * (c->lr - min_lr);
 }
 
-static int check_config(const struct mw_gpt2_config *mc, const struct mw_train_config *c, const struct mw_data *d)
+static int check_config(const struct mw_net_sizes *ns, int context, int vocab, const struct mw_train_config *c,
+                        const struct mw_data *d)
 {
     if (c->batch < 1 || c->seq < 1 || c->grad_accum < 1 || c->steps < 0)
         return mw_error_set(-EINVAL, "batch (%d), sequence (%d) and grad-accum (%d) must be >= 1, steps >= 0",
                             c->batch, c->seq, c->grad_accum);
-    if (c->seq > mc->max_seq_len)
-        return mw_error_set(-EINVAL, "sequence length %d exceeds the model's context %d", c->seq, mc->max_seq_len);
+    (void)ns;
+    if (c->seq > context)
+        return mw_error_set(-EINVAL, "sequence length %d exceeds the model's context %d", c->seq, context);
     /* Written so that a NaN fails every test (it compares false). */
     if (!(c->lr >= 0 && c->lr <= 10) || !(c->beta1 >= 0 && c->beta1 < 1) || !(c->beta2 >= 0 && c->beta2 < 1) ||
         !(c->eps > 0 && c->eps <= 1))
@@ -50,9 +54,9 @@ static int check_config(const struct mw_gpt2_config *mc, const struct mw_train_c
                             c->min_lr_frac, c->clip);
     if (c->warmup < 0 || c->val_every < 0 || c->val_batches < 0 || c->ckpt_every < 0 || c->threads < 0)
         return mw_error_set(-EINVAL, "warm-up, validation, checkpoint intervals and threads must be >= 0");
-    if (d->max_token >= mc->vocab_size)
+    if (d->max_token >= vocab)
         return mw_error_set(-EINVAL, "data %s holds token %d but the model's vocabulary is %d; use --vocab %d or more",
-                            d->path, d->max_token, mc->vocab_size, d->max_token + 1);
+                            d->path, d->max_token, vocab, d->max_token + 1);
     return mw_data_check(d, c->seq);
 }
 
@@ -72,10 +76,10 @@ static uint64_t mem_available(void)
 /* The model's arrays are allocated lazily by the kernel: a run that asks for more than the machine
  * has starts, and is killed by the OOM killer in its first forward pass. Refused here instead,
  * against what the machine has available now, with the numbers and what to lower. */
-static int check_memory(const struct mw_gpt2_config *mc, const struct mw_gpt2_options *mo, int streaming, int opt_dram)
+static int check_memory(const struct mw_net_config *mc, const struct mw_net_options *mo, int streaming, int opt_dram)
 {
-    struct mw_gpt2_sizes z;
-    int err = mw_gpt2_sizes(mc, mo, &z);
+    struct mw_net_sizes z;
+    int err = mw_net_sizes(mc, mo, &z);
     if (err) return err;
     uint64_t need = z.acts_bytes, avail = mem_available();
     if (!streaming && (mw_add_u64(need, z.params_bytes, &need) || mw_add_u64(need, z.grads_bytes, &need)))
@@ -95,21 +99,21 @@ static int check_memory(const struct mw_gpt2_config *mc, const struct mw_gpt2_op
 
 /* The streamed run's DRAM plan from the model and the optimizer's plan: the trainer and
  * mw_train_plan_stream (memwall plan --stream) both come here. */
-static int stream_plan(const struct mw_gpt2 *m, const struct mw_train_opt *o, const struct mw_train_config *cfg,
+static int stream_plan(const struct mw_net *m, const struct mw_train_opt *o, const struct mw_train_config *cfg,
                        const struct mw_train_zero *z, struct mw_plan_stream *out)
 {
-    mw_gpt2_warm_runtime(m); /* the baseline includes the matrix library's buffers */
-    const struct mw_gpt2_config *mc = &m->cfg;
+    mw_net_warm_runtime(m); /* the baseline includes the matrix library's buffers */
+    struct mw_model d; /* the family's description: what the planner reads */
+    m->family->config_describe(m->cfg.raw, &d);
     /* The model's activations (with kept activations on NVMe its own block set is lent out:
      * slot 0 stands in, never touched), what a layer-major step or the lookups keep per
      * micro-batch, the kept activations' slots. */
-    uint64_t acts = m->sizes.acts_bytes - (cfg->acts_nvme ? mw_gpt2_own_block_bytes(m) : 0);
-    acts += cfg->layer_major ? mw_gpt2_lm_bytes(m, cfg->grad_accum, cfg->acts_nvme) : mw_gpt2_defer_bytes(m, cfg->grad_accum);
-    if (cfg->acts_nvme) acts += MW_TRAIN_ACT_SLOTS * mw_train_acts_slot_bytes(mw_gpt2_act_slot_bytes(m));
+    uint64_t acts = m->sizes.acts_bytes - (cfg->acts_nvme ? mw_net_own_block_bytes(m) : 0);
+    acts += cfg->layer_major ? mw_net_lm_bytes(m, cfg->grad_accum, cfg->acts_nvme) : mw_net_defer_bytes(m, cfg->grad_accum);
+    if (cfg->acts_nvme) acts += MW_TRAIN_ACT_SLOTS * mw_train_acts_slot_bytes(mw_net_act_slot_bytes(m));
     struct mw_plan_stream_in pi = {
-        .n_layer = mc->n_layer, .n_embd = mc->n_embd,
-        .padded_vocab = mc->padded_vocab_size ? mc->padded_vocab_size : mc->vocab_size,
-        .max_seq = mc->max_seq_len, .grad_accum = cfg->grad_accum, .prefetch_depth = cfg->prefetch_depth,
+        .n_layer = (int)d.n_layer, .n_embd = (int)d.hidden, .padded_vocab = (int)d.vocab,
+        .max_seq = m->context, .grad_accum = cfg->grad_accum, .prefetch_depth = cfg->prefetch_depth,
         .subgroup_size = o->plan.subgroup_size, .buffer_count = o->cfg.buffer_count,
         .layer_major = cfg->layer_major, .overlap = !cfg->sync_update,
         .acts_bytes = acts,
@@ -129,16 +133,15 @@ static int stream_plan(const struct mw_gpt2 *m, const struct mw_train_opt *o, co
     return mw_plan_stream_dram(&pi, out);
 }
 
-int mw_train_plan_stream(const struct mw_gpt2_config *mcfg, const struct mw_train_config *cfg,
+int mw_train_plan_stream(const struct mw_net_config *mcfg, const struct mw_train_config *cfg,
                          struct mw_plan_stream *out, uint64_t *nvme_bytes)
 {
-    int err = mw_gpt2_config_check(mcfg);
-    if (err) return err;
-    struct mw_gpt2 m;
+    struct mw_net m;
     struct mw_train_opt o;
     /* The model's arrays are fresh mappings never touched here: they cost address space only. */
-    struct mw_gpt2_options mo = {cfg->batch, cfg->seq, cfg->recompute || cfg->layer_major, cfg->threads};
-    if ((err = mw_gpt2_init(&m, mcfg, &mo))) return err;
+    struct mw_net_options mo = {cfg->batch, cfg->seq, cfg->recompute || cfg->layer_major, cfg->threads};
+    int err = mw_net_init(&m, mcfg, &mo);
+    if (err) return err;
     struct mw_train_config c = *cfg;
     c.tier = MW_OFFLOAD_NVME;
     c.dram_budget = 0;
@@ -147,17 +150,21 @@ int mw_train_plan_stream(const struct mw_gpt2_config *mcfg, const struct mw_trai
         if (nvme_bytes) *nvme_bytes = o.plan.tier_bytes[MW_OFFLOAD_NVME];
         mw_train_opt_free(&o);
     }
-    mw_gpt2_free(&m);
+    mw_net_free(&m);
     return err;
 }
 
-int mw_trainer_init(struct mw_trainer *tr, const struct mw_gpt2_config *mcfg,
+int mw_trainer_init(struct mw_trainer *tr, const struct mw_net_config *mcfg,
                     const struct mw_train_config *cfg, const struct mw_data *data)
 {
     memset(tr, 0, sizeof *tr);
-    int err = mw_gpt2_config_check(mcfg);
+    struct mw_net_options one = {1, 1, 0, 1};
+    struct mw_net_sizes ns;
+    int err = mw_net_sizes(mcfg, &one, &ns); /* checks the config */
     if (err) return err;
-    if ((err = check_config(mcfg, cfg, data))) return err;
+    struct mw_model desc;
+    mcfg->family->config_describe(mcfg->raw, &desc);
+    if ((err = check_config(&ns, (int)desc.max_pos ? (int)desc.max_pos : INT32_MAX, (int)desc.vocab, cfg, data))) return err;
     tr->cfg = *cfg;
     tr->data = data;
     tr->world = cfg->comm ? mw_comm_size(cfg->comm, MW_COMM_WORLD) : 1;
@@ -180,10 +187,10 @@ int mw_trainer_init(struct mw_trainer *tr, const struct mw_gpt2_config *mcfg,
                             "layer-major schedule");
     /* Layer-major recomputes each block from its saved input (bitwise the same gradients), so
      * the model needs only one block's activations. */
-    struct mw_gpt2_options mo = {tr->local_batch, cfg->seq, cfg->recompute || cfg->layer_major, cfg->threads};
+    struct mw_net_options mo = {tr->local_batch, cfg->seq, cfg->recompute || cfg->layer_major, cfg->threads};
     if ((err = check_memory(mcfg, &mo, streaming, cfg->tier == MW_OFFLOAD_DRAM))) return err;
-    if ((err = mw_gpt2_init(&tr->model, mcfg, &mo))) return err;
-    if (!streaming) mw_gpt2_init_weights(&tr->model, cfg->seed); /* streamed: unit by unit at engine init */
+    if ((err = mw_net_init(&tr->model, mcfg, &mo))) return err;
+    if (!streaming) mw_net_init_weights(&tr->model, cfg->seed); /* streamed: unit by unit at engine init */
     tr->res = calloc(1, sizeof *tr->res);
     if (!tr->res) { err = mw_error_set(-ENOMEM, "no memory"); goto err; }
     mw_residency_resident(tr->res, tr);
@@ -216,7 +223,7 @@ int mw_trainer_init(struct mw_trainer *tr, const struct mw_gpt2_config *mcfg,
         mw_residency_zero(tr->res, tr);
     }
     tr->overlap = tr->world == 1 && cfg->tier == MW_OFFLOAD_NVME && !cfg->sync_update;
-    const struct mw_gpt2_sizes *z = &tr->model.sizes;
+    const struct mw_net_sizes *z = &tr->model.sizes;
     uint64_t model_dram = z->params_bytes + z->grads_bytes + z->acts_bytes;
     if (streaming) {
         tr->stream = calloc(1, sizeof *tr->stream);
@@ -234,7 +241,7 @@ int mw_trainer_init(struct mw_trainer *tr, const struct mw_gpt2_config *mcfg,
                                         cfg->trace)))
             goto err;
         mw_residency_stream(tr->res, tr->stream);
-        if (cfg->init_safetensors && (err = mw_gpt2_st_loader_open(&tr->stream->init, &tr->model, cfg->init_safetensors)))
+        if (cfg->init_safetensors && (err = tr->model.family->loader_open(&tr->stream->init, &tr->model, cfg->init_safetensors)))
             goto err;
         tr->stream->layer_major = cfg->layer_major;
         if ((err = stream_plan(&tr->model, tr->opt, cfg, tr->zero, &tr->stream->plan))) goto err;
@@ -256,23 +263,22 @@ int mw_trainer_init(struct mw_trainer *tr, const struct mw_gpt2_config *mcfg,
         /* The engine (and with it the initial weights, unit by unit) exists before the first
          * forward pass: the weights are fetched from its master. */
         if ((err = mw_train_opt_ensure(tr->opt)) || (err = mw_train_stream_ready(tr->stream))) goto err;
-        mw_gpt2_st_loader_close(tr->stream->init); /* the master holds the weights now */
+        tr->model.family->loader_close(tr->stream->init); /* the master holds the weights now */
         tr->stream->init = NULL;
         if (cfg->acts_nvme) {
             if (!(tr->acts = calloc(1, sizeof *tr->acts))) { err = mw_error_set(-ENOMEM, "no memory"); goto err; }
-            if ((err = mw_train_acts_init(tr->acts, mcfg->n_layer, cfg->grad_accum, mw_gpt2_act_slot_bytes(&tr->model),
+            if ((err = mw_train_acts_init(tr->acts, tr->model.n_layer, cfg->grad_accum, mw_net_act_slot_bytes(&tr->model),
                                           cfg->trace))) {
                 free(tr->acts);
                 tr->acts = NULL;
                 goto err;
             }
             tr->acts->eng = tr->opt->eng;
-            mw_gpt2_acts_lend(&tr->model, tr->acts->mem); /* slot 0 serves evaluation passes too */
+            mw_net_acts_lend(&tr->model, tr->acts->mem); /* slot 0 serves evaluation passes too */
         }
     }
     if (tr->res->ops->weights) {
-        tr->model.weights_hook = tr->res->ops->weights;
-        tr->model.weights_user = tr->res->self;
+        mw_net_set_weights_hook(&tr->model, tr->res->ops->weights, tr->res->self);
     }
     if (tr->zero && cfg->zero_stage >= 1 && tr->opt->plan.subgroup_size != sg) {
         err = mw_error_set(-EINVAL, "the optimizer rounded the subgroup size %llu to %llu; give --subgroup-size as a "
@@ -313,7 +319,7 @@ void mw_trainer_free(struct mw_trainer *tr)
     free(tr->g_targets);
     free(tr->journal_data);
     free(tr->run_spec);
-    if (tr->model.params) mw_gpt2_free(&tr->model);
+    if (tr->model.family) mw_net_free(&tr->model);
     memset(tr, 0, sizeof *tr);
 }
 
@@ -373,7 +379,7 @@ static int opt_backward_end(struct mw_trainer *tr, int err)
 }
 
 /* Layer-major (docs/train.md): all micro-batches of the step go through the model unit by unit
- * (mw_gpt2_step_layer_major); the same data, the same sums in the same order. */
+ * (the layer-major step of the model table); the same data, the same sums in the same order. */
 struct lm_ctx { struct mw_trainer *tr; struct mw_train_step_stats *st; int64_t step; };
 
 static int lm_before_grads(void *user)
@@ -424,10 +430,10 @@ static int step_layer_major(struct mw_trainer *tr, int64_t step, struct mw_train
     int err = pass_begin(tr, 1);
     if (err) return err;
     struct lm_ctx x = {tr, st, step};
-    struct mw_gpt2_lm_calls calls = {lm_before_grads, lm_grad_ready, lm_forward_done, lm_backward_done,
+    struct mw_net_lm_calls calls = {lm_before_grads, lm_grad_ready, lm_forward_done, lm_backward_done,
                                      tr->acts ? lm_acts : NULL, &x};
     if (tr->acts) tr->acts->step = (int)step;
-    err = mw_gpt2_step_layer_major(&tr->model, c->grad_accum, tr->inputs, tr->targets, tr->local_batch, c->seq,
+    err = mw_net_step_layer_major(&tr->model, c->grad_accum, tr->inputs, tr->targets, tr->local_batch, c->seq,
                                    1.0f / (float)c->grad_accum, &calls, tr->lm_losses);
     if (!err) err = tr->res->ops->backward_end(tr->res->self);
     if ((err = opt_backward_end(tr, err))) return err;
@@ -460,7 +466,7 @@ static int step_run(struct mw_trainer *tr, struct mw_train_step_stats *st)
         if (trace) phase(trace, "data", t, step);
         t = mw_now_ns();
         if ((err = pass_begin(tr, 1))) return err;
-        if ((err = mw_gpt2_forward(&tr->model, tr->inputs, tr->targets, tr->local_batch, c->seq))) return err;
+        if ((err = mw_net_forward(&tr->model, tr->inputs, tr->targets, tr->local_batch, c->seq))) return err;
         st->forward_ns += phase(trace, "forward", t, step);
         loss_sum += tr->model.loss;
         t = mw_now_ns();
@@ -471,9 +477,9 @@ static int step_run(struct mw_trainer *tr, struct mw_train_step_stats *st)
             if ((err = res->ops->step_begin(res->self))) return err;
         }
         if ((err = mw_train_opt_backward_begin(tr->opt, last))) return err;
-        if ((err = mw_gpt2_accum_set(&tr->model, a, c->grad_accum))) return err;
+        if ((err = mw_net_accum_set(&tr->model, a, c->grad_accum))) return err;
         if (!(err = res->ops->backward_begin(res->self, a, last))) {
-            err = mw_gpt2_backward(&tr->model, 1.0f / (float)c->grad_accum, res->ops->grad_ready, res->self);
+            err = mw_net_backward(&tr->model, 1.0f / (float)c->grad_accum, res->ops->grad_ready, res->self);
             /* After a failure the job ends (a collective cannot be cancelled): no more waits. */
             if (!err) err = res->ops->backward_end(res->self);
         }
@@ -565,7 +571,7 @@ int mw_trainer_eval(struct mw_trainer *tr, float *val_loss)
     for (int64_t k = 0; k < nb; k++) {
         val_batch(tr, (uint64_t)k);
         int err = pass_begin(tr, 0);
-        if (!err) err = mw_gpt2_forward(&tr->model, tr->inputs, tr->targets, tr->local_batch, c->seq);
+        if (!err) err = mw_net_forward(&tr->model, tr->inputs, tr->targets, tr->local_batch, c->seq);
         if (err) return err;
         sum += tr->model.loss;
     }
@@ -613,8 +619,7 @@ int mw_trainer_sample(struct mw_trainer *tr, const int32_t *prompt, int n_prompt
 {
     if (n_prompt < 1 || n < 0 || !(temperature > 0))
         return mw_error_set(-EINVAL, "sampling needs a prompt of >= 1 token and a temperature > 0");
-    const int V = tr->model.cfg.vocab_size;
-    const int Vp = tr->model.cfg.padded_vocab_size ? tr->model.cfg.padded_vocab_size : V;
+    const int V = tr->model.vocab, Vp = tr->model.padded_vocab;
     const int ctx = tr->model.opts.max_seq;
     int32_t *seq = malloc(((size_t)n_prompt + (size_t)n) * sizeof *seq);
     struct cand *cand = malloc((size_t)V * sizeof *cand);
@@ -626,8 +631,8 @@ int mw_trainer_sample(struct mw_trainer *tr, const int32_t *prompt, int n_prompt
     for (int i = 0; i < n; i++) {
         int w = len < ctx ? len : ctx;
         if ((err = pass_begin(tr, 0))) goto out;
-        if ((err = mw_gpt2_forward(&tr->model, seq + len - w, NULL, 1, w))) goto out;
-        const float *lg = mw_gpt2_logits(&tr->model) + (size_t)(w - 1) * (size_t)Vp;
+        if ((err = mw_net_forward(&tr->model, seq + len - w, NULL, 1, w))) goto out;
+        const float *lg = mw_net_logits(&tr->model) + (size_t)(w - 1) * (size_t)Vp;
         seq[len] = pick(lg, V, temperature, top_k, &rng, cand);
         out[i] = seq[len++];
     }
@@ -708,7 +713,7 @@ static int save_unit_fn(void *user, int event, int unit, int backward)
 {
     struct mw_residency *r = user;
     (void)backward;
-    return event == MW_GPT2_UNIT_ACQUIRE ? r->ops->unit_get(r->self, unit) : r->ops->unit_put(r->self, unit);
+    return event == MW_NET_UNIT_ACQUIRE ? r->ops->unit_get(r->self, unit) : r->ops->unit_put(r->self, unit);
 }
 
 int mw_trainer_save_safetensors(struct mw_trainer *tr, const char *path, int write)
@@ -716,7 +721,7 @@ int mw_trainer_save_safetensors(struct mw_trainer *tr, const char *path, int wri
     struct mw_residency *r = tr->res;
     int err = mw_trainer_finish(tr);
     if (!err) err = r->ops->save_begin(r->self);
-    if (!err && write) err = mw_gpt2_save_safetensors_units(&tr->model, path, save_unit_fn, r);
+    if (!err && write) err = mw_net_save_safetensors_units(&tr->model, path, save_unit_fn, r);
     int err2 = r->ops->save_end(r->self);
     return err ? err : err2;
 }

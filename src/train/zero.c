@@ -35,7 +35,7 @@ uint64_t mw_train_zero_sg_size(uint64_t total, int ranks, uint64_t want)
     return want && want < sg ? want : sg;
 }
 
-int mw_train_zero_init(struct mw_train_zero *z, struct mw_comm *comm, int stage, struct mw_gpt2 *m,
+int mw_train_zero_init(struct mw_train_zero *z, struct mw_comm *comm, int stage, struct mw_net *m,
                        uint64_t sg_size, struct mw_trace *trace)
 {
     memset(z, 0, sizeof *z);
@@ -58,7 +58,7 @@ int mw_train_zero_init(struct mw_train_zero *z, struct mw_comm *comm, int stage,
                             "use --subgroup-size %llu or less", stage, z->wrank,
                             mw_zero_subgroups(z->total, sg_size), (unsigned long long)sg_size, z->nshard,
                             (unsigned long long)(z->total / (uint64_t)z->nshard));
-    z->n_units = mw_gpt2_n_units(m);
+    z->n_units = m->n_units;
     size_t nu = (size_t)z->n_units, ns = (size_t)z->nshard;
     z->u_first = calloc(nu, sizeof *z->u_first);
     z->u_n = calloc(nu, sizeof *z->u_n);
@@ -76,7 +76,7 @@ int mw_train_zero_init(struct mw_train_zero *z, struct mw_comm *comm, int stage,
         return mw_error_set(-ENOMEM, "no memory for the ZeRO buffers");
     }
     for (int u = 0; u < z->n_units; u++) {
-        mw_gpt2_unit_range(m, u, &z->u_first[u], &z->u_n[u]);
+        mw_net_unit_range(m, u, &z->u_first[u], &z->u_n[u]);
         if ((err = mw_zero_bucket_counts(z->total, sg_size, z->nshard, z->u_first[u], z->u_n[u], cnt_of(z, u),
                                          dsp_of(z, u)))) {
             mw_train_zero_free(z);
@@ -176,7 +176,7 @@ static void sample_grads(struct mw_train_zero *z)
 void mw_train_zero_step_begin(struct mw_train_zero *z)
 {
     if (z->stage < 2) {
-        mw_gpt2_zero_grad(z->model);
+        mw_net_zero_grad(z->model);
         return;
     }
     for (int u = 0; u < z->n_units; u++) (void)grads_release_unit(z, u); /* madvise of our own pages: cannot fail */
@@ -499,7 +499,7 @@ int mw_train_zero_weights_hook(void *user, int event, int unit, int backward)
     struct mw_train_zero *z = user;
     if (z->stage != 3) return 0;
     int err;
-    if (event == MW_GPT2_UNIT_ACQUIRE) {
+    if (event == MW_NET_UNIT_ACQUIRE) {
         if (backward && !z->in_backward) { z->in_backward = 1; z->pos = z->n_units + 1; /* the forward's length */ }
         if (sched(z, z->pos) != unit)
             return mw_error_set(-EINVAL, "ZeRO-3: the model acquired weight unit %d, the schedule expected %d "

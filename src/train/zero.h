@@ -25,7 +25,7 @@
 #include <stdint.h>
 
 #include "memwall/comm.h"
-#include "memwall/gpt2.h"
+#include "memwall/model.h"
 
 struct mw_trace;
 
@@ -36,7 +36,7 @@ struct mw_trace;
 
 struct mw_train_zero {
     struct mw_comm *comm;      /* borrowed */
-    struct mw_gpt2 *model;     /* borrowed */
+    struct mw_net *model;      /* borrowed */
     struct mw_trace *trace;    /* optional */
     int stage;                 /* 0..3 */
     int world, wrank;          /* WORLD size and rank */
@@ -74,7 +74,7 @@ struct mw_train_zero {
 
 /* Builds the shard and buckets; stage 0..3; sg_size the engine's subgroup size. Fails with a
  * message when a shard rank would own nothing (subgroups larger than total / ranks). */
-int mw_train_zero_init(struct mw_train_zero *z, struct mw_comm *comm, int stage, struct mw_gpt2 *m,
+int mw_train_zero_init(struct mw_train_zero *z, struct mw_comm *comm, int stage, struct mw_net *m,
                        uint64_t sg_size, struct mw_trace *trace);
 void mw_train_zero_free(struct mw_train_zero *z);
 
@@ -108,7 +108,7 @@ int mw_train_zero_after_step(struct mw_train_zero *z);
 /* ZeRO-3: the model's weights hook (install with m->weights_hook / weights_user = z). */
 int mw_train_zero_weights_hook(void *user, int event, int unit, int backward);
 /* ZeRO-3: before a pass (training: a backward follows; layer_major: the step runs layer-major,
- * mw_gpt2_step_layer_major, else batch-major). The gathers follow the order the model acquires
+ * the model's layer-major step, else batch-major). The gathers follow the order the model acquires
  * the units in, the one the streamed path and the planner walk (mw_plan_stream_unit). Releases
  * the non-owned weights the first time after they were written whole (init, load). */
 int mw_train_zero_pass_begin(struct mw_train_zero *z, int training, int layer_major);
