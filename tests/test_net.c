@@ -155,6 +155,19 @@ int main(void)
     CHECK(!strcmp(name, "embeddings"));
     mw_net_unit_name(&n, 2, name, sizeof name);
     CHECK(!strcmp(name, "h.1"));
+    /* The schedule the residency machines read, and the planner's GPT-2 simulation, walk the
+     * model's order (one source: the planner's copy for GPT-2 is held to it here). */
+    struct mw_net_sched sc;
+    REQUIRE(mw_net_sched_init(&sc, &n) == 0);
+    for (int lm = 0; lm < 2; lm++)
+        for (int p = 0; p < 64; p++) {
+            int u = mw_net_sched_unit(&sc, lm, 1, p);
+            CHECK_MSG(u == mw_plan_stream_unit(gcfg.n_layer, lm, p), "%s position %d: the model says %d, the planner %d",
+                      lm ? "layer-major" : "batch-major", p, u, mw_plan_stream_unit(gcfg.n_layer, lm, p));
+            if (u < 0) break;
+        }
+    CHECK(mw_net_sched_unit(&sc, 0, 0, sc.nf[0]) == -1 && mw_net_sched_unit(&sc, 0, 0, sc.nf[0] - 1) == 0);
+    mw_net_sched_free(&sc);
     mw_net_free(&n);
     mw_gpt2_free(&m);
     TEST_END();

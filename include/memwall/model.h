@@ -201,6 +201,23 @@ static inline int mw_net_save_safetensors_units(const struct mw_net *n, const ch
 {
     return n->family->save_safetensors_units(n, path, fn, user);
 }
+/* The units a training pass acquires, position by position (forward, then backward), for both
+ * schedules: built once from mw_net_unit_order, read per hook event by the residency machines
+ * (ZeRO-3's gathers, NVMe streaming). */
+struct mw_net_sched {
+    int *seq[2];     /* [layer_major][nf + nb] */
+    int nf[2], nb[2];
+};
+int mw_net_sched_init(struct mw_net_sched *sc, const struct mw_net *n);
+void mw_net_sched_free(struct mw_net_sched *sc);
+/* Unit at position p of a pass (training: forward and backward; else the forward alone); -1 past
+ * its end. */
+static inline int mw_net_sched_unit(const struct mw_net_sched *sc, int layer_major, int training, int p)
+{
+    int lm = !!layer_major, end = sc->nf[lm] + (training ? sc->nb[lm] : 0);
+    return p >= 0 && p < end ? sc->seq[lm][p] : -1;
+}
+
 /* Two configs of the same model (family and every field, by their checkpoint encoding)? */
 int mw_net_config_same(const struct mw_net_config *a, const struct mw_net_config *b);
 

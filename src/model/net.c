@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 extern const struct mw_net_family mw_net_gpt2; /* gpt2_net.c */
@@ -83,4 +84,28 @@ int mw_net_config_same(const struct mw_net_config *a, const struct mw_net_config
     a->family->config_encode(a->raw, wa);
     b->family->config_encode(b->raw, wb);
     return !memcmp(wa, wb, sizeof wa);
+}
+
+int mw_net_sched_init(struct mw_net_sched *sc, const struct mw_net *n)
+{
+    memset(sc, 0, sizeof *sc);
+    for (int lm = 0; lm < 2; lm++) {
+        int nf = mw_net_unit_order(n, MW_NET_FORWARD, lm, NULL, 0), nb = mw_net_unit_order(n, MW_NET_BACKWARD, lm, NULL, 0);
+        if (nf < 0 || nb < 0 || !(sc->seq[lm] = malloc(((size_t)nf + (size_t)nb + 1) * sizeof(int)))) {
+            mw_net_sched_free(sc);
+            return mw_error_set(-ENOMEM, "no memory for the unit order");
+        }
+        mw_net_unit_order(n, MW_NET_FORWARD, lm, sc->seq[lm], nf);
+        mw_net_unit_order(n, MW_NET_BACKWARD, lm, sc->seq[lm] + nf, nb);
+        sc->nf[lm] = nf;
+        sc->nb[lm] = nb;
+    }
+    return 0;
+}
+
+void mw_net_sched_free(struct mw_net_sched *sc)
+{
+    free(sc->seq[0]);
+    free(sc->seq[1]);
+    memset(sc, 0, sizeof *sc);
 }

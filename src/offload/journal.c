@@ -456,6 +456,20 @@ int mw_offload_run_done_read(const char *dirs, char *buf, size_t n)
     return 0;
 }
 
+/* Temporaries of a done marker whose write was cut short (DIR0/memwall-run.done.tmp.*): only
+ * under the directory's lock, where no other writer of ours can be. */
+static void sweep_done_tmp(const char *dir0)
+{
+    DIR *d = opendir(dir0);
+    size_t pl = strlen(MW_OFFLOAD_DONE_NAME);
+    char p[4400];
+    for (struct dirent *x; d && (x = readdir(d));)
+        if (!strncmp(x->d_name, MW_OFFLOAD_DONE_NAME, pl) && !strncmp(x->d_name + pl, ".tmp.", 5) &&
+            (size_t)snprintf(p, sizeof p, "%s/%s", dir0, x->d_name) < sizeof p)
+            unlink(p);
+    if (d) closedir(d);
+}
+
 /* Order: the marker (durable), then the record (the run can no longer be resumed: it is done),
  * then the files the record names. A crash between leaves a marker and files that the next run
  * on the directory sweeps (they belong to a finished run), never a record of a finished run. */
@@ -469,6 +483,7 @@ int mw_offload_run_retire(const char *dirs, const char *done_text)
     snprintf(dir0, sizeof dir0, "%.*s", (int)(dl < sizeof dir0 ? dl : sizeof dir0 - 1), dirs);
     struct mw_dir_lock *lock = NULL;
     if ((rc = mw_dir_lock(&lock, dir0, STORE_LOCK_NAME))) goto out;
+    sweep_done_tmp(dir0);
     if ((rc = dir0_path(dirs, MW_OFFLOAD_DONE_NAME, path, sizeof path)) ||
         (rc = mw_atomic_write_file(path, done_text, strlen(done_text))))
         goto out;
@@ -499,6 +514,7 @@ int mw_offload_run_tidy(const char *dirs)
     struct mw_dir_lock *lock = NULL;
     int rc = mw_dir_lock(&lock, dir0, STORE_LOCK_NAME); /* a live run there: leave it alone */
     if (rc) return rc;
+    sweep_done_tmp(dir0);
     DIR *d = opendir(dir0);
     size_t pl = strlen(OFL_FILE_PREFIX);
     for (struct dirent *x; d && (x = readdir(d));) {

@@ -86,6 +86,7 @@ int mw_train_stream_init(struct mw_train_stream *s, struct mw_net *m, struct mw_
     s->norm_first = opt->own_first; /* ZeRO-1..3: the owned gradients' sum of squares (zero.c's chunks) */
     s->norm_n = opt->n_params;
     s->n_units = m->n_units;
+    if (mw_net_sched_init(&s->sched, m)) return mw_error_set(-ENOMEM, "no memory for the streaming schedule");
     s->nchunks = (s->norm_n + MW_OFFLOAD_NORM_CHUNK - 1) / MW_OFFLOAD_NORM_CHUNK;
     s->page = page;
     size_t nu = (size_t)s->n_units, ns = s->nsg;
@@ -167,17 +168,17 @@ void mw_train_stream_free(struct mw_train_stream *s)
     free(s->chunk_done);
     if (s->init) s->model->family->loader_close(s->init);
     memset(s, 0, sizeof *s);
+    mw_net_sched_free(&s->sched);
 }
 
 /* ---------------------------------------------------------------- the schedule */
 
-/* Unit at position p of the current pass (mw_plan_stream_unit: the schedule the plan walks);
- * an evaluation pass is the forward part alone. -1 past its end. */
+/* Unit at position p of the current pass, in the order the model acquires them (its table's
+ * unit_order; the planner's simulation walks the same for GPT-2: tests/test_net.c); an
+ * evaluation pass is the forward part alone. -1 past its end. */
 static int sched(const struct mw_train_stream *s, int p)
 {
-    int L = s->n_units - 2;
-    if (!s->training && p >= L + 3) return -1;
-    return mw_plan_stream_unit(L, s->layer_major, p);
+    return mw_net_sched_unit(&s->sched, s->layer_major, s->training, p);
 }
 
 /* block: the unit is needed now (wait for the update of its subgroups, if one runs); else a

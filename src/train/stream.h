@@ -45,6 +45,7 @@ struct mw_train_stream {
     void *init;                    /* ... or from this file (owned; closed once the engine has them) */
     int depth;                    /* units fetched ahead of use */
     int n_units;
+    struct mw_net_sched sched;    /* the units a pass acquires, in order (the model's) */
     size_t *u_first, *u_n;        /* [n_units] element ranges */
     uint32_t *u_lo, *u_hi;        /* [n_units] subgroups a unit overlaps (inclusive) */
     unsigned char *u_init;        /* [n_units] initial weights written (engine init) */

@@ -59,6 +59,7 @@ int mw_train_zero_init(struct mw_train_zero *z, struct mw_comm *comm, int stage,
                             mw_zero_subgroups(z->total, sg_size), (unsigned long long)sg_size, z->nshard,
                             (unsigned long long)(z->total / (uint64_t)z->nshard));
     z->n_units = m->n_units;
+    if (mw_net_sched_init(&z->sched, m)) return mw_error_set(-ENOMEM, "no memory for the ZeRO-3 schedule");
     size_t nu = (size_t)z->n_units, ns = (size_t)z->nshard;
     z->u_first = calloc(nu, sizeof *z->u_first);
     z->u_n = calloc(nu, sizeof *z->u_n);
@@ -98,6 +99,7 @@ int mw_train_zero_init(struct mw_train_zero *z, struct mw_comm *comm, int stage,
 
 void mw_train_zero_free(struct mw_train_zero *z)
 {
+    mw_net_sched_free(&z->sched);
     free(z->u_first);
     free(z->u_n);
     free(z->u_counts);
@@ -484,14 +486,12 @@ int mw_train_zero_pass_begin(struct mw_train_zero *z, int training, int layer_ma
 }
 
 /* Unit at position p of the current pass: the order the model acquires units in, the one the
- * streamed path and the planner walk (mw_plan_stream_unit: forward 0, 1..L, L+1, 0 (the tied LM
+ * streamed path walks (the model table's unit_order; GPT-2: forward 0, 1..L, L+1, 0 (the tied LM
  * head); backward L..1 layer-major, 0, L+1, L..1 batch-major). An evaluation pass is the forward
  * part alone. -1 past the end. */
 static int sched(const struct mw_train_zero *z, int p)
 {
-    int L = z->n_units - 2;
-    if (!z->training && p >= L + 3) return -1;
-    return mw_plan_stream_unit(L, z->layer_major, p);
+    return mw_net_sched_unit(&z->sched, z->layer_major, z->training, p);
 }
 
 int mw_train_zero_weights_hook(void *user, int event, int unit, int backward)

@@ -46,6 +46,7 @@ struct mw_train_zero {
     uint64_t sg_size;          /* elements per subgroup (the engine's) */
     struct mw_zero_shard own;  /* this rank's subgroups and elements (stage 0: everything) */
     int n_units;               /* model weight units (= gradient buckets) */
+    struct mw_net_sched sched; /* the units a pass acquires, in order (the model's) */
     size_t *u_first, *u_n;     /* [n_units] element ranges */
     size_t *u_counts;          /* [n_units * nshard] elements of unit u owned by each shard rank */
     size_t *u_displs;          /* [n_units * nshard] where they start inside the unit */
