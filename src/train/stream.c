@@ -291,7 +291,7 @@ static int st_weights(void *self, int event, int unit, int backward)
     if (event == MW_NET_UNIT_RELEASE) return unit_put_(s, unit, backward, 1);
     if (backward && !s->in_backward) {
         s->in_backward = 1;
-        s->pos = s->n_units + 1; /* the forward part's length */
+        s->pos = s->sched.nf[!!s->layer_major]; /* the forward part's length */
     }
     if (sched(s, s->pos) != unit)
         return mw_error_set(-EINVAL, "streaming: the model acquired weight unit %d, the schedule expected %d (%s position %d)",

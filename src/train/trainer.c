@@ -120,6 +120,21 @@ static int stream_plan(const struct mw_net *m, const struct mw_train_opt *o, con
         .staging_bytes = o->plan.tier_bytes[MW_OFFLOAD_DRAM],
         .runtime_bytes = mw_proc_mem("VmRSS"),
     };
+    if (d.arch != MW_ARCH_GPT) {
+        /* The planner simulates GPT-2's schedule only (src/plan/stream.c); for another family the
+         * bound with every weight and gradient resident at once stands in (never below the run). */
+        memset(out, 0, sizeof *out);
+        out->params = m->sizes.n_params;
+        out->subgroup_size = o->plan.subgroup_size;
+        out->weights_peak = m->sizes.params_bytes;
+        out->grads_peak = m->sizes.grads_bytes;
+        out->passes = m->sizes.params_bytes + m->sizes.grads_bytes;
+        out->acts = pi.acts_bytes;
+        out->staging = pi.staging_bytes;
+        out->runtime = pi.runtime_bytes;
+        out->total = out->runtime + out->acts + out->staging + out->passes;
+        return 0;
+    }
     if (z) { /* data parallel: zero.c's gradient arrays and buffers (zero.h) */
         uint64_t page = 4096, full = MW_ALIGN_UP(m->sizes.grads_bytes, page), own = MW_ALIGN_UP(z->own.n * 4, page);
         uint64_t unit = 0;

@@ -500,7 +500,7 @@ int mw_train_zero_weights_hook(void *user, int event, int unit, int backward)
     if (z->stage != 3) return 0;
     int err;
     if (event == MW_NET_UNIT_ACQUIRE) {
-        if (backward && !z->in_backward) { z->in_backward = 1; z->pos = z->n_units + 1; /* the forward's length */ }
+        if (backward && !z->in_backward) { z->in_backward = 1; z->pos = z->sched.nf[!!z->layer_major]; /* the forward's length */ }
         if (sched(z, z->pos) != unit)
             return mw_error_set(-EINVAL, "ZeRO-3: the model acquired weight unit %d, the schedule expected %d "
                                 "(%s %s position %d)", unit, sched(z, z->pos),
