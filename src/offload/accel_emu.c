@@ -1,265 +1,461 @@
 /*
- * accel_emu.c — the emulated accelerator: a device arena with its own budget, a copy engine
- * thread and a compute worker thread, all on the host.
+ * accel_emu.c — the emulated accelerator: the device table of device.h implemented on the host,
+ * with a copy engine thread and a compute thread.
  *
  * Why emulate: the hybrid schedule (some subgroups updated on the accelerator while the CPU
  * updates others) is the part of the engine most likely to be wrong — queueing, slot reuse,
  * copy/compute overlap, results landing back in the right place. The emulator makes all of
- * that real, tested code today. It moves every byte through its own arena (allocated from the
- * device tier, through the tier's buffer type, so a CUDA buffer type can replace it) and runs
- * the same CPU kernel there, so its results are bitwise those of the CPU path.
+ * that real, tested code today. It moves every byte through its own buffers (allocated from the
+ * device tier, through the tier's buffer type, so the tier counts them) and runs the same CPU
+ * kernel there (ofl_update on one thread), so its results are bitwise those of the CPU path.
  *
- * Pipelining: the arena holds two job slots. The copy engine copies job k+1 in (H2D) while
- * the worker computes job k, and copies job k-1 out (D2H, preferred, since it frees a slot).
+ * How it fills the table: each of the three queues is a FIFO of operations under one mutex. The
+ * copy thread serves OUT and IN (one link: copies take turns, device-to-host first, since the
+ * end of a job frees its slot), the compute thread serves COMPUTE; copies and kernels run with
+ * the mutex released. An operation at the head of a queue waits for the event it names (if
+ * any); a record completes when the thread serving its queue reaches it, so its time is that of
+ * the work around it, and takes the first error of the work before it on that queue (synchronize
+ * returns one no record took). A host callback runs on the thread serving its queue, with the
+ * mutex released, so it may queue more work: the end of a job starts the next one without a
+ * thread switch, as a copy engine would.
+ * Settings of the emulation (none yet; a speed factor or a link bandwidth would be) are this
+ * context's, not the table's.
  */
 #include "offload/internal.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define DEV_ALIGN 64
+enum emu_kind { EMU_COPY_IN, EMU_COPY_OUT, EMU_ADAMW, EMU_RECORD, EMU_WAIT, EMU_HOST_FN };
 
-struct ofl_dev {
-    const struct mw_offload_config *cfg;
-    struct mw_optim_format fmt;
-    struct mw_trace *tr;
-    struct mw_buf arena;
-    uint64_t slot_bytes;
-    int slot_busy[2];
-    pthread_mutex_t mu;
-    pthread_cond_t cv_copy, cv_work;
-    pthread_t copy_thr, work_thr;
-    int stop, threads;
-    struct ofl_devjob *in_head, *in_tail;  /* waiting for H2D */
-    struct ofl_devjob *cq_head, *cq_tail;  /* on the device, waiting for the kernel */
-    struct ofl_devjob *out_head, *out_tail;/* computed, waiting for D2H */
+struct emu_event {
+    uint64_t recorded, done; /* generations: the last record queued, the last one completed */
+    uint64_t t_ns;           /* when `done` completed */
+    int err;                 /* the error of its queue's work since the record before */
+    char msg[400];
+    int waiters;             /* host threads in event_wait on it */
 };
 
-/* Offsets of the arrays of one job of n elements inside a slot. */
-struct dev_lay { uint64_t master, grad, m, ms, v, vs, w, total; };
+struct emu_op {
+    enum emu_kind kind;
+    const struct mw_buf *buf; /* copies: the device buffer, its byte offset, host memory, bytes */
+    uint64_t off, bytes;
+    void *host;               /* (and a host callback's argument) */
+    void (*fn)(void *arg);    /* host callback */
+    struct emu_event *ev;     /* record, wait: the event and its generation */
+    uint64_t gen;
+    struct ofl_dev_adamw adamw;
+};
 
-static void dev_lay_make(const struct mw_offload_config *c, uint64_t n, struct dev_lay *L)
+struct emu_queue {
+    struct emu_op *ops;       /* ring of cap, n from head */
+    uint32_t cap, head, n;
+    int busy;                 /* its head operation is running (mutex released) */
+    int err;                  /* the first error of its work since its last record */
+    char msg[400];
+    uint64_t tr_bytes, tr_t0, tr_t1; /* copies since its last record, traced as one transfer */
+    int tr_h2d;
+};
+
+struct emu {
+    struct mw_tier *tier;
+    struct mw_trace *tr;
+    pthread_mutex_t mu;
+    pthread_cond_t cv_copy, cv_work, cv_host; /* copy thread, compute thread, host waiters */
+    int sync_waiters;                         /* host threads in synchronize */
+    struct emu_queue q[OFL_DEVQ_N];
+    pthread_t copy_thr, work_thr;
+    int stop;
+};
+
+static struct emu_event *ev_of(struct ofl_dev_event *e) { return (struct emu_event *)(void *)e; }
+
+static pthread_cond_t *cv_of(struct emu *x, int q) { return q == OFL_DEVQ_COMPUTE ? &x->cv_work : &x->cv_copy; }
+
+static struct emu_op *q_head(struct emu_queue *q) { return q->n ? &q->ops[q->head] : NULL; }
+
+static void q_pop(struct emu_queue *q)
 {
-    uint64_t o = 0;
-#define PUT(f, b) do { L->f = o; o += MW_ALIGN_UP((uint64_t)(b), (uint64_t)DEV_ALIGN); } while (0)
-    PUT(master, 4 * n);
-    PUT(grad, 4 * n);
-    PUT(m, ofl_region_bytes(c, OFL_R_M, n));
-    PUT(ms, ofl_region_bytes(c, OFL_R_MSCALE, n));
-    PUT(v, ofl_region_bytes(c, OFL_R_V, n));
-    PUT(vs, ofl_region_bytes(c, OFL_R_VSCALE, n));
-    PUT(w, c->weights == MW_OFFLOAD_W_FP32 ? 0 : 2 * n);
-#undef PUT
-    L->total = o;
+    q->head = (q->head + 1) % q->cap;
+    q->n--;
 }
 
-uint64_t ofl_dev_job_bytes(const struct mw_offload_config *c, uint64_t n)
+/* x->mu held. */
+static int q_push(struct emu_queue *q, const struct emu_op *op)
 {
-    struct dev_lay L;
-    dev_lay_make(c, n, &L);
-    return L.total;
+    if (q->n == q->cap) {
+        uint32_t cap = q->cap ? 2 * q->cap : 64;
+        struct emu_op *a = malloc((size_t)cap * sizeof *a);
+        if (!a) return mw_error_set(-ENOMEM, "emulated accelerator: out of memory for its queue");
+        for (uint32_t i = 0; i < q->n; i++) a[i] = q->ops[(q->head + i) % q->cap];
+        free(q->ops);
+        q->ops = a;
+        q->cap = cap;
+        q->head = 0;
+    }
+    q->ops[(q->head + q->n) % q->cap] = *op;
+    q->n++;
+    return 0;
 }
 
-static void push(struct ofl_devjob **h, struct ofl_devjob **t, struct ofl_devjob *j)
+/* x->mu held: an event completed; wake whoever waits for it (a queue's head, the host). */
+static void wake_for(struct emu *x, const struct emu_event *ev)
 {
-    j->next_ = NULL;
-    if (*t) (*t)->next_ = j;
-    else *h = j;
-    *t = j;
+    for (int i = 0; i < OFL_DEVQ_N; i++) {
+        const struct emu_op *h = q_head(&x->q[i]);
+        if (h && h->kind == EMU_WAIT && h->ev == ev) pthread_cond_signal(cv_of(x, i));
+    }
+    if (ev->waiters) pthread_cond_broadcast(&x->cv_host);
 }
 
-static struct ofl_devjob *pop(struct ofl_devjob **h, struct ofl_devjob **t)
+/* x->mu held: q may have become idle; wake synchronize. */
+static void idle_check(struct emu *x, const struct emu_queue *q)
 {
-    struct ofl_devjob *j = *h;
-    if (j) { *h = j->next_; if (!*h) *t = NULL; }
-    return j;
+    if (x->sync_waiters && !q->n && !q->busy) pthread_cond_broadcast(&x->cv_host);
 }
 
-static char *slot_base(struct ofl_dev *d, int slot) { return (char *)d->arena.ptr + (uint64_t)slot * d->slot_bytes; }
-
-/* The device-side view of a job (pointers into its arena slot). */
-static void dev_view(struct ofl_dev *d, struct ofl_devjob *j, struct mw_optim_slice *s, struct dev_lay *L)
+/* A host<->device transfer is I/O of that tier pair (docs/trace-conventions.md, cat "io"). The
+ * copies of a queue between two of its records are traced as one transfer (the engine records
+ * after each job's copies: one event per job and direction), by the thread that made them. */
+static void trace_flush(struct emu *x, struct emu_queue *q)
 {
-    dev_lay_make(d->cfg, j->host.n, L);
-    char *b = slot_base(d, j->slot_);
-    memset(s, 0, sizeof *s);
-    s->n = j->host.n;
-    s->offset = j->host.offset;
-    s->master = (float *)(b + L->master);
-    s->grad = b + L->grad;
-    s->m = b + L->m;
-    s->v = b + L->v;
-    if (L->ms != L->v) s->m_scale = (float *)(b + L->ms);
-    if (L->vs != L->w) s->v_scale = (float *)(b + L->vs);
-    if (j->host.weights_out) s->weights_out = b + L->w;
-}
-
-static void copy_job(struct ofl_dev *d, struct ofl_devjob *j, int in)
-{
-    struct mw_optim_slice ds;
-    struct dev_lay L;
-    dev_view(d, j, &ds, &L);
-    const struct mw_offload_config *c = d->cfg;
-    uint64_t n = j->host.n, bytes = 0;
-    uint64_t b[4] = {4 * n, ofl_region_bytes(c, OFL_R_M, n), ofl_region_bytes(c, OFL_R_MSCALE, n), 0};
-#define XFER(devp, hostp, nb) do { if ((nb) != 0 && (hostp) != NULL) { size_t off_ = (size_t)((char *)(devp) - (char *)d->arena.ptr); \
-        if (in) mw_tier_copy_in(&d->arena, off_, (hostp), (nb)); else mw_tier_copy_out((void *)(hostp), &d->arena, off_, (nb)); \
-        bytes += (nb); } } while (0)
-    XFER(ds.master, j->host.master, b[0]);
-    if (in) XFER(ds.grad, j->host.grad, b[0]);
-    XFER(ds.m, j->host.m, b[1]);
-    XFER(ds.m_scale, j->host.m_scale, b[2]);
-    XFER(ds.v, j->host.v, b[1]);
-    XFER(ds.v_scale, j->host.v_scale, b[2]);
-    if (!in) XFER(ds.weights_out, j->host.weights_out, 2 * n);
-#undef XFER
-    if (in) j->h2d_bytes = bytes;
-    else j->d2h_bytes = bytes;
-}
-
-/* A host<->device copy is I/O of that tier pair (docs/trace-conventions.md, cat "io"). */
-static void trace_copy(struct ofl_dev *d, int h2d, uint64_t bytes, uint64_t t0, uint64_t t1)
-{
-    if (!d->tr) return;
+    if (!q->tr_bytes) return;
+    int h2d = q->tr_h2d;
     struct mw_trace_io io = {h2d ? MW_TRACE_WRITE : MW_TRACE_READ, h2d ? MW_TIER_HOST : MW_TIER_DEVICE,
-                             h2d ? MW_TIER_DEVICE : MW_TIER_HOST, bytes, 0, 1, t0, t1, "emulated accelerator", 0};
-    mw_trace_io(d->tr, &io);
+                             h2d ? MW_TIER_DEVICE : MW_TIER_HOST, q->tr_bytes, 0, 1, q->tr_t0, q->tr_t1,
+                             "emulated accelerator", 0};
+    if (x->tr) mw_trace_io(x->tr, &io);
+    q->tr_bytes = 0;
+}
+
+static void trace_copy(struct emu *x, struct emu_queue *q, const struct emu_op *op, uint64_t t0, uint64_t t1)
+{
+    int h2d = op->kind == EMU_COPY_IN;
+    if (q->tr_bytes && q->tr_h2d != h2d) trace_flush(x, q);
+    if (!q->tr_bytes) { q->tr_t0 = t0; q->tr_h2d = h2d; }
+    q->tr_bytes += op->bytes;
+    q->tr_t1 = t1;
+}
+
+/* x->mu held, by the thread serving q: completes the records and the satisfied waits at its head. */
+static void settle_locked(struct emu *x, struct emu_queue *q)
+{
+    struct emu_op *h;
+    while ((h = q_head(q))) {
+        struct emu_event *ev = h->ev;
+        if (h->kind == EMU_RECORD) {
+            trace_flush(x, q);
+            if (h->gen > ev->done) ev->done = h->gen;
+            ev->t_ns = mw_now_ns();
+            ev->err = q->err; /* the record takes its queue's error */
+            if (q->err) memcpy(ev->msg, q->msg, sizeof ev->msg);
+            q->err = 0;
+            q_pop(q);
+            wake_for(x, ev);
+        } else if (h->kind == EMU_WAIT && ev->done >= h->gen) {
+            q_pop(q);
+        } else {
+            break;
+        }
+    }
+    idle_check(x, q);
+}
+
+/* Runs one copy, kernel or host callback, mutex released; 0 or the error (message in msg). */
+static int run_op(struct emu *x, const struct emu_op *op, char *msg, size_t msg_len)
+{
+    if (op->kind == EMU_HOST_FN) {
+        op->fn(op->host);
+        return 0;
+    }
+    if (op->kind == EMU_COPY_IN) {
+        mw_tier_copy_in(op->buf, op->off, op->host, op->bytes);
+        return 0;
+    }
+    if (op->kind == EMU_COPY_OUT) {
+        mw_tier_copy_out(op->host, op->buf, op->off, op->bytes);
+        return 0;
+    }
+    uint64_t t0 = mw_now_ns();
+    const struct ofl_dev_adamw *a = &op->adamw;
+    struct mw_optim_exec ex = {1, MW_SIMD_AUTO, 0}; /* the device's own single worker */
+    int rc = ofl_update(&a->fmt, &a->hp, &a->s, a->runs, a->nruns, &ex);
+    if (rc) snprintf(msg, msg_len, "AdamW on the emulated accelerator: %s", mw_error_msg());
+    struct mw_trace_arg args[2] = {{"subgroup", a->tag}, {"elems", (int64_t)a->s.n}};
+    mw_trace_span(x->tr, "device", "kernel", t0, mw_now_ns(), args, 2);
+    return rc;
+}
+
+/* A worker: serves queues qs[0..nq) in that priority, one operation at a time. */
+static void serve(struct emu *x, const int *qs, int nq, pthread_cond_t *cv)
+{
+    char msg[400];
+    pthread_mutex_lock(&x->mu);
+    for (;;) {
+        int ran = 0;
+        for (int i = 0; i < nq && !ran; i++) {
+            struct emu_queue *q = &x->q[qs[i]];
+            settle_locked(x, q);
+            struct emu_op *h = q_head(q);
+            if (!h || h->kind == EMU_WAIT) continue; /* empty, or waiting for an event */
+            struct emu_op op = *h;
+            q_pop(q);
+            q->busy = 1;
+            pthread_mutex_unlock(&x->mu);
+            uint64_t t0 = mw_now_ns();
+            int rc = run_op(x, &op, msg, sizeof msg);
+            uint64_t t1 = mw_now_ns();
+            pthread_mutex_lock(&x->mu);
+            q->busy = 0;
+            if (op.kind == EMU_COPY_IN || op.kind == EMU_COPY_OUT) trace_copy(x, q, &op, t0, t1);
+            if (rc && !q->err) { q->err = rc; snprintf(q->msg, sizeof q->msg, "%s", msg); }
+            settle_locked(x, q); /* the record behind it completes now, not at the next wake */
+            ran = 1;
+        }
+        if (ran) continue;
+        if (x->stop) break;
+        pthread_cond_wait(cv, &x->mu);
+    }
+    pthread_mutex_unlock(&x->mu);
 }
 
 static void *copy_main(void *arg)
 {
-    struct ofl_dev *d = arg;
-    mw_trace_thread_name(d->tr, "offload-dev-copy");
-    pthread_mutex_lock(&d->mu);
-    for (;;) {
-        struct ofl_devjob *j = pop(&d->out_head, &d->out_tail);
-        if (j) { /* D2H first: it frees a slot */
-            pthread_mutex_unlock(&d->mu);
-            j->t_d2h0 = mw_now_ns();
-            copy_job(d, j, 0);
-            j->t_d2h1 = mw_now_ns();
-            trace_copy(d, 0, j->d2h_bytes, j->t_d2h0, j->t_d2h1);
-            pthread_mutex_lock(&d->mu);
-            d->slot_busy[j->slot_] = 0;
-            pthread_mutex_unlock(&d->mu);
-            j->done(j, j->user); /* may submit the next job */
-            pthread_mutex_lock(&d->mu);
-            continue;
-        }
-        int slot = !d->slot_busy[0] ? 0 : !d->slot_busy[1] ? 1 : -1;
-        if (slot >= 0 && d->in_head) {
-            j = pop(&d->in_head, &d->in_tail);
-            d->slot_busy[slot] = 1;
-            j->slot_ = slot;
-            pthread_mutex_unlock(&d->mu);
-            j->t_h2d0 = mw_now_ns();
-            copy_job(d, j, 1);
-            j->t_h2d1 = mw_now_ns();
-            trace_copy(d, 1, j->h2d_bytes, j->t_h2d0, j->t_h2d1);
-            pthread_mutex_lock(&d->mu);
-            push(&d->cq_head, &d->cq_tail, j);
-            pthread_cond_signal(&d->cv_work);
-            continue;
-        }
-        if (d->stop) break;
-        pthread_cond_wait(&d->cv_copy, &d->mu);
-    }
-    pthread_mutex_unlock(&d->mu);
+    struct emu *x = arg;
+    mw_trace_thread_name(x->tr, "offload-dev-copy");
+    static const int qs[2] = {OFL_DEVQ_OUT, OFL_DEVQ_IN}; /* device-to-host first: it frees a slot */
+    serve(x, qs, 2, &x->cv_copy);
     return NULL;
 }
 
 static void *work_main(void *arg)
 {
-    struct ofl_dev *d = arg;
-    mw_trace_thread_name(d->tr, "offload-dev-worker");
-    pthread_mutex_lock(&d->mu);
-    for (;;) {
-        struct ofl_devjob *j = pop(&d->cq_head, &d->cq_tail);
-        if (!j) {
-            if (d->stop) break;
-            pthread_cond_wait(&d->cv_work, &d->mu);
-            continue;
-        }
-        pthread_mutex_unlock(&d->mu);
-        struct mw_optim_slice ds;
-        struct dev_lay L;
-        dev_view(d, j, &ds, &L);
-        struct mw_optim_exec ex = {1, MW_SIMD_AUTO, 0}; /* the device's own single worker */
-        j->t_k0 = mw_now_ns();
-        j->result = ofl_update(&d->fmt, &j->hp, &ds, j->runs, j->nruns, &ex);
-        j->t_k1 = mw_now_ns();
-        struct mw_trace_arg a[2] = {{"subgroup", j->sg}, {"elems", (int64_t)j->host.n}};
-        mw_trace_span(d->tr, "device", "kernel", j->t_k0, j->t_k1, a, 2);
-        pthread_mutex_lock(&d->mu);
-        push(&d->out_head, &d->out_tail, j);
-        pthread_cond_signal(&d->cv_copy);
-    }
-    pthread_mutex_unlock(&d->mu);
+    struct emu *x = arg;
+    mw_trace_thread_name(x->tr, "offload-dev-worker");
+    static const int qs[1] = {OFL_DEVQ_COMPUTE};
+    serve(x, qs, 1, &x->cv_work);
     return NULL;
 }
 
-int ofl_dev_init(struct ofl_dev **out, struct mw_tier *dev_tier, uint64_t slot_bytes,
-                 const struct mw_offload_config *c, struct mw_trace *tr)
+/* ------------------------------------------------------------------ the table */
+
+static int enqueue(struct emu *x, enum ofl_devq q, struct emu_op *op)
 {
-    *out = NULL;
-    struct ofl_dev *d = calloc(1, sizeof *d);
-    if (!d) return mw_error_set(-ENOMEM, "emulated accelerator: out of memory");
-    d->cfg = c;
-    d->tr = tr;
-    d->fmt.grad = MW_OPTIM_F32;
-    d->fmt.moments = ofl_mdtype(c->moments);
-    d->fmt.weights_out = c->weights == MW_OFFLOAD_W_FP32 ? MW_OPTIM_NONE : ofl_wdtype(c->weights);
-    d->slot_bytes = MW_ALIGN_UP(slot_bytes, (uint64_t)MW_PAGE_ALIGN);
-    int rc = mw_tier_alloc(dev_tier, 2 * d->slot_bytes, 0, MW_KIND_STAGING, "accelerator arena", &d->arena);
-    if (rc) { free(d); return rc; }
-    pthread_mutex_init(&d->mu, NULL);
-    pthread_cond_init(&d->cv_copy, NULL);
-    pthread_cond_init(&d->cv_work, NULL);
-    if (pthread_create(&d->copy_thr, NULL, copy_main, d)) goto err_thr;
-    if (pthread_create(&d->work_thr, NULL, work_main, d)) {
-        pthread_mutex_lock(&d->mu);
-        d->stop = 1;
-        pthread_cond_broadcast(&d->cv_copy);
-        pthread_mutex_unlock(&d->mu);
-        pthread_join(d->copy_thr, NULL);
-        goto err_thr;
+    if ((unsigned)q >= OFL_DEVQ_N) return mw_error_set(-EINVAL, "emulated accelerator: no queue %d", (int)q);
+    pthread_mutex_lock(&x->mu);
+    if (op->kind == EMU_RECORD) op->gen = op->ev->recorded + 1;
+    if (op->kind == EMU_WAIT) op->gen = op->ev->recorded;
+    int rc = q_push(&x->q[q], op);
+    if (!rc && op->kind == EMU_RECORD) op->ev->recorded = op->gen;
+    /* The serving thread needs a wake only for a new head it can run: behind other work it gets
+     * there by itself, and a wait is woken by its event. */
+    if (!rc && x->q[q].n == 1 && !(op->kind == EMU_WAIT && op->ev->done < op->gen)) pthread_cond_signal(cv_of(x, q));
+    pthread_mutex_unlock(&x->mu);
+    return rc;
+}
+
+static int check_span(const struct mw_buf *b, uint64_t off, uint64_t bytes, const char *what)
+{
+    if (b && b->ptr && off <= b->bytes && bytes <= b->bytes - off) return 0;
+    return mw_error_set(-EINVAL, "emulated accelerator: %s of %llu bytes at %llu outside the %llu-byte buffer '%s'", what,
+                        (unsigned long long)bytes, (unsigned long long)off, (unsigned long long)(b ? b->bytes : 0),
+                        b ? b->label : "(none)");
+}
+
+static int emu_copy_in(void *ctx, enum ofl_devq q, const struct mw_buf *dst, uint64_t off, const void *src, uint64_t bytes)
+{
+    int rc = check_span(dst, off, bytes, "copy in");
+    if (rc) return rc;
+    struct emu_op op = {.kind = EMU_COPY_IN, .buf = dst, .off = off, .bytes = bytes, .host = (void *)(uintptr_t)src};
+    return enqueue(ctx, q, &op);
+}
+
+static int emu_copy_out(void *ctx, enum ofl_devq q, void *dst, const struct mw_buf *src, uint64_t off, uint64_t bytes)
+{
+    int rc = check_span(src, off, bytes, "copy out");
+    if (rc) return rc;
+    struct emu_op op = {.kind = EMU_COPY_OUT, .buf = src, .off = off, .bytes = bytes, .host = dst};
+    return enqueue(ctx, q, &op);
+}
+
+static int emu_adamw(void *ctx, enum ofl_devq q, const struct ofl_dev_adamw *a)
+{
+    struct emu_op op = {.kind = EMU_ADAMW, .adamw = *a};
+    return enqueue(ctx, q, &op);
+}
+
+static int emu_record(void *ctx, enum ofl_devq q, struct ofl_dev_event *ev)
+{
+    struct emu_op op = {.kind = EMU_RECORD, .ev = ev_of(ev)};
+    return enqueue(ctx, q, &op);
+}
+
+static int emu_wait_event(void *ctx, enum ofl_devq q, struct ofl_dev_event *ev)
+{
+    struct emu_op op = {.kind = EMU_WAIT, .ev = ev_of(ev)};
+    return enqueue(ctx, q, &op);
+}
+
+static int emu_host_fn(void *ctx, enum ofl_devq q, void (*fn)(void *arg), void *arg)
+{
+    struct emu_op op = {.kind = EMU_HOST_FN, .fn = fn, .host = arg};
+    return enqueue(ctx, q, &op);
+}
+
+static int emu_event_new(void *ctx, struct ofl_dev_event **out)
+{
+    (void)ctx;
+    *out = calloc(1, sizeof(struct emu_event));
+    return *out ? 0 : mw_error_set(-ENOMEM, "emulated accelerator: out of memory for an event");
+}
+
+static void emu_event_free(void *ctx, struct ofl_dev_event *ev)
+{
+    (void)ctx;
+    free(ev);
+}
+
+static int emu_event_query(void *ctx, struct ofl_dev_event *e)
+{
+    struct emu *x = ctx;
+    struct emu_event *ev = ev_of(e);
+    pthread_mutex_lock(&x->mu);
+    int rc = ev->done < ev->recorded ? 0 : ev->err ? mw_error_set(ev->err, "%s", ev->msg) : 1;
+    pthread_mutex_unlock(&x->mu);
+    return rc;
+}
+
+static int emu_event_wait(void *ctx, struct ofl_dev_event *e)
+{
+    struct emu *x = ctx;
+    struct emu_event *ev = ev_of(e);
+    pthread_mutex_lock(&x->mu);
+    uint64_t gen = ev->recorded;
+    ev->waiters++;
+    while (ev->done < gen) pthread_cond_wait(&x->cv_host, &x->mu);
+    ev->waiters--;
+    int rc = ev->err ? mw_error_set(ev->err, "%s", ev->msg) : 0;
+    pthread_mutex_unlock(&x->mu);
+    return rc;
+}
+
+static uint64_t emu_event_time_ns(void *ctx, const struct ofl_dev_event *e)
+{
+    struct emu *x = ctx;
+    pthread_mutex_lock(&x->mu);
+    uint64_t t = ((const struct emu_event *)(const void *)e)->t_ns;
+    pthread_mutex_unlock(&x->mu);
+    return t;
+}
+
+static int emu_synchronize(void *ctx)
+{
+    struct emu *x = ctx;
+    pthread_mutex_lock(&x->mu);
+    x->sync_waiters++;
+    for (;;) {
+        int idle = 1;
+        for (int i = 0; i < OFL_DEVQ_N; i++) idle &= !x->q[i].n && !x->q[i].busy;
+        if (idle) break;
+        pthread_cond_wait(&x->cv_host, &x->mu);
     }
-    d->threads = 1;
-    *out = d;
+    x->sync_waiters--;
+    int rc = 0;
+    for (int i = 0; i < OFL_DEVQ_N; i++) {
+        if (x->q[i].err && !rc) rc = mw_error_set(x->q[i].err, "%s", x->q[i].msg);
+        x->q[i].err = 0;
+    }
+    pthread_mutex_unlock(&x->mu);
+    return rc;
+}
+
+static int emu_alloc(void *ctx, uint64_t bytes, enum mw_alloc_kind kind, const char *label, struct mw_buf *out)
+{
+    struct emu *x = ctx;
+    return mw_tier_alloc(x->tier, bytes, 0, kind, label, out);
+}
+
+static void emu_free(void *ctx, struct mw_buf *b)
+{
+    (void)ctx;
+    mw_tier_free(b);
+}
+
+/* Stops the threads that were started (up of them) and frees everything. */
+static void emu_destroy(struct emu *x, int up)
+{
+    pthread_mutex_lock(&x->mu);
+    x->stop = 1;
+    pthread_cond_broadcast(&x->cv_copy);
+    pthread_cond_broadcast(&x->cv_work);
+    pthread_mutex_unlock(&x->mu);
+    if (up > 0) pthread_join(x->copy_thr, NULL);
+    if (up > 1) pthread_join(x->work_thr, NULL);
+    for (int i = 0; i < OFL_DEVQ_N; i++) {
+        trace_flush(x, &x->q[i]); /* copies after the last record */
+        free(x->q[i].ops);
+    }
+    pthread_cond_destroy(&x->cv_copy);
+    pthread_cond_destroy(&x->cv_work);
+    pthread_cond_destroy(&x->cv_host);
+    pthread_mutex_destroy(&x->mu);
+    free(x);
+}
+
+static void emu_close(void *ctx) { emu_destroy(ctx, 2); }
+
+static int emu_open(void **ctx, struct mw_tier *dev_tier, struct mw_trace *tr)
+{
+    *ctx = NULL;
+    struct emu *x = calloc(1, sizeof *x);
+    if (!x) return mw_error_set(-ENOMEM, "emulated accelerator: out of memory");
+    x->tier = dev_tier;
+    x->tr = tr;
+    pthread_mutex_init(&x->mu, NULL);
+    pthread_cond_init(&x->cv_copy, NULL);
+    pthread_cond_init(&x->cv_work, NULL);
+    pthread_cond_init(&x->cv_host, NULL);
+    /* Room for what the engine keeps queued (device.c: four jobs), so that queueing its work
+     * never allocates; more grows the rings. */
+    int ok = 1;
+    for (int i = 0; i < OFL_DEVQ_N; i++) {
+        x->q[i].ops = malloc(64 * sizeof *x->q[i].ops);
+        x->q[i].cap = 64;
+        ok &= x->q[i].ops != NULL;
+    }
+    if (!ok) {
+        emu_destroy(x, 0);
+        return mw_error_set(-ENOMEM, "emulated accelerator: out of memory for its queues");
+    }
+    int up = 0;
+    if (!pthread_create(&x->copy_thr, NULL, copy_main, x)) up++;
+    if (up == 1 && !pthread_create(&x->work_thr, NULL, work_main, x)) up++;
+    if (up < 2) {
+        emu_destroy(x, up);
+        return mw_error_set(-EAGAIN, "emulated accelerator: cannot start its threads");
+    }
+    *ctx = x;
     return 0;
-err_thr:
-    pthread_cond_destroy(&d->cv_copy);
-    pthread_cond_destroy(&d->cv_work);
-    pthread_mutex_destroy(&d->mu);
-    mw_tier_free(&d->arena);
-    free(d);
-    return mw_error_set(-EAGAIN, "emulated accelerator: cannot start its threads");
 }
 
-void ofl_dev_free(struct ofl_dev *d)
-{
-    if (!d) return;
-    pthread_mutex_lock(&d->mu);
-    d->stop = 1;
-    pthread_cond_broadcast(&d->cv_copy);
-    pthread_cond_broadcast(&d->cv_work);
-    pthread_mutex_unlock(&d->mu);
-    pthread_join(d->copy_thr, NULL);
-    pthread_join(d->work_thr, NULL);
-    pthread_cond_destroy(&d->cv_copy);
-    pthread_cond_destroy(&d->cv_work);
-    pthread_mutex_destroy(&d->mu);
-    mw_tier_free(&d->arena);
-    free(d);
-}
-
-void ofl_dev_submit(struct ofl_dev *d, struct ofl_devjob *j)
-{
-    j->t_queued = mw_now_ns();
-    j->result = 0;
-    pthread_mutex_lock(&d->mu);
-    push(&d->in_head, &d->in_tail, j);
-    pthread_cond_signal(&d->cv_copy);
-    pthread_mutex_unlock(&d->mu);
-}
+const struct ofl_device_iface ofl_device_emu = {
+    .name = "emu",
+    .open = emu_open,
+    .close = emu_close,
+    .alloc = emu_alloc,
+    .free = emu_free,
+    .copy_in = emu_copy_in,
+    .copy_out = emu_copy_out,
+    .adamw = emu_adamw,
+    .host_fn = emu_host_fn,
+    .event_new = emu_event_new,
+    .event_free = emu_event_free,
+    .record = emu_record,
+    .wait_event = emu_wait_event,
+    .event_query = emu_event_query,
+    .event_wait = emu_event_wait,
+    .event_time_ns = emu_event_time_ns,
+    .synchronize = emu_synchronize,
+};

@@ -186,6 +186,22 @@ static int write_initial(struct mw_offload *e, const float *src)
     return 0;
 }
 
+/* The accelerator (cfg.use_device): the default device of the registry in device.c, the only
+ * place that names devices ("emu" until the configuration can name another), with the engine's
+ * own host buffers that its copies read and write pinned for it (staging, DRAM homes, gradient
+ * accumulation, working copy; not the caller's arrays, which may be madvised away). */
+static int open_device(struct mw_offload *e)
+{
+    int rc = ofl_dev_init(&e->dev, NULL, e->tier[MW_OFFLOAD_DEVICE], e->plan.device_arena_bytes / 2, &e->cfg, e->tr);
+    for (int b = 0; b < e->nbuf && !rc; b++) rc = ofl_dev_pin(e->dev, e->staging[b].ptr, e->staging[b].bytes);
+    for (int r = 0; r < OFL_NREGIONS && !rc; r++)
+        for (int s = 0; s < 2 && !rc; s++)
+            if (!(r == OFL_R_MASTER && e->master_alias)) rc = ofl_dev_pin(e->dev, e->home[r][s].ptr, e->home[r][s].bytes);
+    if (!rc) rc = ofl_dev_pin(e->dev, e->grads.ptr, e->grads.bytes);
+    if (!rc) rc = ofl_dev_pin(e->dev, e->weights.ptr, e->weights.bytes);
+    return rc;
+}
+
 int mw_offload_init(struct mw_offload **out, const struct mw_offload_registry *r, const struct mw_offload_config *cfg)
 {
     *out = NULL;
@@ -269,9 +285,7 @@ int mw_offload_init(struct mw_offload **out, const struct mw_offload_registry *r
         e->bufcrc = malloc((size_t)e->nbuf * e->bufcrc_n * sizeof *e->bufcrc);
         if (!e->bufcrc) { rc = mw_error_set(-ENOMEM, "offload: out of memory for checksums"); goto err; }
     }
-    if (cfg->use_device) {
-        if ((rc = ofl_dev_init(&e->dev, e->tier[MW_OFFLOAD_DEVICE], e->plan.device_arena_bytes / 2, &e->cfg, e->tr))) goto err;
-    }
+    if (cfg->use_device && (rc = open_device(e))) goto err;
     const float *src = cfg->ext_weights && cfg->weights == MW_OFFLOAD_W_FP32 ? cfg->ext_weights : NULL;
     if (cfg->resume) { /* the committed state of the record, checked against its digests */
         if ((rc = ofl_journal_restore(e, cfg->resume))) goto err;

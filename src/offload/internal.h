@@ -1,6 +1,6 @@
 /*
  * internal.h — what the offload engine's files share: the per-subgroup state layout, the
- * engine struct, the emulated accelerator and the pipeline entry points.
+ * engine struct, the accelerator (device.h) and the pipeline entry points.
  *
  * Layout of one subgroup's optimizer state (host staging buffers and NVMe objects alike):
  * five regions, each padded to 4 KiB so that every region can be moved with O_DIRECT:
@@ -17,6 +17,7 @@
 #include "memwall/store.h"
 #include "memwall/tier.h"
 #include "memwall/trace.h"
+#include "offload/device.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -45,34 +46,9 @@ uint64_t ofl_granule(const struct mw_offload_config *c); /* subgroup sizes are m
 /* Whether any optimizer-state kind is on NVMe: then each subgroup has two slots (see docs). */
 int ofl_transactional(const struct mw_offload_config *c);
 
-/* ------------------------------------------------------------------ emulated accelerator */
-
-struct ofl_dev;
-struct ofl_devjob;
-typedef void (*ofl_devjob_done)(struct ofl_devjob *j, void *user);
-/* One subgroup update on the device: host source arrays, copied in, updated, copied out. */
-struct ofl_devjob {
-    uint32_t sg;
-    struct mw_optim_slice host;           /* host arrays (staging or DRAM homes); grad is fp32 */
-    const struct mw_optim_format *fmt;
-    struct mw_adamw_hp hp;
-    const struct ofl_run *runs;           /* the subgroup's decay runs */
-    uint32_t nruns;
-    ofl_devjob_done done;
-    void *user;
-    int result;
-    uint64_t h2d_bytes, d2h_bytes;
-    uint64_t t_queued, t_h2d0, t_h2d1, t_k0, t_k1, t_d2h0, t_d2h1; /* ns */
-    struct ofl_devjob *next_;
-    int slot_;
-};
-/* The arena holds two job slots of slot_bytes (copy of one overlaps compute of the other). */
-int ofl_dev_init(struct ofl_dev **out, struct mw_tier *dev_tier, uint64_t slot_bytes,
-                 const struct mw_offload_config *c, struct mw_trace *tr);
-void ofl_dev_free(struct ofl_dev *d);
-void ofl_dev_submit(struct ofl_dev *d, struct ofl_devjob *j);
-/* Device-side bytes one job of n elements needs. */
-uint64_t ofl_dev_job_bytes(const struct mw_offload_config *c, uint64_t n);
+/* ------------------------------------------------------------------ the accelerator */
+/* device.h: the device table (the emulated accelerator, accel_emu.c, is its first implementation)
+ * and the engine's jobs over it (struct ofl_dev, struct ofl_devjob, device.c). */
 
 /* ------------------------------------------------------------------ the engine */
 

@@ -257,7 +257,9 @@ static void dev_done(struct ofl_devjob *j, void *user)
     e->stats.predicted_s += s->pred_dev_s;
     e->stats.measured_s += secs(meas);
     if (j->result) {
-        fail_locked(e, j->result, "offload: the accelerator's update failed");
+        char msg[560];
+        snprintf(msg, sizeof msg, "offload: subgroup %u: %s", j->sg, j->msg);
+        fail_locked(e, j->result, msg);
         finish_locked(e, j->sg, 0);
     } else {
         s->state = OFL_SG_UPDATED;
