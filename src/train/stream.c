@@ -167,8 +167,8 @@ void mw_train_stream_free(struct mw_train_stream *s)
     free(s->chunk_sumsq);
     free(s->chunk_done);
     if (s->init) s->model->family->loader_close(s->init);
-    memset(s, 0, sizeof *s);
     mw_net_sched_free(&s->sched);
+    memset(s, 0, sizeof *s);
 }
 
 /* ---------------------------------------------------------------- the schedule */
