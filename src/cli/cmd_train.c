@@ -667,6 +667,11 @@ static int train_main(int argc, char **argv)
 }
 
 struct run_state {
+    const char *data_path;        /* absolute */
+    char abs_data[PATH_MAX];
+    struct mw_train_bytes tb;     /* the model's bytes per tier, as the header printed them */
+    int streamed;                 /* weights streamed from NVMe */
+    uint64_t tokens_run;          /* tokens trained by this invocation */
     struct mw_train_log log;
     struct mw_train_outlock *outlock;
     struct mw_trace *trace;
@@ -878,111 +883,118 @@ static int fit_budget(const struct mw_gpt2_config *mc, struct mw_train_config *t
     return 0;
 }
 
-static int run(const char *data_path, const struct mw_gpt2_config *mc, const struct mw_train_config *tc,
-               const struct mw_ckpt_info *resume_info)
+/* Data, trace, the trainer and its outputs checked, the log opened: 0, or 1 (printed). */
+static int run_setup(struct run_state *s, const char *data_path, const struct mw_gpt2_config *mc,
+                     const struct mw_train_config *tc, const struct mw_ckpt_info *resume_info)
 {
-    struct run_state s;
-    memset(&s, 0, sizeof s);
-    int rc = 1, err;
+    int err;
     struct mw_data_opts dopt;
     mw_data_opts_default(&dopt);
-    if ((err = mw_data_open(&s.data, data_path, &dopt))) { mw_cli_fail("opening the data", err); return 1; }
+    if ((err = mw_data_open(&s->data, data_path, &dopt))) { mw_cli_fail("opening the data", err); return 1; }
     /* Checkpoints record the absolute path, so --resume works from any directory. */
-    char abs_data[PATH_MAX];
-    if (realpath(data_path, abs_data)) data_path = abs_data;
+    if (!realpath(data_path, s->abs_data)) snprintf(s->abs_data, sizeof s->abs_data, "%s", data_path);
+    data_path = s->data_path = s->abs_data;
     struct mw_ckpt_info ck_probe;
     if (tc->ckpt_every > 0 && strlen(data_path) >= sizeof ck_probe.data_path) { /* refused now, not at the first checkpoint */
         err = mw_error_set(-ENAMETOOLONG, "the data path is %zu bytes, and a checkpoint records at most %zu (move or "
                            "link the data to a shorter path): %s", strlen(data_path), sizeof ck_probe.data_path - 1, data_path);
         mw_cli_fail("checking --ckpt-every", err);
-        mw_data_free(&s.data);
         return 1;
     }
     struct mw_train_config tcfg = *tc;
     if (A.trace) {
-        if ((err = mw_trace_init(&s.trace, 0))) { mw_cli_fail("creating the trace recorder", err); goto out; }
-        mw_trace_thread_name(s.trace, "train");
-        mw_trace_meta(s.trace, "command", "memwall train");
+        if ((err = mw_trace_init(&s->trace, 0))) { mw_cli_fail("creating the trace recorder", err); return 1; }
+        mw_trace_thread_name(s->trace, "train");
+        mw_trace_meta(s->trace, "command", "memwall train");
         char v[32];
         snprintf(v, sizeof v, "%d", rank);
-        mw_trace_meta(s.trace, "rank", v);
+        mw_trace_meta(s->trace, "rank", v);
         snprintf(v, sizeof v, "%d", world);
-        mw_trace_meta(s.trace, "world_size", v);
+        mw_trace_meta(s->trace, "world_size", v);
         snprintf(v, sizeof v, "%d", world > 1 ? (int)A.zero : 0);
-        mw_trace_meta(s.trace, "zero_stage", v);
-        tcfg.trace = s.trace;
-        if (comm) mw_comm_set_trace(comm, s.trace);
-        if ((resume_info || resume_dir) && (err = mw_trace_continue(s.trace, A.trace))) {
+        mw_trace_meta(s->trace, "zero_stage", v);
+        tcfg.trace = s->trace;
+        if (comm) mw_comm_set_trace(comm, s->trace);
+        if ((resume_info || resume_dir) && (err = mw_trace_continue(s->trace, A.trace))) {
             mw_cli_fail("continuing the trace", err);
-            goto out;
+            return 1;
         }
     }
-    if ((err = fit_budget(mc, &tcfg))) goto out;
+    if ((err = fit_budget(mc, &tcfg))) return 1;
     struct mw_net_config nc;
     mw_net_config_gpt2(&nc, mc);
-    if ((err = mw_trainer_init(&s.tr, &nc, &tcfg, &s.data))) {
+    if ((err = mw_trainer_init(&s->tr, &nc, &tcfg, &s->data))) {
         leftover_hint(err, tc->nvme_dir);
         mw_cli_fail(resume_dir ? "resuming from the NVMe state" : "building the model", err);
-        goto out;
+        return 1;
     }
     {
         A.data = data_path; /* absolute */
         char *spec = NULL;
         if ((err = train_spec_build(&train_spec, A.out_dir, tc->journal ? tc->nvme_dir : NULL, &spec)) ||
-            (err = mw_trainer_set_run_spec(&s.tr, spec))) {
+            (err = mw_trainer_set_run_spec(&s->tr, spec))) {
             free(spec);
             mw_cli_fail("recording the run's settings", err);
-            goto out;
+            return 1;
         }
         free(spec);
     }
     if (rank == 0 || world == 1) {
         /* Every output before the first step (src/train/outputs.c), the out-dir locked for this run. */
-        uint64_t mb = s.tr.model.sizes.params_bytes + (1u << 20);
+        uint64_t mb = s->tr.model.sizes.params_bytes + (1u << 20);
         struct mw_train_outputs oo = {A.out_dir, A.log_json, A.trace, data_path, mb,
-                                      A.out_dir && tc->ckpt_every > 0 ? mw_trainer_ckpt_bytes(&s.tr) : 0};
-        if ((err = mw_train_outputs_check(&oo, &s.outlock))) { mw_cli_fail("checking the outputs", err); goto out; }
+                                      A.out_dir && tc->ckpt_every > 0 ? mw_trainer_ckpt_bytes(&s->tr) : 0};
+        if ((err = mw_train_outputs_check(&oo, &s->outlock))) { mw_cli_fail("checking the outputs", err); return 1; }
     }
-    if (A.init_st && !tcfg.init_safetensors && (err = mw_net_load_safetensors(&s.tr.model, A.init_st))) {
+    if (A.init_st && !tcfg.init_safetensors && (err = mw_net_load_safetensors(&s->tr.model, A.init_st))) {
         mw_cli_fail("loading --init-safetensors", err);
-        goto out;
+        return 1;
     }
-    if (resume_info && (err = mw_trainer_load(&s.tr, A.resume))) { mw_cli_fail("resuming from the checkpoint", err); goto out; }
+    if (resume_info && (err = mw_trainer_load(&s->tr, A.resume))) { mw_cli_fail("resuming from the checkpoint", err); return 1; }
     /* From here on every committed step is durable: a kill leaves a run that --resume DIR continues. */
-    if (tc->journal && (err = mw_trainer_journal_begin(&s.tr, data_path))) {
+    if (tc->journal && (err = mw_trainer_journal_begin(&s->tr, data_path))) {
         leftover_hint(err, tc->nvme_dir);
         mw_cli_fail("starting the commit records", err);
-        goto out;
+        return 1;
     }
-    if (A.out_dir && (err = mw_mkdir_p(A.out_dir, 0777))) { mw_cli_fail("creating --out-dir", err); goto out; }
+    if (A.out_dir && (err = mw_mkdir_p(A.out_dir, 0777))) { mw_cli_fail("creating --out-dir", err); return 1; }
     if (A.log_json && rank == 0) {
         int dropped = 0;
-        if ((err = mw_train_log_open(&s.log, A.log_json, resume_info || resume_dir ? s.tr.step : -1, &dropped))) {
+        if ((err = mw_train_log_open(&s->log, A.log_json, resume_info || resume_dir ? s->tr.step : -1, &dropped))) {
             mw_cli_fail("opening --log-json", err);
-            goto out;
+            return 1;
         }
         if (dropped)
             printf("  log %s: %d line%s after step %" PRId64 " dropped (they run again)\n", A.log_json, dropped,
-                   dropped == 1 ? "" : "s", s.tr.step);
+                   dropped == 1 ? "" : "s", s->tr.step);
     }
+    return 0;
+}
+
+/* What the run is, before its first step. */
+static void print_header(struct run_state *s, const struct mw_gpt2_config *mc, const struct mw_train_config *tc,
+                         const struct mw_ckpt_info *resume_info)
+{
+    const char *data_path = s->data_path;
     struct mw_train_bytes tb;
-    mw_trainer_bytes(&s.tr, &tb);
-    if (s.trace) trace_model_memory(&s, &tb);
-    fmt_tiers(s.tiers, sizeof s.tiers, &tb);
+    mw_trainer_bytes(&s->tr, &tb);
+    s->tb = tb;
+    if (s->trace) trace_model_memory(s, &tb);
+    fmt_tiers(s->tiers, sizeof s->tiers, &tb);
     char b1[32], b2[32];
     printf("memwall train: GPT-2 L=%d heads=%d width=%d context=%d vocab=%d (%zu params, %s fp32)\n",
-           mc->n_layer, mc->n_head, mc->n_embd, mc->max_seq_len, mc->vocab_size, s.tr.model.sizes.n_params,
-           mw_fmt_bytes(b1, sizeof b1, s.tr.model.sizes.params_bytes));
+           mc->n_layer, mc->n_head, mc->n_embd, mc->max_seq_len, mc->vocab_size, s->tr.model.sizes.n_params,
+           mw_fmt_bytes(b1, sizeof b1, s->tr.model.sizes.params_bytes));
     printf("  data %s: %" PRIu64 " tokens (%s), %" PRIu64 " train / %" PRIu64 " validation\n", data_path,
-           s.data.n_tokens, s.data.tokenizer == MW_TOKENIZER_BYTES ? "byte tokenizer" : "pre-tokenised shards",
-           s.data.n_train_tokens, s.data.n_val_tokens);
+           s->data.n_tokens, s->data.tokenizer == MW_TOKENIZER_BYTES ? "byte tokenizer" : "pre-tokenised shards",
+           s->data.n_train_tokens, s->data.n_val_tokens);
     printf("  batch %d x seq %d x grad-accum %d = %d tokens/step, %" PRId64 " steps, lr %g (warm-up %" PRId64
            ", cosine to %g), threads %d, optimizer AdamW in %s%s\n",
            tc->batch, tc->seq, tc->grad_accum, tc->batch * tc->seq * tc->grad_accum, tc->steps, tc->lr,
            tc->warmup, tc->lr * tc->min_lr_frac, tc->threads, A.tier, tc->recompute ? ", recompute" : "");
     printf("  AdamW betas %g/%g, eps %g, weight decay %g, clip %g\n", tc->beta1, tc->beta2, tc->eps, tc->weight_decay,
            tc->clip);
-    printf("  memory: %s (activations %s)\n", s.tiers, mw_fmt_bytes(b2, sizeof b2, tb.acts));
+    printf("  memory: %s (activations %s)\n", s->tiers, mw_fmt_bytes(b2, sizeof b2, tb.acts));
     if (!strcmp(A.tier, "nvme"))
         printf("  optimizer state (fp32 master + moments, two slots) on NVMe in %s: %s; I/O in pieces of %s, "
                "%u in flight, %d staging buffers\n", tc->nvme_dir, mw_fmt_bytes(b1, sizeof b1, tb.opt_nvme),
@@ -990,7 +1002,7 @@ static int run(const char *data_path, const struct mw_gpt2_config *mc, const str
                tc->io_queue_depth ? tc->io_queue_depth : 128u, tc->buffer_count);
     if (world > 1) {
         struct mw_train_zero_info zi;
-        mw_trainer_zero_info(&s.tr, &zi);
+        mw_trainer_zero_info(&s->tr, &zi);
         printf("  data parallel: %d ranks on %d node%s (MPI), global batch %d = %d per rank, ZeRO-%d", world,
                mw_comm_nodes(comm), mw_comm_nodes(comm) == 1 ? "" : "s", tc->batch, tc->batch / world, zi.stage);
         if (zi.stage >= 1)
@@ -1000,16 +1012,17 @@ static int run(const char *data_path, const struct mw_gpt2_config *mc, const str
         printf("\n");
     }
     struct mw_train_stream_info si;
-    mw_trainer_stream_info(&s.tr, &si);
-    if (si.active && s.trace) { /* the residency lanes of the report name the units */
+    mw_trainer_stream_info(&s->tr, &si);
+    s->streamed = si.active;
+    if (si.active && s->trace) { /* the residency lanes of the report name the units */
         char k[32], v[32];
-        int nu = s.tr.model.n_units;
+        int nu = s->tr.model.n_units;
         snprintf(v, sizeof v, "%d", nu);
-        mw_trace_meta(s.trace, "units", v);
+        mw_trace_meta(s->trace, "units", v);
         for (int u = 0; u < nu; u++) {
             snprintf(k, sizeof k, "unit.%d.name", u);
-            mw_net_unit_name(&s.tr.model, u, v, sizeof v);
-            mw_trace_meta(s.trace, k, v);
+            mw_net_unit_name(&s->tr.model, u, v, sizeof v);
+            mw_trace_meta(s->trace, k, v);
         }
     }
     if (si.active) {
@@ -1029,33 +1042,37 @@ static int run(const char *data_path, const struct mw_gpt2_config *mc, const str
                tc->dram_budget ? ", budget " : "", tc->dram_budget ? mw_fmt_bytes(b[7], 32, tc->dram_budget) : "");
     }
     if (A.trace) printf("  trace: %s%s\n", A.trace, world > 1 ? " (this rank's; one file per rank)" : "");
-    if (resume_info || resume_dir) printf("  resumed from %s at step %" PRId64 "\n", A.resume, s.tr.step);
+    if (resume_info || resume_dir) printf("  resumed from %s at step %" PRId64 "\n", A.resume, s->tr.step);
     if (tc->journal)
         printf("  commit record: %.*s/%s after every step (kill -9 loses at most the step in flight; "
                "'memwall train --resume %.*s' continues)\n", DIR0(tc->nvme_dir), MW_OFFLOAD_RECORD_NAME, DIR0(tc->nvme_dir));
     fflush(stdout);
+}
 
-    if ((resume_info || resume_dir) && s.tr.step >= tc->steps)
+/* The steps until the last, or a stop: 0, 1 (printed) or 128 + the signal. */
+static int train_steps(struct run_state *s, const struct mw_train_config *tc, const struct mw_ckpt_info *resume_info)
+{
+    int err;
+    if ((resume_info || resume_dir) && s->tr.step >= tc->steps)
         printf("all %" PRId64 " steps of the run were committed before it stopped: finishing its outputs\n", tc->steps);
     float val = 0;
-    if (tc->val_every > 0 && s.tr.step == 0) {
-        if (do_eval(&s, 0, &val)) goto out;
-        if ((err = mw_train_log_val(&s.log, 0, val))) { mw_cli_fail("writing --log-json", err); goto out; }
+    if (tc->val_every > 0 && s->tr.step == 0) {
+        if (do_eval(s, 0, &val)) return 1;
+        if ((err = mw_train_log_val(&s->log, 0, val))) { mw_cli_fail("writing --log-json", err); return 1; }
     }
-    uint64_t t_run = mw_now_ns(), tokens_run = 0;
-    int stop = 0;
-    while (s.tr.step < tc->steps) {
-        if ((stop = stop_requested(&s))) break;
+    while (s->tr.step < tc->steps) {
+        int stop = stop_requested(s);
+        if (stop) return stop_run(s, stop, s->data_path);
         struct mw_train_step_stats st;
-        if ((err = mw_trainer_step(&s.tr, &st))) {
+        if ((err = mw_trainer_step(&s->tr, &st))) {
             mw_cli_fail("the training step", err);
             ckpt_hint();
             if (tc->journal)
                 fprintf(stderr, "memwall train: the NVMe state of the last committed step is kept in %.*s: "
                         "'memwall train --resume %.*s' continues the run\n", DIR0(tc->nvme_dir), DIR0(tc->nvme_dir));
-            goto out;
+            return 1;
         }
-        tokens_run += st.tokens;
+        s->tokens_run += st.tokens;
         double ms = (double)st.ns / 1e6, tps = (double)st.tokens / ((double)st.ns / 1e9);
         test_exit_hook(st.step);
         char io[160] = "";
@@ -1075,32 +1092,32 @@ static int run(const char *data_path, const struct mw_gpt2_config *mc, const str
         if (st.step % A.print_every == 0 || last || st.step == 1 || st.skipped)
             printf("step %6" PRId64 "/%" PRId64 " | loss %.6f | lr %.2e | norm %6.3f%s | %7.0f tok/s | %8.1f ms | %s%s\n",
                    st.step, tc->steps, st.loss, st.lr, st.grad_norm,
-                   st.skipped ? " (inf/NaN: skipped)" : st.clipped ? " (clipped)" : "", tps, ms, s.tiers, io);
+                   st.skipped ? " (inf/NaN: skipped)" : st.clipped ? " (clipped)" : "", tps, ms, s->tiers, io);
         fflush(stdout);
-        if (have_val && do_eval(&s, st.step, &val)) goto out;
-        if ((err = mw_train_log_step(&s.log, &st, have_val ? &val : NULL, &tb, world, world > 1 ? (int)A.zero : 0))) {
+        if (have_val && do_eval(s, st.step, &val)) return 1;
+        if ((err = mw_train_log_step(&s->log, &st, have_val ? &val : NULL, &s->tb, world, world > 1 ? (int)A.zero : 0))) {
             mw_cli_fail("writing --log-json", err);
-            goto out;
+            return 1;
         }
-        if (tc->ckpt_every > 0 && (st.step % tc->ckpt_every == 0 || last) && save_ckpt(&s, data_path)) goto out;
+        if (tc->ckpt_every > 0 && (st.step % tc->ckpt_every == 0 || last) && save_ckpt(s, s->data_path)) return 1;
         test_stop_hook(st.step);
     }
-    if (stop) {
-        rc = stop_run(&s, stop, data_path);
-        goto out;
-    }
-    double secs = (double)(mw_now_ns() - t_run) / 1e9;
-    if (tokens_run) printf("done: %" PRIu64 " tokens in %.1f s, %.0f tokens/s\n", tokens_run, secs, (double)tokens_run / secs);
-    if (world > 1 && s.tr.zero && !s.tr.stream && (err = report_zero_memory(&s, mc))) goto out;
-    if (si.active) {
+    return 0;
+}
+
+/* Streamed runs: the measured peak beside the plan. 0 or 1 (printed). */
+static int report_streaming(struct run_state *s, const struct mw_train_config *tc)
+{
+    int err;
+    if (s->streamed) {
         struct mw_train_stream_info se;
-        mw_trainer_stream_info(&s.tr, &se);
+        mw_trainer_stream_info(&s->tr, &se);
         /* Several ranks: the largest figures over them, and the worst rank's ratio. */
         uint64_t hwm = mw_proc_mem("VmHWM"), planned = se.planned_total, ratio = planned ? hwm * 1000000 / planned : 0;
-        if ((err = mw_trainer_max_u64(&s.tr, hwm, &hwm)) || (err = mw_trainer_max_u64(&s.tr, planned, &planned)) ||
-            (err = mw_trainer_max_u64(&s.tr, ratio, &ratio))) {
+        if ((err = mw_trainer_max_u64(&s->tr, hwm, &hwm)) || (err = mw_trainer_max_u64(&s->tr, planned, &planned)) ||
+            (err = mw_trainer_max_u64(&s->tr, ratio, &ratio))) {
             mw_cli_fail("collecting the memory figures", err);
-            goto out;
+            return 1;
         }
         char b[6][32];
         printf("streaming: measured peak resident set (VmHWM) %s vs planned %s (measured/planned %.3f%s)%s%s; weights "
@@ -1110,38 +1127,62 @@ static int run(const char *data_path, const struct mw_gpt2_config *mc, const str
                tc->dram_budget ? mw_fmt_bytes(b[2], 32, tc->dram_budget) : "", mw_fmt_bytes(b[3], 32, se.resident_peak),
                mw_fmt_bytes(b[4], 32, se.fetch_bytes), mw_fmt_bytes(b[5], 32, se.grad_write_bytes), se.wait_s);
     }
+    return 0;
+}
+
+/* The final outputs, durable, then the NVMe state goes. 0 or 1 (printed). */
+static int finish_outputs(struct run_state *s, const struct mw_gpt2_config *mc, const struct mw_train_config *tc)
+{
+    int err;
     if (A.out_dir) {
         char path[PATH_MAX];
         if ((size_t)snprintf(path, sizeof path, "%s/model.safetensors", A.out_dir) >= sizeof path) {
             err = mw_error_set(-ENAMETOOLONG, "--out-dir %s is too long for %s/model.safetensors", A.out_dir, A.out_dir);
             mw_cli_fail("writing the model", err);
-            goto out;
+            return 1;
         }
-        err = mw_trainer_save_safetensors(&s.tr, path, rank == 0);
-        if (err) { mw_cli_fail("writing the model", err); goto out; }
+        err = mw_trainer_save_safetensors(&s->tr, path, rank == 0);
+        if (err) { mw_cli_fail("writing the model", err); return 1; }
         printf("model: %s\n", path);
     }
-    if ((err = mw_train_log_close(&s.log))) { mw_cli_fail("writing --log-json", err); goto out; }
+    if ((err = mw_train_log_close(&s->log))) { mw_cli_fail("writing --log-json", err); return 1; }
     if (A.sample_len > 0) {
-        int32_t prompt = s.data.tokenizer == MW_TOKENIZER_BYTES ? MW_TOK_EOT : (mc->vocab_size > 50256 ? 50256 : 0);
+        int32_t prompt = s->data.tokenizer == MW_TOKENIZER_BYTES ? MW_TOK_EOT : (mc->vocab_size > 50256 ? 50256 : 0);
         int32_t *out = malloc((size_t)A.sample_len * sizeof *out);
-        if (!out) { mw_error_set(-ENOMEM, "no memory"); mw_cli_fail("sampling", -ENOMEM); goto out; }
-        err = mw_trainer_sample(&s.tr, &prompt, 1, (int)A.sample_len, (float)A.temperature, (int)A.top_k,
+        if (!out) { mw_error_set(-ENOMEM, "no memory"); mw_cli_fail("sampling", -ENOMEM); return 1; }
+        err = mw_trainer_sample(&s->tr, &prompt, 1, (int)A.sample_len, (float)A.temperature, (int)A.top_k,
                                 (uint64_t)A.seed, out);
-        if (err) { free(out); mw_cli_fail("sampling", err); goto out; }
+        if (err) { free(out); mw_cli_fail("sampling", err); return 1; }
         printf("sample (%" PRId64 " tokens, temperature %g, top-k %" PRId64 ", seed %" PRId64 "):\n"
                "----------------------------------------\n", A.sample_len, A.temperature, A.top_k, A.seed);
-        print_sample(out, (int)A.sample_len, s.data.tokenizer);
+        print_sample(out, (int)A.sample_len, s->data.tokenizer);
         printf("----------------------------------------\n");
         free(out);
     }
     if (A.log_json) printf("log: %s\n", A.log_json);
     /* The commit record and the store files are kept at free; they go once every output is written. */
-    if (tc->journal && (err = mw_trainer_finish(&s.tr))) { mw_cli_fail("finishing the last step", err); goto out; }
-    if (s.trace && write_trace(&s)) goto out;
-    mw_trainer_free(&s.tr);
-    if (tc->journal && (err = retire_state(tc))) { mw_cli_fail("removing the run's NVMe files", err); goto out; }
-    rc = 0;
+    if (tc->journal && (err = mw_trainer_finish(&s->tr))) { mw_cli_fail("finishing the last step", err); return 1; }
+    if (s->trace && write_trace(s)) return 1;
+    mw_trainer_free(&s->tr);
+    if (tc->journal && (err = retire_state(tc))) { mw_cli_fail("removing the run's NVMe files", err); return 1; }
+    return 0;
+}
+
+static int run(const char *data_path, const struct mw_gpt2_config *mc, const struct mw_train_config *tc,
+               const struct mw_ckpt_info *resume_info)
+{
+    struct run_state s;
+    memset(&s, 0, sizeof s);
+    int rc = run_setup(&s, data_path, mc, tc, resume_info);
+    if (rc) goto out;
+    print_header(&s, mc, tc, resume_info);
+    uint64_t t_run = mw_now_ns();
+    if ((rc = train_steps(&s, tc, resume_info))) goto out;
+    double secs = (double)(mw_now_ns() - t_run) / 1e9;
+    if (s.tokens_run)
+        printf("done: %" PRIu64 " tokens in %.1f s, %.0f tokens/s\n", s.tokens_run, secs, (double)s.tokens_run / secs);
+    if (world > 1 && s.tr.zero && !s.tr.stream && report_zero_memory(&s, mc)) { rc = 1; goto out; }
+    if ((rc = report_streaming(&s, tc)) || (rc = finish_outputs(&s, mc, tc))) goto out;
 out:
     mw_train_log_close(&s.log);
     mw_trainer_free(&s.tr);
