@@ -38,16 +38,8 @@ static void num(FILE *f, double v)
     else fprintf(f, ",%.9g", v);
 }
 
-int mw_report_write_csv(const struct mw_report *r, const char *dir)
+static void csv_tiers(FILE *f, const struct mw_report *r)
 {
-    int rc = mw_mkdir_p(dir, 0777);
-    if (rc) return rc;
-    char path[1100];
-    struct rp_out out;
-    FILE *f;
-#define OPEN(name) do { if ((rc = open_csv(&out, dir, name, path, sizeof path))) return rc; f = out.f; } while (0)
-
-    OPEN("tiers.csv");
     fprintf(f, "tier,budget_bytes,peak_bytes,peak_t_s,final_bytes");
     for (int k = 0; k < MW_REPORT_NKINDS; k++) fprintf(f, ",peak_%s_bytes", mw_report_kind_name(k));
     fputc('\n', f);
@@ -58,9 +50,10 @@ int mw_report_write_csv(const struct mw_report *r, const char *dir)
         for (int k = 0; k < MW_REPORT_NKINDS; k++) fprintf(f, ",%llu", (unsigned long long)T->peak_by_kind[k]);
         fputc('\n', f);
     }
-    if ((rc = rp_out_close(&out))) return rc;
+}
 
-    OPEN("memory.csv");
+static void csv_memory(FILE *f, const struct mw_report *r)
+{
     fprintf(f, "t_s,tier,phase");
     for (int k = 0; k < MW_REPORT_NKINDS; k++) fprintf(f, ",%s_bytes", mw_report_kind_name(k));
     fprintf(f, ",total_bytes\n");
@@ -73,9 +66,10 @@ int mw_report_write_csv(const struct mw_report *r, const char *dir)
             fprintf(f, ",%llu\n", (unsigned long long)T->total[b]);
         }
     }
-    if ((rc = rp_out_close(&out))) return rc;
+}
 
-    OPEN("io_pairs.csv");
+static void csv_io_pairs(FILE *f, const struct mw_report *r)
+{
     fprintf(f, "pair,requests,bytes,min_request_bytes,max_request_bytes,busy_s,achieved_bytes_per_s,"
                "peak_bytes_per_s,limit_bytes_per_s,mean_queue_depth\n");
     for (int p = 0; p < r->npairs; p++) {
@@ -85,9 +79,10 @@ int mw_report_write_csv(const struct mw_report *r, const char *dir)
         num(f, P->busy_s); num(f, P->mean_bw); num(f, P->peak_bw); num(f, P->limit_bw); num(f, P->mean_qd);
         fputc('\n', f);
     }
-    if ((rc = rp_out_close(&out))) return rc;
+}
 
-    OPEN("io_bandwidth.csv");
+static void csv_io_bandwidth(FILE *f, const struct mw_report *r)
+{
     fprintf(f, "t_s,pair,bytes_per_s,busy_bytes_per_s,requests_in_flight,limit_bytes_per_s\n");
     for (int p = 0; p < r->npairs; p++)
         for (int b = 0; b < r->nbins; b++) {
@@ -95,9 +90,10 @@ int mw_report_write_csv(const struct mw_report *r, const char *dir)
             fprintf(f, "%.9g,%s->%s,%.9g,%.9g,%.6g,%.9g\n", b * r->bin_s, P->from, P->to, P->bw[b], P->bw_busy[b],
                     P->inflight[b], P->limit_bw);
         }
-    if ((rc = rp_out_close(&out))) return rc;
+}
 
-    OPEN("io_sizes.csv");
+static void csv_io_sizes(FILE *f, const struct mw_report *r)
+{
     fprintf(f, "pair,min_bytes_exclusive,max_bytes,requests,bytes\n");
     for (int p = 0; p < r->npairs; p++)
         for (int h = 0; h < MW_REPORT_HIST_BUCKETS; h++) {
@@ -107,9 +103,10 @@ int mw_report_write_csv(const struct mw_report *r, const char *dir)
             if (h < MW_REPORT_HIST_BUCKETS - 1) fprintf(f, "%llu", 1ull << (h + MW_REPORT_HIST_MIN_LOG2));
             fprintf(f, ",%llu,%llu\n", (unsigned long long)P->hist_count[h], (unsigned long long)P->hist_bytes[h]);
         }
-    if ((rc = rp_out_close(&out))) return rc;
+}
 
-    OPEN("steps.csv");
+static void csv_steps(FILE *f, const struct mw_report *r)
+{
     fprintf(f, "step,tokens,start_s,wall_s");
     for (int p = 1; p < MW_PHASE_COUNT; p++) fprintf(f, ",%s_s", mw_report_phase_name(p));
     fprintf(f, ",compute_s,exposed_io_wait_s,io_busy_s,overlap_s,overlap_fraction,bytes_moved,comm_sent_bytes,"
@@ -128,9 +125,10 @@ int mw_report_write_csv(const struct mw_report *r, const char *dir)
         num(f, s->roof_fraction);
         fputc('\n', f);
     }
-    if ((rc = rp_out_close(&out))) return rc;
+}
 
-    OPEN("subgroups.csv");
+static void csv_subgroups(FILE *f, const struct mw_report *r)
+{
     fprintf(f, "subgroup,tier,updates_cpu,updates_device,decisions,predicted_s,measured_s,bytes_read,"
                "bytes_written,read_s,update_s,write_s,wait_s\n");
     for (int i = 0; i < r->nsubgroups; i++) {
@@ -142,9 +140,11 @@ int mw_report_write_csv(const struct mw_report *r, const char *dir)
         num(f, g->read_s); num(f, g->update_s); num(f, g->write_s); num(f, g->wait_s);
         fputc('\n', f);
     }
-    if ((rc = rp_out_close(&out))) return rc;
-    /* The one-step detail: every span and request, and each tier's bytes at every change. */
-    OPEN("detail_spans.csv");
+}
+
+/* The one-step detail: every span and request, and each tier's bytes at every change. */
+static void csv_detail_spans(FILE *f, const struct mw_report *r)
+{
     fprintf(f, "step,lane,name,t0_s,t1_s,subgroup,bytes\n");
     static const char *const off[] = {"read", "update", "write", "refresh", "wait"};
     const int comm_lane = 1 + RP_OFF_COUNT + r->npairs;
@@ -159,8 +159,10 @@ int mw_report_write_csv(const struct mw_report *r, const char *dir)
         if (q->sub >= 0) fprintf(f, "%lld", (long long)q->sub);
         fprintf(f, ",%llu\n", (unsigned long long)q->bytes);
     }
-    if ((rc = rp_out_close(&out))) return rc;
-    OPEN("detail_memory.csv");
+}
+
+static void csv_detail_memory(FILE *f, const struct mw_report *r)
+{
     fprintf(f, "step,t_s,tier");
     for (int k = 0; k < MW_REPORT_NKINDS; k++) fprintf(f, ",%s_bytes", mw_report_kind_name(k));
     fputc('\n', f);
@@ -170,10 +172,11 @@ int mw_report_write_csv(const struct mw_report *r, const char *dir)
         for (int k = 0; k < MW_REPORT_NKINDS; k++) fprintf(f, ",%llu", (unsigned long long)q->by_kind[k]);
         fputc('\n', f);
     }
-    if ((rc = rp_out_close(&out))) return rc;
+}
 
-    /* Communication: one row per operation and a total ("all"; its busy time is the union). */
-    OPEN("comm.csv");
+/* Communication: one row per operation and a total ("all"; its busy time is the union). */
+static void csv_comm(FILE *f, const struct mw_report *r)
+{
     fprintf(f, "op,calls,max_ranks,payload_bytes,sent_bytes,busy_s,achieved_bytes_per_s,exposed_wait_s,"
                "exposed_wait_share_of_step_time\n");
     double whole = r->nsteps ? r->steps_wall_s : r->t1_s - r->t0_s;
@@ -196,10 +199,11 @@ int mw_report_write_csv(const struct mw_report *r, const char *dir)
         num(f, r->comm_wait_s); num(f, whole > 0 ? r->comm_wait_s / whole : NAN);
         fputc('\n', f);
     }
-    if ((rc = rp_out_close(&out))) return rc;
+}
 
-    /* Weight residency: one row per unit (only the header when the trace has none). */
-    OPEN("units.csv");
+/* Weight residency: one row per unit (only the header when the trace has none). */
+static void csv_units(FILE *f, const struct mw_report *r)
+{
     fprintf(f, "unit,name,fetches,bytes_read,fetch_s,resident_spans,resident_s,resident_forward_s,resident_backward_s,"
                "grad_writes,bytes_written,grad_write_s,waits,exposed_wait_s\n");
     for (int i = 0; i < r->nunits; i++) {
@@ -216,32 +220,59 @@ int mw_report_write_csv(const struct mw_report *r, const char *dir)
         num(f, U->wait_s);
         fputc('\n', f);
     }
-    if ((rc = rp_out_close(&out))) return rc;
+}
 
-    if (r->nranks) {
-        OPEN("ranks.csv");
-        fprintf(f, "rank,trace,world_size,zero_stage,peak_device_bytes,peak_host_bytes,peak_nvme_bytes");
-        for (int k = 0; k < MW_REPORT_NKINDS; k++) fprintf(f, ",peak_%s_bytes", mw_report_kind_name(k));
-        fprintf(f, ",peak_zero3_resident_weights_bytes,comm_sent_bytes,exposed_comm_wait_s,nvme_read_bytes,"
-                   "nvme_written_bytes,steps,step_median_s\n");
-        for (int i = 0; i < r->nranks; i++) {
-            const struct mw_report_rank *k = &r->ranks[i];
-            fprintf(f, "%d,", k->rank);
-            csv_str(f, k->path);
-            fprintf(f, ",%d,%d,%llu,%llu,%llu", k->world_size, k->zero_stage, (unsigned long long)k->peak_device_bytes,
-                    (unsigned long long)k->peak_host_bytes, (unsigned long long)k->peak_nvme_bytes);
-            for (int j = 0; j < MW_REPORT_NKINDS; j++) fprintf(f, ",%llu", (unsigned long long)k->peak_kind_bytes[j]);
-            if (k->has_resident) fprintf(f, ",%llu", (unsigned long long)k->resident_peak_bytes);
-            else fputc(',', f);
-            fprintf(f, ",%llu", (unsigned long long)k->comm_sent_bytes);
-            num(f, k->comm_wait_s);
-            fprintf(f, ",%llu,%llu,%d", (unsigned long long)k->nvme_read_bytes, (unsigned long long)k->nvme_written_bytes,
-                    k->nsteps);
-            num(f, k->step_median_s);
-            fputc('\n', f);
-        }
+/* Several ranks' traces: one row per rank. */
+static void csv_ranks(FILE *f, const struct mw_report *r)
+{
+    fprintf(f, "rank,trace,world_size,zero_stage,peak_device_bytes,peak_host_bytes,peak_nvme_bytes");
+    for (int k = 0; k < MW_REPORT_NKINDS; k++) fprintf(f, ",peak_%s_bytes", mw_report_kind_name(k));
+    fprintf(f, ",peak_zero3_resident_weights_bytes,comm_sent_bytes,exposed_comm_wait_s,nvme_read_bytes,"
+               "nvme_written_bytes,steps,step_median_s\n");
+    for (int i = 0; i < r->nranks; i++) {
+        const struct mw_report_rank *k = &r->ranks[i];
+        fprintf(f, "%d,", k->rank);
+        csv_str(f, k->path);
+        fprintf(f, ",%d,%d,%llu,%llu,%llu", k->world_size, k->zero_stage, (unsigned long long)k->peak_device_bytes,
+                (unsigned long long)k->peak_host_bytes, (unsigned long long)k->peak_nvme_bytes);
+        for (int j = 0; j < MW_REPORT_NKINDS; j++) fprintf(f, ",%llu", (unsigned long long)k->peak_kind_bytes[j]);
+        if (k->has_resident) fprintf(f, ",%llu", (unsigned long long)k->resident_peak_bytes);
+        else fputc(',', f);
+        fprintf(f, ",%llu", (unsigned long long)k->comm_sent_bytes);
+        num(f, k->comm_wait_s);
+        fprintf(f, ",%llu,%llu,%d", (unsigned long long)k->nvme_read_bytes, (unsigned long long)k->nvme_written_bytes,
+                k->nsteps);
+        num(f, k->step_median_s);
+        fputc('\n', f);
+    }
+}
+
+static const struct { const char *name; void (*write)(FILE *f, const struct mw_report *r); } csv_files[] = {
+    {"tiers.csv", csv_tiers},
+    {"memory.csv", csv_memory},
+    {"io_pairs.csv", csv_io_pairs},
+    {"io_bandwidth.csv", csv_io_bandwidth},
+    {"io_sizes.csv", csv_io_sizes},
+    {"steps.csv", csv_steps},
+    {"subgroups.csv", csv_subgroups},
+    {"detail_spans.csv", csv_detail_spans},
+    {"detail_memory.csv", csv_detail_memory},
+    {"comm.csv", csv_comm},
+    {"units.csv", csv_units},
+    {"ranks.csv", csv_ranks},
+};
+
+int mw_report_write_csv(const struct mw_report *r, const char *dir)
+{
+    int rc = mw_mkdir_p(dir, 0777);
+    if (rc) return rc;
+    char path[1100];
+    for (size_t i = 0; i < sizeof csv_files / sizeof csv_files[0]; i++) {
+        if (!strcmp(csv_files[i].name, "ranks.csv") && !r->nranks) continue; /* one trace: no ranks table */
+        struct rp_out out;
+        if ((rc = open_csv(&out, dir, csv_files[i].name, path, sizeof path))) return rc;
+        csv_files[i].write(out.f, r);
         if ((rc = rp_out_close(&out))) return rc;
     }
-#undef OPEN
     return 0;
 }
