@@ -29,5 +29,11 @@ for run in 1 2; do
   left=$(find "$dir/mnt" -type f | wc -l)
   [ "$left" = 0 ] || bad "run $run left $left file(s): $(find "$dir/mnt" -type f -printf '%p (%s bytes) ')"
 done
+# `memwall bench io` there too: opened once, O_DIRECT refused, the file sized without fallocate.
+for run in 1 2; do
+  "$cli" bench io --dir "$dir/mnt" --size 4M --json >"$dir/out" 2>"$dir/err" || bad "bench io run $run on ramfs: $(cat "$dir/err")"
+  grep -q '"direct":false' "$dir/out" || bad "bench io run $run: not buffered: $(cat "$dir/out")"
+  [ -z "$(find "$dir/mnt" -type f)" ] || bad "bench io run $run left $(find "$dir/mnt" -type f)"
+done
 [ $fail = 0 ] && echo "cli_store_ramfs: passed" || echo "cli_store_ramfs: failed"
 exit $fail

@@ -135,6 +135,41 @@ static int run_trace_cost(int json)
     return 0;
 }
 
+/* The passes' figures: JSON or text (tow: the overwrite pass's seconds, 0 when none ran). */
+static void print_result(const char *dir, int json, uint64_t size, uint64_t block, int64_t qd, const char *be, int direct,
+                         int huge, double tw, double trd, double tow, struct mw_aio *aio)
+{
+    struct mw_aio_stats st;
+    mw_aio_stats(aio, &st);
+    double wbps = (double)size / tw, rbps = (double)size / trd;
+    int overwrite = tow > 0;
+    if (json) {
+        printf("{\"dir\":");
+        json_str(dir);
+        printf(",\"size_bytes\":%llu,\"block_size_bytes\":%llu,\"queue_depth\":%lld,"
+               "\"backend\":\"%s\",\"direct\":%s,\"huge_pages\":%s,\"write_seconds\":%.4f,\"read_seconds\":%.4f,"
+               "\"write_bytes_per_s\":%.0f,\"read_bytes_per_s\":%.0f,\"max_in_flight\":%u,\"short_resubmits\":%llu,"
+               "\"eagain_retries\":%llu",
+               (unsigned long long)size, (unsigned long long)block, (long long)qd, be, direct ? "true" : "false",
+               huge ? "true" : "false", tw, trd, wbps, rbps, st.max_in_flight,
+               (unsigned long long)st.short_resubmits, (unsigned long long)st.eagain_retries);
+        if (overwrite) printf(",\"overwrite_seconds\":%.4f,\"overwrite_bytes_per_s\":%.0f", tow, (double)size / tow);
+        printf("}\n");
+    } else {
+        char s1[32], s2[32], s3[32], r1[32], r2[32];
+        printf("memwall bench io: %s file in %s, %s requests, queue depth %lld, %s backend, %s, %s buffers\n",
+               mw_fmt_bytes(s1, sizeof s1, size), dir, mw_fmt_bytes(s2, sizeof s2, block), (long long)qd, be,
+               direct ? "O_DIRECT" : "buffered", huge ? "2 MiB huge-page" : "4 KiB-page");
+        printf("  write: %s in %.3f s = %s%s\n", mw_fmt_bytes(s3, sizeof s3, size), tw, mw_fmt_rate(r1, sizeof r1, wbps),
+               overwrite ? " (new extents)" : "");
+        if (overwrite)
+            printf("  overwrite: %s in %.3f s = %s\n", s3, tow, mw_fmt_rate(r1, sizeof r1, (double)size / tow));
+        printf("  read:  %s in %.3f s = %s\n", s3, trd, mw_fmt_rate(r2, sizeof r2, rbps));
+        printf("  (most requests in flight: %u; short transfers resubmitted: %llu; EAGAIN retries: %llu)\n",
+               st.max_in_flight, (unsigned long long)st.short_resubmits, (unsigned long long)st.eagain_retries);
+    }
+}
+
 int mw_cmd_bench_io(int argc, char **argv)
 {
     const char *dir = NULL, *backend = "uring", *trace_path = NULL;
@@ -203,20 +238,21 @@ int mw_cmd_bench_io(int argc, char **argv)
     }
     memset(buf.ptr, 0x5a, buf.reserved);
     int direct = 1;
-    /* A fresh file, never through a symlink nor over someone's file (--dir may be shared). */
+    /* A fresh file, never through a symlink nor over someone's file (--dir may be shared); opened
+     * once, O_DIRECT set after (a file system that refuses it has created the file already). */
     const int oflags = O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
-    b.fd = open(path, oflags | O_DIRECT, 0600);
-    if (b.fd < 0 && errno == EINVAL) {
+    b.fd = open(path, oflags, 0600);
+    if (b.fd >= 0 && fcntl(b.fd, F_SETFL, fcntl(b.fd, F_GETFL) | O_DIRECT) != 0) {
         direct = 0;
         fprintf(stderr, "memwall: warning: %s refuses O_DIRECT; measuring buffered I/O (page cache dropped before the read)\n", dir);
-        b.fd = open(path, oflags, 0600);
     }
     if (b.fd < 0) {
         int e = errno;
         mw_cli_fail("bench io", mw_error_set(-e, "cannot create %s: %s", path, strerror(e)));
         goto out;
     }
-    if (fallocate(b.fd, 0, 0, (off_t)size)) { /* like fio's default fallocate=native */
+    /* like fio's default fallocate=native; a file system without it (ramfs): sized, as fio's fallback */
+    if (fallocate(b.fd, 0, 0, (off_t)size) && (errno != EOPNOTSUPP || ftruncate(b.fd, (off_t)size))) {
         rc = -errno;
         char s1[32];
         mw_error_set(rc, "cannot reserve %s for %s: %s", mw_fmt_bytes(s1, sizeof s1, size), path, strerror(errno));
@@ -248,36 +284,8 @@ int mw_cmd_bench_io(int argc, char **argv)
                                "may read memory, not the disk\n", path, strerror(e));
     }
     if ((rc = run_pass(&b, MW_AIO_READ, (unsigned)qd, buf.ptr, &trd))) { mw_cli_fail("read pass", rc); goto out; }
-    struct mw_aio_stats st;
-    mw_aio_stats(aio, &st);
-    double wbps = (double)size / tw, rbps = (double)size / trd;
-    const char *be = mw_aio_backend_name(mw_aio_backend(aio));
-    int huge = (buf.flags & MW_BUF_HUGE) != 0;
-    if (json) {
-        printf("{\"dir\":");
-        json_str(dir);
-        printf(",\"size_bytes\":%llu,\"block_size_bytes\":%llu,\"queue_depth\":%lld,"
-               "\"backend\":\"%s\",\"direct\":%s,\"huge_pages\":%s,\"write_seconds\":%.4f,\"read_seconds\":%.4f,"
-               "\"write_bytes_per_s\":%.0f,\"read_bytes_per_s\":%.0f,\"max_in_flight\":%u,\"short_resubmits\":%llu,"
-               "\"eagain_retries\":%llu",
-               (unsigned long long)size, (unsigned long long)block, (long long)qd, be, direct ? "true" : "false",
-               huge ? "true" : "false", tw, trd, wbps, rbps, st.max_in_flight,
-               (unsigned long long)st.short_resubmits, (unsigned long long)st.eagain_retries);
-        if (overwrite) printf(",\"overwrite_seconds\":%.4f,\"overwrite_bytes_per_s\":%.0f", tow, (double)size / tow);
-        printf("}\n");
-    } else {
-        char s1[32], s2[32], s3[32], r1[32], r2[32];
-        printf("memwall bench io: %s file in %s, %s requests, queue depth %lld, %s backend, %s, %s buffers\n",
-               mw_fmt_bytes(s1, sizeof s1, size), dir, mw_fmt_bytes(s2, sizeof s2, block), (long long)qd, be,
-               direct ? "O_DIRECT" : "buffered", huge ? "2 MiB huge-page" : "4 KiB-page");
-        printf("  write: %s in %.3f s = %s%s\n", mw_fmt_bytes(s3, sizeof s3, size), tw, mw_fmt_rate(r1, sizeof r1, wbps),
-               overwrite ? " (new extents)" : "");
-        if (overwrite)
-            printf("  overwrite: %s in %.3f s = %s\n", s3, tow, mw_fmt_rate(r1, sizeof r1, (double)size / tow));
-        printf("  read:  %s in %.3f s = %s\n", s3, trd, mw_fmt_rate(r2, sizeof r2, rbps));
-        printf("  (most requests in flight: %u; short transfers resubmitted: %llu; EAGAIN retries: %llu)\n",
-               st.max_in_flight, (unsigned long long)st.short_resubmits, (unsigned long long)st.eagain_retries);
-    }
+    print_result(dir, json, size, block, qd, mw_aio_backend_name(mw_aio_backend(aio)), direct,
+                 (buf.flags & MW_BUF_HUGE) != 0, tw, trd, overwrite ? tow : 0, aio);
     ret = 0;
     if (tr) {
         mw_aio_free(aio); /* quiesce the engine before writing the trace */
