@@ -125,6 +125,73 @@ static int plan_stream(const struct mw_model *m, int64_t micro, int64_t seq, int
     return fits ? 0 : 1;
 }
 
+/* --model NAME|CONFIG.json|DIR or --params N: the model's description. 0, or 2 (printed). */
+static int resolve_model(const char *model, double params, double largest, struct mw_model *mp)
+{
+    if (model && params > 0) {
+        fprintf(stderr, "memwall plan: give --model or --params, not both\n");
+        return 2;
+    }
+    if (model) {
+        /* A checkpoint directory stands for its config.json. */
+        char cfg[4096];
+        struct stat st;
+        if (stat(model, &st) == 0 && S_ISDIR(st.st_mode)) {
+            if ((size_t)snprintf(cfg, sizeof cfg, "%s/config.json", model) >= sizeof cfg) {
+                fprintf(stderr, "memwall plan: --model %s: the path is too long\n", model);
+                return 2;
+            }
+            model = cfg;
+        }
+        int err = is_config_path(model) ? mw_model_from_config_file(model, mp) : mw_model_lookup(model, mp);
+        if (err) {
+            fprintf(stderr, "memwall plan: %s\n", mw_error_msg());
+            return 2;
+        }
+    } else if (params > 0) {
+        mw_model_bare(mp, (uint64_t)params, (uint64_t)largest);
+    } else {
+        fprintf(stderr, "memwall plan: give --model NAME|CONFIG.json or --params N\n"
+                        "run 'memwall plan --help' for the options\n");
+        return 2;
+    }
+
+    return 0;
+}
+
+/* --estimator: another tool's figures beside the plan. */
+static void estimate(const char *est, int ds_stage, const char *dsv, int64_t zero_init, const struct mw_model *mp,
+                     const struct mw_layout *lp, const struct mw_plan_result *res, struct mw_plan_estimate *pe)
+{
+    const struct mw_model m = *mp;
+    const struct mw_layout l = *lp;
+    *pe = (struct mw_plan_estimate){ .name = est, .ds_stage = ds_stage };
+    if (strcmp(est, "none")) {
+        struct mw_ds_input in = {
+            .total_params = (double)res->count.total, .largest_layer_params = (double)res->count.largest_layer,
+            .gpus_per_node = (double)MW_MIN(l.gpus_per_node, l.gpus),
+            .nodes = (double)((l.gpus + l.gpus_per_node - 1) / l.gpus_per_node), .buffer_factor = 1.5,
+            .offload_params = l.offload_params, .offload_optimizer = l.offload_optimizer,
+            .zero_init = (int)zero_init, .version = !strcmp(dsv, "legacy") ? MW_DS_LEGACY : MW_DS_CURRENT,
+        };
+        pe->ds = in;
+        if (!strcmp(est, "deepspeed-zero3")) mw_est_ds_zero3(&in, &pe->gpu_bytes, &pe->cpu_bytes);
+        else if (!strcmp(est, "deepspeed-zero2")) mw_est_ds_zero2(&in, &pe->gpu_bytes, &pe->cpu_bytes);
+        else if (!strcmp(est, "megatron")) {
+            struct mw_megatron_est me;
+            mw_est_megatron(&m, &l, l.zero >= 1, &me);
+            pe->gpu_bytes = me.weight_optimizer + me.activation;
+            pe->cpu_bytes = 0;
+        } else {
+            struct mw_accel_usage u;
+            mw_est_accelerate((double)res->count.total, (double)m.buffer_bytes,
+                              (double)res->count.largest_layer, l.weight, &u);
+            pe->gpu_bytes = u.train;
+            pe->cpu_bytes = 0;
+        }
+    }
+}
+
 int mw_cmd_plan(int argc, char **argv)
 {
     const char *model = NULL, *host_profile = NULL;
@@ -220,33 +287,7 @@ int mw_cmd_plan(int argc, char **argv)
     }
 
     struct mw_model m;
-    if (model && params > 0) {
-        fprintf(stderr, "memwall plan: give --model or --params, not both\n");
-        return 2;
-    }
-    if (model) {
-        /* A checkpoint directory stands for its config.json. */
-        char cfg[4096];
-        struct stat st;
-        if (stat(model, &st) == 0 && S_ISDIR(st.st_mode)) {
-            if ((size_t)snprintf(cfg, sizeof cfg, "%s/config.json", model) >= sizeof cfg) {
-                fprintf(stderr, "memwall plan: --model %s: the path is too long\n", model);
-                return 2;
-            }
-            model = cfg;
-        }
-        int err = is_config_path(model) ? mw_model_from_config_file(model, &m) : mw_model_lookup(model, &m);
-        if (err) {
-            fprintf(stderr, "memwall plan: %s\n", mw_error_msg());
-            return 2;
-        }
-    } else if (params > 0) {
-        mw_model_bare(&m, (uint64_t)params, (uint64_t)largest);
-    } else {
-        fprintf(stderr, "memwall plan: give --model NAME|CONFIG.json or --params N\n"
-                        "run 'memwall plan --help' for the options\n");
-        return 2;
-    }
+    if ((r = resolve_model(model, params, largest, &m))) return r;
 
     if (stream) return plan_stream(&m, micro, seq, !strcmp(rc, "full"), s_accum, s_depth, s_buffers, s_threads, s_budget,
                                    s_sg, s_schedule, s_dir, json);
@@ -301,31 +342,8 @@ int mw_cmd_plan(int argc, char **argv)
     /* The resolved degrees, for printing: mw_plan_compute resolved the same layout already. */
     MW_ASSERT(mw_layout_resolve(&m, &l, hw.gpus_per_node) == 0);
 
-    struct mw_plan_estimate pe = { .name = est, .ds_stage = ds_stage };
-    if (strcmp(est, "none")) {
-        struct mw_ds_input in = {
-            .total_params = (double)res->count.total, .largest_layer_params = (double)res->count.largest_layer,
-            .gpus_per_node = (double)MW_MIN(l.gpus_per_node, l.gpus),
-            .nodes = (double)((l.gpus + l.gpus_per_node - 1) / l.gpus_per_node), .buffer_factor = 1.5,
-            .offload_params = l.offload_params, .offload_optimizer = l.offload_optimizer,
-            .zero_init = (int)zero_init, .version = !strcmp(dsv, "legacy") ? MW_DS_LEGACY : MW_DS_CURRENT,
-        };
-        pe.ds = in;
-        if (!strcmp(est, "deepspeed-zero3")) mw_est_ds_zero3(&in, &pe.gpu_bytes, &pe.cpu_bytes);
-        else if (!strcmp(est, "deepspeed-zero2")) mw_est_ds_zero2(&in, &pe.gpu_bytes, &pe.cpu_bytes);
-        else if (!strcmp(est, "megatron")) {
-            struct mw_megatron_est me;
-            mw_est_megatron(&m, &l, l.zero >= 1, &me);
-            pe.gpu_bytes = me.weight_optimizer + me.activation;
-            pe.cpu_bytes = 0;
-        } else {
-            struct mw_accel_usage u;
-            mw_est_accelerate((double)res->count.total, (double)m.buffer_bytes,
-                              (double)res->count.largest_layer, l.weight, &u);
-            pe.gpu_bytes = u.train;
-            pe.cpu_bytes = 0;
-        }
-    }
+    struct mw_plan_estimate pe;
+    estimate(est, ds_stage, dsv, zero_init, &m, &l, res, &pe);
     if (!strcmp(emit, "k8s")) mw_plan_emit_k8s(res, &l, &hw, stdout);
     else if (json) mw_plan_print_json(stdout, &m, &l, &hw, res, &pe);
     else mw_plan_print_table(stdout, &m, &l, &hw, res, &pe);
