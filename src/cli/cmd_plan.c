@@ -192,6 +192,27 @@ static void estimate(const char *est, int ds_stage, const char *dsv, int64_t zer
     }
 }
 
+/* --search: the best layouts with what the command line fixed kept. 0, 1 or 2 (printed). */
+static int plan_search(const struct mw_cmd_spec *spec, int ds_stage, const struct mw_model *m, struct mw_layout *l,
+                       const struct mw_hw *hw, int64_t top, int json)
+{
+    unsigned fix = 0;
+    if (mw_opts_given(spec, "tp")) fix |= MW_FIX_TP;
+    if (mw_opts_given(spec, "pp")) fix |= MW_FIX_PP;
+    if (mw_opts_given(spec, "ep")) fix |= MW_FIX_EP;
+    if (mw_opts_given(spec, "zero") || ds_stage) fix |= MW_FIX_ZERO;
+    if (mw_opts_given(spec, "offload-optimizer") || mw_opts_given(spec, "offload-params")) fix |= MW_FIX_OFFLOAD;
+    if (mw_opts_given(spec, "recompute")) fix |= MW_FIX_RECOMPUTE;
+    if (mw_opts_given(spec, "micro-batch")) fix |= MW_FIX_MICRO;
+    struct mw_search_hit *hits = calloc((size_t)top, sizeof *hits);
+    if (!hits) { fprintf(stderr, "memwall plan: out of memory\n"); return 1; }
+    int n = mw_plan_search(m, l, fix, hw, hits, (int)top);
+    if (n < 0) { free(hits); fprintf(stderr, "memwall plan: %s\n", mw_error_msg()); return 2; }
+    mw_plan_print_search(stdout, m, hw, hits, n, json);
+    free(hits);
+    return 0;
+}
+
 int mw_cmd_plan(int argc, char **argv)
 {
     const char *model = NULL, *host_profile = NULL;
@@ -313,23 +334,7 @@ int mw_cmd_plan(int argc, char **argv)
                   !strcmp(actm, "zero-infinity") ? MW_ACT_ZERO_INFINITY : MW_ACT_DETAILED;
     l.context = (uint64_t)context; l.batch = (uint64_t)batch; l.inference = inference;
 
-    if (search) {
-        unsigned fix = 0;
-        if (mw_opts_given(&spec, "tp")) fix |= MW_FIX_TP;
-        if (mw_opts_given(&spec, "pp")) fix |= MW_FIX_PP;
-        if (mw_opts_given(&spec, "ep")) fix |= MW_FIX_EP;
-        if (mw_opts_given(&spec, "zero") || ds_stage) fix |= MW_FIX_ZERO;
-        if (mw_opts_given(&spec, "offload-optimizer") || mw_opts_given(&spec, "offload-params")) fix |= MW_FIX_OFFLOAD;
-        if (mw_opts_given(&spec, "recompute")) fix |= MW_FIX_RECOMPUTE;
-        if (mw_opts_given(&spec, "micro-batch")) fix |= MW_FIX_MICRO;
-        struct mw_search_hit *hits = calloc((size_t)top, sizeof *hits);
-        if (!hits) { fprintf(stderr, "memwall plan: out of memory\n"); return 1; }
-        int n = mw_plan_search(&m, &l, fix, &hw, hits, (int)top);
-        if (n < 0) { free(hits); fprintf(stderr, "memwall plan: %s\n", mw_error_msg()); return 2; }
-        mw_plan_print_search(stdout, &m, &hw, hits, n, json);
-        free(hits);
-        return 0;
-    }
+    if (search) return plan_search(&spec, ds_stage, &m, &l, &hw, top, json);
 
     struct mw_plan_result *res = malloc(sizeof *res);
     if (!res) { fprintf(stderr, "memwall plan: out of memory\n"); return 1; }
