@@ -130,6 +130,106 @@ static double copy_bw(void)
  * whichever way the run ends (the store has removed its files by then). */
 static char g_tmpdir[4096];
 
+/* --calibrate: the profile the cost model reads (memwall/offload.h), from this run's figures. 0 or 1. */
+static int write_profile(const char *path, uint64_t n, enum mw_optim_dtype md, double kernel_s, int nvme, double rd_bw,
+                         double wr_bw)
+{
+    int rc;
+    struct mw_offload_profile p;
+    mw_offload_profile_default(&p);
+    uint64_t cn = MW_MIN(n, (uint64_t)(16u << 20));
+    if (kernel_s > 0) p.cpu_params_per_s = (double)n / kernel_s;
+    float *cw = palloc(4 * cn), *cg = palloc(4 * cn);
+    struct bare one;
+    if (cw && cg && !bare_init(&one, cn, md, 1, cw, cg)) { /* the emulated device: one worker thread */
+        double t1[3];
+        rc = bare_step(&one, &t1[0]);
+        for (int i = 0; i < 3 && !rc; i++) rc = bare_step(&one, &t1[i]);
+        bare_free(&one);
+        if (rc) { mw_cli_fail("calibrating the emulated device", rc); free(cw); free(cg); return 1; }
+        double m1 = median(t1, 3);
+        if (m1 > 0) p.dev_params_per_s = (double)cn / m1;
+    }
+    free(cw);
+    free(cg);
+    p.link_bytes_per_s = copy_bw();
+    p.dev_latency_s = 20e-6;
+    if (nvme) {
+        p.nvme_read_bytes_per_s = rd_bw;
+        p.nvme_write_bytes_per_s = wr_bw;
+    }
+    if ((rc = mw_offload_profile_save(path, &p))) { mw_cli_fail("calibrate", rc); return 1; }
+    return 0;
+}
+
+struct result {
+    uint64_t n;
+    const char *tier, *moments;
+    const struct mw_offload_plan *plan;
+    int buffers, threads, K;
+    double update_s, kernel_s, pipe_kernel_s, io_wait_s;
+    const struct mw_offload_stats *st;
+    double rd_bw, wr_bw, rw_bw, init_s;
+    int device;
+    const char *calibrate, *plantxt;
+};
+
+/* The figures: one JSON object, or text. */
+static void print_result(const struct result *x, int json)
+{
+    if (json) {
+        printf("{\"params\": %llu, \"tier\": \"%s\", \"moments\": \"%s\", \"subgroup_size\": %llu, \"subgroups\": %u, "
+               "\"buffer_count\": %d, \"threads\": %d, \"steps\": %d, \"update_s\": %.6f, \"kernel_s\": %.6f, "
+               "\"pipeline_kernel_s\": %.6f, \"io_wait_s\": %.6f, \"nvme_read_bytes\": %llu, \"nvme_write_bytes\": %llu, "
+               "\"nvme_read_bytes_per_s\": %.0f, \"nvme_write_bytes_per_s\": %.0f, \"nvme_bytes_per_s\": %.0f, "
+               "\"update_over_kernel\": %.4f, \"cpu_updates\": %llu, \"dev_updates\": %llu, \"init_s\": %.3f}\n",
+               (unsigned long long)x->n, x->tier, x->moments, (unsigned long long)x->plan->subgroup_size, x->plan->n_subgroups,
+               x->buffers, x->threads, x->K, x->update_s, x->kernel_s, x->pipe_kernel_s, x->io_wait_s,
+               (unsigned long long)x->st->nvme_read_bytes, (unsigned long long)x->st->nvme_write_bytes, x->rd_bw, x->wr_bw, x->rw_bw,
+               x->kernel_s > 0 ? x->update_s / x->kernel_s : 0, (unsigned long long)x->st->cpu_updates,
+               (unsigned long long)x->st->dev_updates, x->init_s);
+    } else {
+        char b1[32], b2[32], b3[32], b4[32], b5[32];
+        printf("offload update phase: %llu parameters, state on %s (moments %s), %u subgroups of %llu, %d buffers\n",
+               (unsigned long long)x->n, x->tier, x->moments, x->plan->n_subgroups, (unsigned long long)x->plan->subgroup_size,
+               x->buffers);
+        printf("plan:\n%s", x->plantxt);
+        printf("update phase     %.3f s (median of %d steps)\n", x->update_s, x->K);
+        printf("  kernel inside  %.3f s, CPU waiting for I/O %.3f s\n", x->pipe_kernel_s, x->io_wait_s);
+        if (x->st->nvme_read_bytes || x->st->nvme_write_bytes)
+            printf("  NVMe           read %s, written %s per step; %s read, %s write, %s together\n",
+                   mw_fmt_bytes(b1, sizeof b1, x->st->nvme_read_bytes), mw_fmt_bytes(b2, sizeof b2, x->st->nvme_write_bytes),
+                   mw_fmt_rate(b3, sizeof b3, x->rd_bw), mw_fmt_rate(b4, sizeof b4, x->wr_bw), mw_fmt_rate(b5, sizeof b5, x->rw_bw));
+        if (x->device) printf("  updates        %llu on the CPU, %llu on the emulated accelerator\n",
+                           (unsigned long long)x->st->cpu_updates, (unsigned long long)x->st->dev_updates);
+        if (x->kernel_s > 0)
+            printf("bare AdamW kernel %.3f s on the same parameters: update phase / kernel = %.3f\n", x->kernel_s, x->update_s / x->kernel_s);
+        if (x->calibrate) printf("profile written to %s\n", x->calibrate);
+    }
+}
+
+/* No fixed default under a world-writable /tmp (another user could plant links or files there):
+ * a fresh private directory (0700, mkdtemp), removed at the end. 0, 1 or 2 (printed). */
+static int private_dir(const char **dir)
+{
+    char *tmpdir = g_tmpdir;
+    const char *t = getenv("TMPDIR");
+    if (!t || !*t) t = "/tmp";
+    if ((size_t)snprintf(tmpdir, sizeof g_tmpdir, "%s/memwall-bench-offload.XXXXXX", t) >= sizeof g_tmpdir) {
+        fprintf(stderr, "memwall bench offload: TMPDIR is too long (%zu bytes); set --nvme-dir\n", strlen(t));
+        g_tmpdir[0] = 0;
+        return 2;
+    }
+    if (!mkdtemp(tmpdir)) {
+        fprintf(stderr, "memwall bench offload: cannot create a private directory under %s: %s; set "
+                "--nvme-dir or TMPDIR\n", t, strerror(errno));
+        g_tmpdir[0] = 0;
+        return 1;
+    }
+    *dir = tmpdir;
+    return 0;
+}
+
 static int bench_offload(int argc, char **argv)
 {
     int64_t params = 64ll << 20, steps = 3, threads = 0, buffers = 8, qd = 128;
@@ -182,27 +282,9 @@ static int bench_offload(int argc, char **argv)
     c.cpu_threads = (int)threads;
     c.moments = !strcmp(moments, "bf16") ? MW_OFFLOAD_M_BF16 : !strcmp(moments, "bf16-sr") ? MW_OFFLOAD_M_BF16_SR
               : !strcmp(moments, "8bit") ? MW_OFFLOAD_M_8BIT : MW_OFFLOAD_M_FP32;
-    /* No fixed default under a world-writable /tmp (another user could plant links or files
-     * there): a fresh private directory (0700, mkdtemp), removed at the end. */
-    char *tmpdir = g_tmpdir;
     if (!strcmp(tier, "nvme")) {
         if (mw_offload_placement_parse("optim=nvme", &c.place)) return 2;
-        if (!dir) {
-            const char *t = getenv("TMPDIR");
-            if (!t || !*t) t = "/tmp";
-            if ((size_t)snprintf(tmpdir, sizeof g_tmpdir, "%s/memwall-bench-offload.XXXXXX", t) >= sizeof g_tmpdir) {
-                fprintf(stderr, "memwall bench offload: TMPDIR is too long (%zu bytes); set --nvme-dir\n", strlen(t));
-                g_tmpdir[0] = 0;
-                return 2;
-            }
-            if (!mkdtemp(tmpdir)) {
-                fprintf(stderr, "memwall bench offload: cannot create a private directory under %s: %s; set "
-                        "--nvme-dir or TMPDIR\n", t, strerror(errno));
-                g_tmpdir[0] = 0;
-                return 1;
-            }
-            dir = tmpdir;
-        }
+        if (!dir && (r = private_dir(&dir))) return r;
         c.nvme_dir = dir;
     }
 
@@ -277,62 +359,11 @@ static int bench_offload(int argc, char **argv)
     double wr_bw = update_s > 0 ? (double)st.nvme_write_bytes / update_s : 0;
     double rw_bw = update_s > 0 ? (double)(st.nvme_read_bytes + st.nvme_write_bytes) / update_s : 0;
 
-    if (calibrate) {
-        struct mw_offload_profile p;
-        mw_offload_profile_default(&p);
-        uint64_t cn = MW_MIN(n, (uint64_t)(16u << 20));
-        if (kernel_s > 0) p.cpu_params_per_s = (double)n / kernel_s;
-        float *cw = palloc(4 * cn), *cg = palloc(4 * cn);
-        struct bare one;
-        if (cw && cg && !bare_init(&one, cn, md, 1, cw, cg)) { /* the emulated device: one worker thread */
-            double t1[3];
-            rc = bare_step(&one, &t1[0]);
-            for (int i = 0; i < 3 && !rc; i++) rc = bare_step(&one, &t1[i]);
-            bare_free(&one);
-            if (rc) { mw_cli_fail("calibrating the emulated device", rc); free(cw); free(cg); return 1; }
-            double m1 = median(t1, 3);
-            if (m1 > 0) p.dev_params_per_s = (double)cn / m1;
-        }
-        free(cw);
-        free(cg);
-        p.link_bytes_per_s = copy_bw();
-        p.dev_latency_s = 20e-6;
-        if (!strcmp(tier, "nvme")) {
-            p.nvme_read_bytes_per_s = rd_bw;
-            p.nvme_write_bytes_per_s = wr_bw;
-        }
-        if ((rc = mw_offload_profile_save(calibrate, &p))) { mw_cli_fail("calibrate", rc); return 1; }
-    }
+    if (calibrate && write_profile(calibrate, n, md, kernel_s, !strcmp(tier, "nvme"), rd_bw, wr_bw)) return 1;
 
-    if (json) {
-        printf("{\"params\": %llu, \"tier\": \"%s\", \"moments\": \"%s\", \"subgroup_size\": %llu, \"subgroups\": %u, "
-               "\"buffer_count\": %d, \"threads\": %d, \"steps\": %d, \"update_s\": %.6f, \"kernel_s\": %.6f, "
-               "\"pipeline_kernel_s\": %.6f, \"io_wait_s\": %.6f, \"nvme_read_bytes\": %llu, \"nvme_write_bytes\": %llu, "
-               "\"nvme_read_bytes_per_s\": %.0f, \"nvme_write_bytes_per_s\": %.0f, \"nvme_bytes_per_s\": %.0f, "
-               "\"update_over_kernel\": %.4f, \"cpu_updates\": %llu, \"dev_updates\": %llu, \"init_s\": %.3f}\n",
-               (unsigned long long)n, tier, moments, (unsigned long long)plan->subgroup_size, plan->n_subgroups,
-               (int)buffers, (int)threads, K, update_s, kernel_s, pipe_kernel_s, io_wait_s,
-               (unsigned long long)st.nvme_read_bytes, (unsigned long long)st.nvme_write_bytes, rd_bw, wr_bw, rw_bw,
-               kernel_s > 0 ? update_s / kernel_s : 0, (unsigned long long)st.cpu_updates,
-               (unsigned long long)st.dev_updates, init_s);
-    } else {
-        char b1[32], b2[32], b3[32], b4[32], b5[32];
-        printf("offload update phase: %llu parameters, state on %s (moments %s), %u subgroups of %llu, %d buffers\n",
-               (unsigned long long)n, tier, moments, plan->n_subgroups, (unsigned long long)plan->subgroup_size,
-               (int)buffers);
-        printf("plan:\n%s", plantxt);
-        printf("update phase     %.3f s (median of %d steps)\n", update_s, K);
-        printf("  kernel inside  %.3f s, CPU waiting for I/O %.3f s\n", pipe_kernel_s, io_wait_s);
-        if (st.nvme_read_bytes || st.nvme_write_bytes)
-            printf("  NVMe           read %s, written %s per step; %s read, %s write, %s together\n",
-                   mw_fmt_bytes(b1, sizeof b1, st.nvme_read_bytes), mw_fmt_bytes(b2, sizeof b2, st.nvme_write_bytes),
-                   mw_fmt_rate(b3, sizeof b3, rd_bw), mw_fmt_rate(b4, sizeof b4, wr_bw), mw_fmt_rate(b5, sizeof b5, rw_bw));
-        if (device) printf("  updates        %llu on the CPU, %llu on the emulated accelerator\n",
-                           (unsigned long long)st.cpu_updates, (unsigned long long)st.dev_updates);
-        if (kernel_s > 0)
-            printf("bare AdamW kernel %.3f s on the same parameters: update phase / kernel = %.3f\n", kernel_s, update_s / kernel_s);
-        if (calibrate) printf("profile written to %s\n", calibrate);
-    }
+    struct result res = {n, tier, moments, plan, (int)buffers, (int)threads, K, update_s, kernel_s, pipe_kernel_s,
+                         io_wait_s, &st, rd_bw, wr_bw, rw_bw, init_s, device, calibrate, plantxt};
+    print_result(&res, json);
     mw_offload_registry_free(&reg);
     return 0;
 }
