@@ -215,6 +215,21 @@ int mw_trainer_save_safetensors(struct mw_trainer *tr, const char *path, int wri
 struct mw_plan_stream;
 int mw_train_plan_stream(const struct mw_net_config *mcfg, const struct mw_train_config *cfg,
                          struct mw_plan_stream *out, uint64_t *nvme_bytes);
+/* The run's placement and schedule, as the user chose them (NULL or "auto": memwall decides). */
+struct mw_train_choices {
+    const char *tier;           /* the optimizer state: "dram" | "nvme"; NULL: nvme when the weights stream */
+    const char *offload_params; /* the weights between uses: "dram" | "nvme" (streamed) */
+    const char *schedule;       /* "auto" (layer-major when streamed) | "layer-major" | "batch-major" */
+    const char *activations;    /* "auto" (nvme when streamed layer-major without recompute) | "recompute" | "nvme" */
+    const char *preread;        /* "auto" | "on" | "off" */
+    int recompute;              /* the user asked for recomputation */
+    int world;                  /* ranks of the run */
+};
+/* Decides tc's tier, offload_params, layer_major, acts_nvme, preread and journal from ch, and
+ * checks them with tc's offload_policy, io_block_size and batch: -EINVAL naming every conflict in
+ * one message (src/train/resolve.c). */
+int mw_train_config_resolve(const struct mw_train_choices *ch, struct mw_train_config *tc);
+
 /* A DRAM budget picks the streamed run's knobs (src/train/budget.c): for a run with
  * offload_params = NVMe and dram_budget > 0, the knobs named in free_knobs (the caller left them
  * to memwall) are set in *cfg to the most preferred values whose plan fits the budget; when none

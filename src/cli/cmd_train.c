@@ -75,32 +75,9 @@ static int train_main(struct train_cli *c, int argc, char **argv)
             return r;
         }
     }
-    if (c->A.batch % c->world) {
-        fprintf(stderr, "memwall train: --batch %d is the global batch and must divide by the %d ranks\n"
-                "run 'memwall train --help' for the options\n", (int)c->A.batch, c->world);
-        return 2;
-    }
-    if (c->A.policy) {
-        enum mw_offload_policy pol;
-        int k;
-        if (mw_offload_policy_parse(c->A.policy, &pol, &k)) return train_usage_error("--offload-policy: %s", mw_error_msg());
-    }
-    if (c->A.aio_block_size % 4096) return train_usage_error("--aio-block-size must be a multiple of 4096 bytes (O_DIRECT)%s", "");
     if (c->A.ckpt_every > 0 && !c->A.out_dir) return train_usage_error("--ckpt-every needs --out-dir%s", "");
-    if (!strcmp(c->A.offload_params, "nvme")) {
-        if (!GIVEN("optimizer-tier")) c->A.tier = "nvme"; /* the streamed weights are the master on NVMe */
-        if (strcmp(c->A.tier, "nvme"))
-            return train_usage_error("--offload-params nvme needs --optimizer-tier nvme: the fp32 master weights on NVMe are the "
-                               "streamed weights%s", "");
-    } else if (GIVEN("prefetch-depth")) {
+    if (strcmp(c->A.offload_params, "nvme") && GIVEN("prefetch-depth"))
         mw_log(MW_LOG_WARN, "--prefetch-depth is used with --offload-params nvme only");
-    }
-    int streamed = !strcmp(c->A.offload_params, "nvme");
-    int layer_major = !strcmp(c->A.schedule, "layer-major") || (!strcmp(c->A.schedule, "auto") && streamed);
-    if (!strcmp(c->A.activations, "nvme") && (!streamed || !layer_major))
-        return train_usage_error("--activations nvme needs --offload-params nvme and the layer-major schedule%s", "");
-    if (!strcmp(c->A.activations, "nvme") && c->A.recompute)
-        return train_usage_error("--activations nvme keeps the activations that --recompute would recompute: give one%s", "");
     if (c->A.resume && c->A.init_st) return train_usage_error("--init-safetensors cannot be combined with --resume%s", "");
     if (!c->A.init_st) {
         if (c->A.seq > c->A.context) return train_usage_error("--seq is longer than the model's --context%s", "");
@@ -142,25 +119,28 @@ static int train_main(struct train_cli *c, int argc, char **argv)
         .warmup = c->A.warmup, .min_lr_frac = c->A.min_lr_frac, .weight_decay = c->A.wd, .beta1 = c->A.beta1,
         .beta2 = c->A.beta2, .eps = c->A.eps, .clip = c->A.clip, .val_every = c->A.val_every, .val_batches = c->A.val_batches,
         .ckpt_every = c->A.ckpt_every, .seed = (uint64_t)c->A.seed, .threads = (int)c->A.threads,
-        .recompute = c->A.recompute, .tier = !strcmp(c->A.tier, "nvme") ? MW_OFFLOAD_NVME : MW_OFFLOAD_DRAM,
+        .recompute = c->A.recompute,
         .nvme_dir = c->A.nvme_dir ? c->A.nvme_dir : "run/nvme", .subgroup_size = c->A.subgroup_size,
         .buffer_count = (int)c->A.buffer_count, .offload_policy = c->A.policy, .dram_budget = c->A.dram_budget,
         .nvme_budget = c->A.nvme_budget, .comm = c->world > 1 ? c->comm : NULL, .zero_stage = (int)c->A.zero,
-        .offload_params = !strcmp(c->A.offload_params, "nvme") ? MW_OFFLOAD_NVME : MW_OFFLOAD_DRAM,
         .prefetch_depth = (int)c->A.prefetch_depth, .sync_update = c->A.sync_update,
-        .init_safetensors = streamed ? c->A.init_st : NULL, /* streamed: a unit at a time into the master */
-        .layer_major = layer_major,
-        .acts_nvme = !strcmp(c->A.activations, "nvme") ||
-                     (!strcmp(c->A.activations, "auto") && streamed && layer_major && !c->A.recompute),
-        .io_block_size = c->A.aio_block_size, .io_queue_depth = (unsigned)c->A.aio_queue_depth, .preread = strcmp(c->A.preread, "off") != 0,
-        .journal = c->world == 1 && !strcmp(c->A.tier, "nvme"), .resume = c->resume_dir ? &c->rsm.rec : NULL,
+        .io_block_size = c->A.aio_block_size, .io_queue_depth = (unsigned)c->A.aio_queue_depth,
+        .resume = c->resume_dir ? &c->rsm.rec : NULL,
     };
+    /* Placement and schedule: decided in the library (src/train/resolve.c), every conflict named. */
+    /* The tier left at its default by a streamed run is memwall's to decide (nvme). */
+    int tier_auto = !GIVEN("optimizer-tier") && !c->resume_dir && !strcmp(c->A.tier, "dram");
+    struct mw_train_choices ch = {tier_auto ? NULL : c->A.tier, c->A.offload_params,
+                                  c->A.schedule, c->A.activations, c->A.preread, c->A.recompute, c->world};
+    if (mw_train_config_resolve(&ch, &tc)) return train_usage_error("%s", mw_error_msg());
+    if (tc.offload_params == MW_OFFLOAD_NVME) tc.init_safetensors = c->A.init_st; /* a unit at a time into the master */
+    c->A.tier = tc.tier == MW_OFFLOAD_NVME ? "nvme" : "dram";
     if (tc.threads == 0) tc.threads = omp_get_max_threads();
     /* What the run resolved is what its record keeps (train_spec.c): a resume decides nothing anew. */
     c->A.threads = tc.threads;
     c->A.layers = mc.n_layer; c->A.heads = mc.n_head; c->A.width = mc.n_embd; c->A.context = mc.max_seq_len; c->A.vocab = mc.vocab_size;
-    c->A.schedule = layer_major ? "layer-major" : "batch-major";
-    if (streamed && layer_major) c->A.activations = tc.acts_nvme ? "nvme" : "recompute";
+    c->A.schedule = tc.layer_major ? "layer-major" : "batch-major";
+    if (tc.offload_params == MW_OFFLOAD_NVME && tc.layer_major) c->A.activations = tc.acts_nvme ? "nvme" : "recompute";
     if (!strcmp(c->A.tier, "nvme")) c->A.nvme_dir = tc.nvme_dir;
     char corpus[PATH_MAX];
     const char *data_path = c->A.data;
