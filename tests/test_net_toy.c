@@ -61,6 +61,21 @@ static int sizes(const void *c, const struct mw_net_options *o, struct mw_net_si
     s->acts_bytes_full = s->acts_bytes;
     return 0;
 }
+static int from_shape(const struct mw_net_shape *sh, void *c)
+{
+    *(struct toy_cfg *)c = (struct toy_cfg){sh->vocab, sh->width, sh->context};
+    return cfg_check(c);
+}
+static int from_file(const char *p, const struct mw_net_shape *g, void *c, char *note, size_t n)
+{
+    (void)p; (void)g; (void)c; (void)note; (void)n;
+    return mw_error_set(-ENOTSUP, "toy: no files");
+}
+static void to_shape(const void *c, struct mw_net_shape *sh)
+{
+    const struct toy_cfg *t = c;
+    *sh = (struct mw_net_shape){0, 0, t->width, t->context, t->vocab};
+}
 static float *pages(size_t n) { float *p = NULL; return posix_memalign((void **)&p, 4096, MW_ALIGN_UP(n * 4, 4096)) ? NULL : memset(p, 0, MW_ALIGN_UP(n * 4, 4096)); }
 static int init(struct mw_net *n, const struct mw_net_options *o)
 {
@@ -270,6 +285,7 @@ static const struct mw_net_family toy_family = {
     .name = "toy", .id = 0x70790000u,
     .config_check = cfg_check, .config_describe = cfg_describe, .config_summary = cfg_summary,
     .config_encode = cfg_encode, .config_decode = cfg_decode, .sizes = sizes,
+    .config_from_shape = from_shape, .config_from_file = from_file, .config_shape = to_shape,
     .init = init, .free = net_free, .init_weights = init_weights, .init_weights_unit = init_weights_unit,
     .warm_runtime = warm, .unit_range = unit_range, .unit_name = unit_name, .unit_order = unit_order,
     .n_tensors = n_tensors, .tensor = tensor, .set_weights_hook = set_hook,

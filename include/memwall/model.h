@@ -106,6 +106,9 @@ struct mw_net {
     void *impl;                  /* the family's instance */
 };
 
+/* The shape a command line gives, field by field (0: not given). */
+struct mw_net_shape { int layers, heads, width, context, vocab; };
+
 /* The table a family fills. Every entry is required unless marked optional. */
 struct mw_net_family {
     const char *name;  /* "gpt2": the registry key and what `memwall train --model` names */
@@ -117,6 +120,12 @@ struct mw_net_family {
     void (*config_encode)(const void *cfg, uint8_t wire[MW_NET_CONFIG_WIRE]);
     int (*config_decode)(const uint8_t wire[MW_NET_CONFIG_WIRE], void *cfg); /* hostile: checked */
     int (*sizes)(const void *cfg, const struct mw_net_options *o, struct mw_net_sizes *out);
+    /* A config from a command line's shape (every field given), from a weights file (what the
+     * files say; given fields fill the rest and must agree: note gets lines saying where each
+     * value came from, for the user), and back to a shape (for the run's record). */
+    int (*config_from_shape)(const struct mw_net_shape *sh, void *cfg);
+    int (*config_from_file)(const char *path, const struct mw_net_shape *given, void *cfg, char *note, size_t n);
+    void (*config_shape)(const void *cfg, struct mw_net_shape *sh);
     /* ---- an instance ---- */
     int (*init)(struct mw_net *n, const struct mw_net_options *o); /* n->cfg set; fills the rest */
     void (*free)(struct mw_net *n);
@@ -151,7 +160,9 @@ struct mw_net_family {
     int (*save_safetensors_units)(const struct mw_net *n, const char *path, mw_net_weights_fn fn, void *user);
 };
 
-/* ---- the registry (src/model/registry.c) ---- */
+/* ---- the registry (src/model/net.c) ---- */
+/* The family a command line trains unless told otherwise (the registry's first). */
+const struct mw_net_family *mw_net_family_default(void);
 const struct mw_net_family *mw_net_family_find(const char *name); /* NULL: unknown */
 const struct mw_net_family *mw_net_family_by_id(uint32_t id);     /* NULL: unknown */
 const struct mw_net_family *mw_net_family_at(int i);               /* NULL past the last */

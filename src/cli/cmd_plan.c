@@ -77,9 +77,13 @@ static int plan_stream(const struct mw_model *m, int64_t micro, int64_t seq, int
                 (unsigned long long)m->max_pos);
         return 2;
     }
-    struct mw_gpt2_config mc = {(int)m->n_layer, (int)m->n_head, (int)m->hidden, (int)m->max_pos, (int)m->vocab, 0};
-    /* memwall train pads the output rows as it does (50257 -> 50304; a byte vocabulary to 8). */
-    mc.padded_vocab_size = mw_gpt2_padded_vocab(mc.vocab_size);
+    /* The model as memwall train builds it from these shapes (its family pads the output rows). */
+    struct mw_net_config nc = {mw_net_family_default(), {0}};
+    struct mw_net_shape sh = {(int)m->n_layer, (int)m->n_head, (int)m->hidden, (int)m->max_pos, (int)m->vocab};
+    if (nc.family->config_from_shape(&sh, nc.raw)) {
+        fprintf(stderr, "memwall plan: --stream: %s\n", mw_error_msg());
+        return 2;
+    }
     struct mw_train_config tc;
     memset(&tc, 0, sizeof tc);
     tc.batch = (int)micro; tc.seq = (int)seq; tc.grad_accum = (int)accum; tc.recompute = recompute;
@@ -90,8 +94,6 @@ static int plan_stream(const struct mw_model *m, int64_t micro, int64_t seq, int
     tc.acts_nvme = tc.layer_major && !recompute; /* memwall train's --activations auto */
     struct mw_plan_stream p;
     uint64_t nvme = 0;
-    struct mw_net_config nc;
-    mw_net_config_gpt2(&nc, &mc);
     int err = mw_train_plan_stream(&nc, &tc, &p, &nvme);
     if (err) { mw_cli_fail("planning the streamed run", err); return err == -EINVAL ? 2 : 1; }
     int fits = !budget || p.total <= budget;

@@ -84,35 +84,26 @@ static int train_main(struct train_cli *c, int argc, char **argv)
         if (c->A.width % c->A.heads) return train_usage_error("--width must be a multiple of --heads%s", "");
     }
 
-    struct mw_gpt2_config mc = {(int)c->A.layers, (int)c->A.heads, (int)c->A.width, (int)c->A.context, (int)c->A.vocab, 0};
+    /* The model, through its family (memwall/model.h): from the shape options, from a weights file
+     * (the files say the shape; a shape flag fills what they do not and must agree), or as the
+     * resumed run's record or checkpoint keeps it. */
+    struct mw_net_config nc = {mw_net_family_default(), {0}};
+    struct mw_net_shape sh = {(int)c->A.layers, (int)c->A.heads, (int)c->A.width, (int)c->A.context, (int)c->A.vocab};
     if (c->A.init_st) {
-        /* The files say the shape; a shape flag fills what they do not and must agree with what they do. */
-        struct mw_gpt2_config flags = {GIVEN("layers") ? (int)c->A.layers : 0, GIVEN("heads") ? (int)c->A.heads : 0,
-                                       GIVEN("width") ? (int)c->A.width : 0, GIVEN("context") ? (int)c->A.context : 0,
-                                       GIVEN("vocab") ? (int)c->A.vocab : 0, 0};
-        struct mw_gpt2_provenance pv;
-        int err = mw_gpt2_config_resolve(c->A.init_st, &flags, &mc, &pv);
+        struct mw_net_shape given = {GIVEN("layers") ? sh.layers : 0, GIVEN("heads") ? sh.heads : 0,
+                                     GIVEN("width") ? sh.width : 0, GIVEN("context") ? sh.context : 0,
+                                     GIVEN("vocab") ? sh.vocab : 0};
+        char note[2048] = "";
+        int err = nc.family->config_from_file(c->A.init_st, &given, nc.raw, note, sizeof note);
         if (err) { mw_cli_fail("reading --init-safetensors", err); return 1; }
-        if (c->rank == 0) {
-            printf("model from %s%s%s:\n", c->A.init_st, pv.config_json[0] ? " and " : " (no config.json beside it)",
-                   pv.config_json);
-            printf("  n_layer %d (%s), n_head %d (%s), n_embd %d (%s), context %d (%s), vocab %d (%s)\n",
-                   mc.n_layer, mw_gpt2_source_name(pv.n_layer), mc.n_head, mw_gpt2_source_name(pv.n_head),
-                   mc.n_embd, mw_gpt2_source_name(pv.n_embd), mc.max_seq_len, mw_gpt2_source_name(pv.max_seq_len),
-                   mc.vocab_size, mw_gpt2_source_name(pv.vocab_size));
-            if (pv.n_head == MW_GPT2_FROM_GUESS)
-                mw_log(MW_LOG_WARN, "%s: nothing says the head count; guessed %d (width / 64); give --heads or put "
-                       "the model's config.json beside the file", c->A.init_st, mc.n_head);
-        }
-        if (c->A.seq > mc.max_seq_len) return train_usage_error("--seq is longer than the context of %s", c->A.init_st);
+        if (c->rank == 0) fputs(note, strstr(note, "warning") ? stderr : stdout);
+        nc.family->config_shape(nc.raw, &sh);
+        if (c->A.seq > sh.context) return train_usage_error("--seq is longer than the context of %s", c->A.init_st);
     } else if (c->A.resume) {
-        struct mw_gpt2_config g;
-        if (mw_net_gpt2_config(&ci.net, &g)) return train_usage_error("--resume: %s (memwall train trains GPT-2 for now)", mw_error_msg());
-        mc.padded_vocab_size = g.padded_vocab_size;
-    } else {
-        /* Pad the output rows to a multiple of 128 (GPT-2: 50257 -> 50304) for the matmuls;
-         * a byte vocabulary gets 8. */
-        mc.padded_vocab_size = mw_gpt2_padded_vocab(mc.vocab_size);
+        nc = ci.net;
+        nc.family->config_shape(nc.raw, &sh);
+    } else if (nc.family->config_from_shape(&sh, nc.raw)) {
+        return train_usage_error("the model's shape: %s", mw_error_msg());
     }
     struct mw_train_config tc = {
         .batch = (int)c->A.batch, .seq = (int)c->A.seq, .grad_accum = (int)c->A.accum, .steps = c->A.steps, .lr = c->A.lr,
@@ -138,7 +129,7 @@ static int train_main(struct train_cli *c, int argc, char **argv)
     if (tc.threads == 0) tc.threads = omp_get_max_threads();
     /* What the run resolved is what its record keeps (train_spec.c): a resume decides nothing anew. */
     c->A.threads = tc.threads;
-    c->A.layers = mc.n_layer; c->A.heads = mc.n_head; c->A.width = mc.n_embd; c->A.context = mc.max_seq_len; c->A.vocab = mc.vocab_size;
+    c->A.layers = sh.layers; c->A.heads = sh.heads; c->A.width = sh.width; c->A.context = sh.context; c->A.vocab = sh.vocab;
     c->A.schedule = tc.layer_major ? "layer-major" : "batch-major";
     if (tc.offload_params == MW_OFFLOAD_NVME && tc.layer_major) c->A.activations = tc.acts_nvme ? "nvme" : "recompute";
     if (!strcmp(c->A.tier, "nvme")) c->A.nvme_dir = tc.nvme_dir;
@@ -155,5 +146,5 @@ static int train_main(struct train_cli *c, int argc, char **argv)
     }
     if ((c->A.nvme_dir || c->A.nvme_budget) && !strcmp(c->A.tier, "dram"))
         mw_log(MW_LOG_WARN, "--nvme-dir and --nvme-budget are unused with --optimizer-tier dram");
-    return train_run(c, data_path, &mc, &tc, c->A.resume && !c->resume_dir ? &ci : NULL);
+    return train_run(c, data_path, &nc, &tc, c->A.resume && !c->resume_dir ? &ci : NULL);
 }

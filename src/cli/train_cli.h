@@ -15,7 +15,7 @@
 #include "memwall/data.h"
 #include "memwall/ds_config.h"
 #include "memwall/fsutil.h"
-#include "memwall/gpt2.h"
+#include "memwall/model.h"
 #include "memwall/offload.h"
 #include "memwall/plan.h"
 #include "memwall/report.h"
@@ -100,7 +100,7 @@ void train_leftover_hint(int err, const char *dirs);
 int train_read_resume_dir(struct train_cli *c, struct mw_ckpt_info *ci);
 int train_apply_ds_config(struct train_cli *c);
 /* train_run.c: the run; 0, 1 (printed) or 128 + the signal that stopped it */
-int train_run(struct train_cli *c, const char *data_path, const struct mw_gpt2_config *mc, const struct mw_train_config *tc,
+int train_run(struct train_cli *c, const char *data_path, const struct mw_net_config *nc, const struct mw_train_config *tc,
               const struct mw_ckpt_info *resume_info);
 
 #endif

@@ -135,7 +135,7 @@ static void test_exit_hook(struct train_cli *c, int64_t step)
 
 /* ZeRO-2/3: the gradient and (ZeRO-3) weight memory each rank held, measured; the weights
  * against what the planner predicts for the layout. */
-static int report_zero_memory(struct train_cli *c, struct run_state *s, const struct mw_gpt2_config *mc)
+static int report_zero_memory(struct train_cli *c, struct run_state *s, const struct mw_net_config *nc)
 {
     struct mw_train_zero_info zi;
     mw_trainer_zero_info(&s->tr, &zi);
@@ -153,8 +153,10 @@ static int report_zero_memory(struct train_cli *c, struct run_state *s, const st
     }
     if (zi.stage != 3) return 0;
     struct mw_plan_zero3_weights pz;
-    int vp = mc->padded_vocab_size ? mc->padded_vocab_size : mc->vocab_size;
-    if ((err = mw_plan_gpt2_zero3_weights(mc->n_layer, mc->n_embd, mc->n_head, vp, mc->max_seq_len, zi.shard_ranks, 4.0, &pz))) {
+    struct mw_model md; /* the family's description, as the planner reads it */
+    nc->family->config_describe(nc->raw, &md);
+    if ((err = mw_plan_gpt2_zero3_weights((int)md.n_layer, (int)md.hidden, (int)md.n_head, (int)md.vocab, (int)md.max_pos,
+                                          zi.shard_ranks, 4.0, &pz))) {
         mw_cli_fail("the planner's ZeRO-3 prediction", err);
         return 1;
     }
@@ -226,16 +228,14 @@ static int stop_run(struct train_cli *c, struct run_state *s, int sig, const cha
 
 /* --dram-budget with the streamed run's knobs left to memwall: the budget picks them
  * (mw_train_fit_budget); a resumed run keeps its own. 0 or 1 (printed). */
-static int fit_budget(struct train_cli *c, const struct mw_gpt2_config *mc, struct mw_train_config *tc)
+static int fit_budget(struct train_cli *c, const struct mw_net_config *nc, struct mw_train_config *tc)
 {
     if (c->A.resume || c->world > 1) return 0;
     unsigned free_knobs = (GIVEN("subgroup-size") ? 0u : MW_FIT_SUBGROUP) | (GIVEN("buffer-count") ? 0u : MW_FIT_BUFFERS) |
                           (GIVEN("prefetch-depth") ? 0u : MW_FIT_PREFETCH) |
                           (!strcmp(c->A.activations, "auto") || !GIVEN("activations") ? MW_FIT_ACTS : 0u);
     struct mw_train_fit fit;
-    struct mw_net_config nc;
-    mw_net_config_gpt2(&nc, mc);
-    int err = mw_train_fit_budget(&nc, tc, free_knobs, &fit);
+    int err = mw_train_fit_budget(nc, tc, free_knobs, &fit);
     if (err) { mw_cli_fail("fitting the run into --dram-budget", err); return 1; }
     if (!fit.changed) return 0;
     char b1[32], b2[32];
@@ -253,7 +253,7 @@ static int fit_budget(struct train_cli *c, const struct mw_gpt2_config *mc, stru
 }
 
 /* Data, trace, the trainer and its outputs checked, the log opened: 0, or 1 (printed). */
-static int run_setup(struct train_cli *c, struct run_state *s, const char *data_path, const struct mw_gpt2_config *mc,
+static int run_setup(struct train_cli *c, struct run_state *s, const char *data_path, const struct mw_net_config *nc,
                      const struct mw_train_config *tc, const struct mw_ckpt_info *resume_info)
 {
     int err;
@@ -289,10 +289,8 @@ static int run_setup(struct train_cli *c, struct run_state *s, const char *data_
             return 1;
         }
     }
-    if ((err = fit_budget(c, mc, &tcfg))) return 1;
-    struct mw_net_config nc;
-    mw_net_config_gpt2(&nc, mc);
-    if ((err = mw_trainer_init(&s->tr, &nc, &tcfg, &s->data))) {
+    if ((err = fit_budget(c, nc, &tcfg))) return 1;
+    if ((err = mw_trainer_init(&s->tr, nc, &tcfg, &s->data))) {
         train_leftover_hint(err, tc->nvme_dir);
         mw_cli_fail(c->resume_dir ? "resuming from the NVMe state" : "building the model", err);
         return 1;
@@ -341,7 +339,7 @@ static int run_setup(struct train_cli *c, struct run_state *s, const char *data_
 }
 
 /* What the run is, before its first step. */
-static void print_header(struct train_cli *c, struct run_state *s, const struct mw_gpt2_config *mc, const struct mw_train_config *tc,
+static void print_header(struct train_cli *c, struct run_state *s, const struct mw_net_config *nc, const struct mw_train_config *tc,
                          const struct mw_ckpt_info *resume_info)
 {
     const char *data_path = s->data_path;
@@ -351,8 +349,9 @@ static void print_header(struct train_cli *c, struct run_state *s, const struct 
     if (s->trace) trace_model_memory(c, s, &tb);
     fmt_tiers(s->tiers, sizeof s->tiers, &tb);
     char b1[32], b2[32];
-    printf("memwall train: GPT-2 L=%d heads=%d width=%d context=%d vocab=%d (%zu params, %s fp32)\n",
-           mc->n_layer, mc->n_head, mc->n_embd, mc->max_seq_len, mc->vocab_size, s->tr.model.sizes.n_params,
+    char summary[200];
+    nc->family->config_summary(nc->raw, summary, sizeof summary);
+    printf("memwall train: %s (%zu params, %s fp32)\n", summary, s->tr.model.sizes.n_params,
            mw_fmt_bytes(b1, sizeof b1, s->tr.model.sizes.params_bytes));
     printf("  data %s: %" PRIu64 " tokens (%s), %" PRIu64 " train / %" PRIu64 " validation\n", data_path,
            s->data.n_tokens, s->data.tokenizer == MW_TOKENIZER_BYTES ? "byte tokenizer" : "pre-tokenised shards",
@@ -500,7 +499,7 @@ static int report_streaming(struct train_cli *c, struct run_state *s, const stru
 }
 
 /* The final outputs, durable, then the NVMe state goes. 0 or 1 (printed). */
-static int finish_outputs(struct train_cli *c, struct run_state *s, const struct mw_gpt2_config *mc, const struct mw_train_config *tc)
+static int finish_outputs(struct train_cli *c, struct run_state *s, const struct mw_train_config *tc)
 {
     int err;
     if (c->A.out_dir) {
@@ -516,7 +515,8 @@ static int finish_outputs(struct train_cli *c, struct run_state *s, const struct
     }
     if ((err = mw_train_log_close(&s->log))) { mw_cli_fail("writing --log-json", err); return 1; }
     if (c->A.sample_len > 0) {
-        int32_t prompt = s->data.tokenizer == MW_TOKENIZER_BYTES ? MW_TOK_EOT : (mc->vocab_size > 50256 ? 50256 : 0);
+        /* A byte tokenizer's end-of-text; pre-tokenised GPT-2 shards' <|endoftext|> (50256). */
+        int32_t prompt = s->data.tokenizer == MW_TOKENIZER_BYTES ? MW_TOK_EOT : (s->tr.model.vocab > 50256 ? 50256 : 0);
         int32_t *out = malloc((size_t)c->A.sample_len * sizeof *out);
         if (!out) { mw_error_set(-ENOMEM, "no memory"); mw_cli_fail("sampling", -ENOMEM); return 1; }
         err = mw_trainer_sample(&s->tr, &prompt, 1, (int)c->A.sample_len, (float)c->A.temperature, (int)c->A.top_k,
@@ -537,21 +537,21 @@ static int finish_outputs(struct train_cli *c, struct run_state *s, const struct
     return 0;
 }
 
-int train_run(struct train_cli *c, const char *data_path, const struct mw_gpt2_config *mc, const struct mw_train_config *tc,
+int train_run(struct train_cli *c, const char *data_path, const struct mw_net_config *nc, const struct mw_train_config *tc,
                const struct mw_ckpt_info *resume_info)
 {
     struct run_state s;
     memset(&s, 0, sizeof s);
-    int rc = run_setup(c, &s, data_path, mc, tc, resume_info);
+    int rc = run_setup(c, &s, data_path, nc, tc, resume_info);
     if (rc) goto out;
-    print_header(c, &s, mc, tc, resume_info);
+    print_header(c, &s, nc, tc, resume_info);
     uint64_t t_run = mw_now_ns();
     if ((rc = train_steps(c, &s, tc, resume_info))) goto out;
     double secs = (double)(mw_now_ns() - t_run) / 1e9;
     if (s.tokens_run)
         printf("done: %" PRIu64 " tokens in %.1f s, %.0f tokens/s\n", s.tokens_run, secs, (double)s.tokens_run / secs);
-    if (c->world > 1 && s.tr.zero && !s.tr.stream && report_zero_memory(c, &s, mc)) { rc = 1; goto out; }
-    if ((rc = report_streaming(c, &s, tc)) || (rc = finish_outputs(c, &s, mc, tc))) goto out;
+    if (c->world > 1 && s.tr.zero && !s.tr.stream && report_zero_memory(c, &s, nc)) { rc = 1; goto out; }
+    if ((rc = report_streaming(c, &s, tc)) || (rc = finish_outputs(c, &s, tc))) goto out;
 out:
     mw_train_log_close(&s.log);
     mw_trainer_free(&s.tr);

@@ -10,10 +10,10 @@ int train_apply_checkpoint(struct train_cli *c, const struct mw_ckpt_info *ci)
     static const char *const shape[] = {"layers", "heads", "width", "context", "vocab", "preset", "init-safetensors"};
     for (size_t i = 0; i < sizeof shape / sizeof shape[0]; i++)
         if (GIVEN(shape[i])) return train_usage_error("--%s cannot be combined with --resume (the checkpoint fixes the model)", shape[i]);
-    struct mw_gpt2_config g;
-    if (mw_net_gpt2_config(&ci->net, &g)) return train_usage_error("--resume: %s (memwall train trains GPT-2 for now)", mw_error_msg());
-    c->A.layers = g.n_layer; c->A.heads = g.n_head; c->A.width = g.n_embd;
-    c->A.context = g.max_seq_len; c->A.vocab = g.vocab_size;
+    struct mw_net_shape sh;
+    ci->net.family->config_shape(ci->net.raw, &sh);
+    c->A.layers = sh.layers; c->A.heads = sh.heads; c->A.width = sh.width;
+    c->A.context = sh.context; c->A.vocab = sh.vocab;
     const struct mw_train_config *t = &ci->train;
     if (!GIVEN("batch")) c->A.batch = t->batch;
     if (!GIVEN("seq")) c->A.seq = t->seq;

@@ -72,6 +72,39 @@ static int config_decode(const uint8_t w[MW_NET_CONFIG_WIRE], void *cfg)
     return mw_gpt2_config_check(c);
 }
 
+static int config_from_shape(const struct mw_net_shape *sh, void *cfg)
+{
+    struct mw_gpt2_config *c = cfg;
+    *c = (struct mw_gpt2_config){sh->layers, sh->heads, sh->width, sh->context, sh->vocab, 0};
+    /* The output rows padded to a multiple of 128 (50257 -> 50304) for the matmuls; a byte
+     * vocabulary to 8. */
+    if (sh->vocab > 0) c->padded_vocab_size = mw_gpt2_padded_vocab(sh->vocab);
+    return mw_gpt2_config_check(c);
+}
+
+static int config_from_file(const char *path, const struct mw_net_shape *given, void *cfg, char *note, size_t n)
+{
+    struct mw_gpt2_config flags = {given->layers, given->heads, given->width, given->context, given->vocab, 0}, *c = cfg;
+    struct mw_gpt2_provenance pv;
+    int err = mw_gpt2_config_resolve(path, &flags, c, &pv);
+    if (err) return err;
+    int k = snprintf(note, n, "model from %s%s%s:\n  n_layer %d (%s), n_head %d (%s), n_embd %d (%s), context %d (%s), "
+                     "vocab %d (%s)\n", path, pv.config_json[0] ? " and " : " (no config.json beside it)", pv.config_json,
+                     c->n_layer, mw_gpt2_source_name(pv.n_layer), c->n_head, mw_gpt2_source_name(pv.n_head), c->n_embd,
+                     mw_gpt2_source_name(pv.n_embd), c->max_seq_len, mw_gpt2_source_name(pv.max_seq_len), c->vocab_size,
+                     mw_gpt2_source_name(pv.vocab_size));
+    if (pv.n_head == MW_GPT2_FROM_GUESS && k > 0 && (size_t)k < n)
+        snprintf(note + k, n - (size_t)k, "memwall: warning: %s: nothing says the head count; guessed %d (width / 64); "
+                 "give --heads or put the model's config.json beside the file\n", path, c->n_head);
+    return 0;
+}
+
+static void config_shape(const void *cfg, struct mw_net_shape *sh)
+{
+    const struct mw_gpt2_config *c = cfg;
+    *sh = (struct mw_net_shape){c->n_layer, c->n_head, c->n_embd, c->max_seq_len, c->vocab_size};
+}
+
 static void to_gpt2_opts(const struct mw_net_options *o, struct mw_gpt2_options *g)
 {
     *g = (struct mw_gpt2_options){o->max_batch, o->max_seq, o->recompute, o->n_threads};
@@ -208,6 +241,7 @@ const struct mw_net_family mw_net_gpt2 = {
     .name = "gpt2", .id = 0,
     .config_check = config_check, .config_describe = config_describe, .config_summary = config_summary,
     .config_encode = config_encode, .config_decode = config_decode, .sizes = sizes,
+    .config_from_shape = config_from_shape, .config_from_file = config_from_file, .config_shape = config_shape,
     .init = init, .free = net_free, .init_weights = init_weights, .init_weights_unit = init_weights_unit,
     .warm_runtime = warm_runtime, .unit_range = unit_range, .unit_name = unit_name, .unit_order = unit_order,
     .n_tensors = n_tensors, .tensor = tensor, .set_weights_hook = set_weights_hook,

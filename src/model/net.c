@@ -31,6 +31,8 @@ const struct mw_net_family *mw_net_family_by_id(uint32_t id)
     return NULL;
 }
 
+const struct mw_net_family *mw_net_family_default(void) { return families[0]; }
+
 const struct mw_net_family *mw_net_family_at(int i) { return i >= 0 && i < N_FAMILIES ? families[i] : NULL; }
 
 int mw_net_config_check(const struct mw_net_config *c)
