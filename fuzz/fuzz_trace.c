@@ -1,9 +1,12 @@
 /*
  * fuzz_trace.c — a Chrome/Perfetto JSON trace through the report: the streaming scanner, the
- * event loader (range checks of every number), the analysis, and the text, HTML and CSV output.
+ * event loader (range checks of every number), the analysis, and the text, HTML and CSV output;
+ * and the same file as the earlier segment a resumed run's trace continues (mw_trace_continue),
+ * written out again with it.
  */
 #include "fuzz.h"
 #include "memwall/report.h"
+#include "memwall/trace.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -23,6 +26,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         struct mw_report_rank row;
         mw_report_rank_row(r, 0, &row);
         mw_report_free(r);
+    }
+    struct mw_trace *tr = NULL;
+    if (mw_trace_init(&tr, 0) == 0) {
+        if (mw_trace_continue(tr, path) == 0) {
+            char out[400];
+            snprintf(out, sizeof out, "%s/continued.json", fz_scratch());
+            (void)mw_trace_write(tr, out);
+        }
+        mw_trace_free(tr);
     }
     return 0;
 }

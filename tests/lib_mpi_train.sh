@@ -44,3 +44,20 @@ for x, y in zip(a, b):
 print(f"  {sys.argv[2]}: {len(b)} lines match {sys.argv[1]} ({'bitwise' if exact else f'worst relative {worst:.1e}'})")
 PYEOF
 }
+
+# zero3_weights_ok OUT: a ZeRO-3 run's printed weight memory (OUT: its stdout): the peak below 0.85 of
+# the whole model (non-owned units are released) and within 5 % of the planner's prediction.
+zero3_weights_ok() {
+  python3 - "$1" <<'PY'
+import re, sys
+t = open(sys.argv[1]).read()
+peak = int(re.search(r"ZeRO-3 weights per rank: peak resident \S+ \S+ \((\d+) bytes", t).group(1))
+whole = int(re.search(r"whole model (\d+) bytes", t).group(1))
+pred = int(re.search(r"planner predicts \S+ \S+ \((\d+) bytes", t).group(1))
+print(f"  measured {peak} bytes, whole model {whole}, planner {pred}: measured/planner {peak / pred:.4f}")
+if not peak < 0.85 * whole:
+    sys.exit("the peak is not below the whole model: weights are not released")
+if abs(peak / pred - 1) > 0.05:
+    sys.exit("measured and predicted differ by more than 5%")
+PY
+}

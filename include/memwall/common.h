@@ -59,7 +59,8 @@ uint64_t mw_now_ns(void);
 const char *mw_fmt_bytes(char *buf, size_t n, uint64_t bytes);
 /* A memory figure of this process from /proc/self/status, in bytes: field "VmRSS" (resident
  * now) or "VmHWM" (peak resident set); 0 when unavailable. */
-uint64_t mw_proc_mem(const char *field);   /* binary units: KiB, MiB, GiB */
+uint64_t mw_proc_mem(const char *field);
+uint64_t mw_mem_available(void);          /* MemAvailable of /proc/meminfo, bytes; 0 when unknown */   /* binary units: KiB, MiB, GiB */
 const char *mw_fmt_rate(char *buf, size_t n, double bytes_per_s); /* decimal: MB/s, GB/s */
 
 /* Parse a size: "4096", "64K", "1M", "4G", "1GiB" (binary: 2^10, 2^20, 2^30, 2^40) or

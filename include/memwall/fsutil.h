@@ -76,6 +76,23 @@ void mw_dir_unlock(struct mw_dir_lock *l);
  * waited on) or is over max bytes. */
 int mw_read_small_file(const char *path, const char *what, size_t max, char **out, size_t *n);
 
+/* An output file (the report's HTML and CSV, the trace). A regular file (or a new name) is written atomically:
+ * into a temporary beside it that is renamed over it only once every byte is written and synced
+ * (mw_atomic_open), so a failure leaves the old file (or none) and no temporary. Anything else
+ * that already exists (/dev/stdout, a FIFO, /dev/null) is written in place. Writes go through
+ * `f`, a stream that keeps the errno of the first failed write(2) (stdio's error flag loses it):
+ * mw_out_close reports that (ENOSPC, EDQUOT, EIO ...), never a made-up one. */
+struct mw_out {
+    FILE *f;                  /* write here */
+    const char *path;
+    const char *what;         /* for messages: "the report", "a CSV file" */
+    int fd, atomic, err;      /* err: errno of the first failed write, 0 */
+    struct mw_atomic_file af; /* when atomic */
+};
+int mw_out_open(struct mw_out *o, const char *path, const char *what);
+/* Flushes and commits (or, after a failed write, removes the temporary): 0 or -errno, message set. */
+int mw_out_close(struct mw_out *o);
+
 #ifdef __cplusplus
 }
 #endif

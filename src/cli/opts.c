@@ -200,7 +200,8 @@ int mw_opts_given(const struct mw_cmd_spec *spec, const char *name)
     return 0;
 }
 
-int mw_opts_set(const struct mw_cmd_spec *spec, const char *name, const char *value, const char *origin)
+/* An option set by name from a file's value (origin prefixes the messages); given: marked as if typed. */
+static int set_named(const struct mw_cmd_spec *spec, const char *name, const char *value, const char *origin, int given)
 {
     int idx = -1;
     for (int k = 0; k < spec->nopts; k++)
@@ -209,8 +210,13 @@ int mw_opts_set(const struct mw_cmd_spec *spec, const char *name, const char *va
     int r = idx < 0 ? bad(spec, "no option --%s%s", name, "") : set_value(spec, &spec->opts[idx], value);
     g_origin = NULL;
     if (r) return r;
-    if (spec == g_last_spec && idx < MW_MAX_OPTS) g_given[idx] = 1;
+    if (given && spec == g_last_spec && idx < MW_MAX_OPTS) g_given[idx] = 1;
     return MW_OPTS_OK;
+}
+
+int mw_opts_set(const struct mw_cmd_spec *spec, const char *name, const char *value, const char *origin)
+{
+    return set_named(spec, name, value, origin, 1);
 }
 
 int mw_opts_parse(const struct mw_cmd_spec *spec, int argc, char **argv, char **pos, int *npos)
@@ -261,11 +267,5 @@ int mw_opts_parse(const struct mw_cmd_spec *spec, int argc, char **argv, char **
 
 int mw_opts_set_default(const struct mw_cmd_spec *spec, const char *name, const char *value, const char *origin)
 {
-    int idx = -1;
-    for (int k = 0; k < spec->nopts; k++)
-        if (!strcmp(spec->opts[k].name, name)) { idx = k; break; }
-    g_origin = origin;
-    int r = idx < 0 ? bad(spec, "no option --%s%s", name, "") : set_value(spec, &spec->opts[idx], value);
-    g_origin = NULL;
-    return r;
+    return set_named(spec, name, value, origin, 0);
 }

@@ -320,6 +320,12 @@ int train_spec_apply(const struct mw_cmd_spec *cs, char *text, const char *recor
                     "'%.64s': ignored\n", line);
             continue;
         }
+        for (int j = 0; j < nk; j++)
+            if (!strcmp(k[j].name, line)) {
+                fprintf(stderr, "memwall train: the run's record is corrupt: it sets '%s' twice\n", line);
+                free(k);
+                return 1;
+            }
         k[nk].name = line;
         k[nk].value = eq ? eq + 1 : NULL;
         k[nk].has = eq != NULL;
@@ -353,8 +359,12 @@ int train_spec_apply(const struct mw_cmd_spec *cs, char *text, const char *recor
                     rc = 1;
                     break;
                 }
-                if (!(v = resolve(k[i].value, out_dir))) { fprintf(stderr, "memwall train: no memory\n"); rc = 1; break; }
-                if (ap->nowned < TRAIN_SPEC_MAX_OWNED) ap->owned[ap->nowned++] = v;
+                if (ap->nowned == TRAIN_SPEC_MAX_OWNED || !(v = resolve(k[i].value, out_dir))) {
+                    fprintf(stderr, "memwall train: no memory\n");
+                    rc = 1;
+                    break;
+                }
+                ap->owned[ap->nowned++] = v; /* each path option once (checked above): never full */
             } else {
                 v = k[i].value;
             }

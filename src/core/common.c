@@ -178,6 +178,18 @@ void mw_abort_(const char *file, int line, const char *expr)
     abort();
 }
 
+uint64_t mw_mem_available(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    unsigned long long kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+    fclose(f);
+    return (uint64_t)kb * 1024;
+}
+
 uint64_t mw_proc_mem(const char *field)
 {
     FILE *f = fopen("/proc/self/status", "r");

@@ -342,3 +342,66 @@ out:
     close(fd);
     return rc;
 }
+
+/* ------------------------------------------------------------------ output files */
+
+/* The stream's write function (fopencookie): all of buf, or 0 with the first errno kept. */
+static ssize_t mw_out_write(void *cookie, const char *buf, size_t n)
+{
+    struct mw_out *o = cookie;
+    if (o->err) return 0;
+    for (size_t done = 0; done < n;) {
+        ssize_t k = write(o->fd, buf + done, n - done);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) { o->err = k < 0 ? errno : EIO; return 0; } /* 0 for n > 0: no errno to give */
+        done += (size_t)k;
+    }
+    return (ssize_t)n;
+}
+
+int mw_out_open(struct mw_out *o, const char *path, const char *what)
+{
+    memset(o, 0, sizeof *o);
+    o->fd = -1;
+    o->path = path;
+    o->what = what;
+    struct stat st;
+    int rc;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        /* Not a file to replace (a device, a FIFO, a directory): written in place, or refused. */
+        o->fd = open(path, O_WRONLY | O_TRUNC | O_CLOEXEC);
+        if (o->fd < 0) return mw_error_set(-errno, "%s: cannot write %s there: %s", path, what, strerror(errno));
+    } else {
+        if ((rc = mw_atomic_open(&o->af, path))) return rc; /* the message names the file */
+        o->atomic = 1;
+        o->fd = o->af.fd;
+    }
+    cookie_io_functions_t io = {.write = mw_out_write};
+    o->f = fopencookie(o, "w", io);
+    if (!o->f) {
+        int e = errno ? errno : ENOMEM;
+        if (o->atomic) mw_atomic_abort(&o->af);
+        else close(o->fd);
+        return mw_error_set(-e, "%s: cannot write %s: %s", path, what, strerror(e));
+    }
+    setvbuf(o->f, NULL, _IOFBF, 1 << 16);
+    return 0;
+}
+
+int mw_out_close(struct mw_out *o)
+{
+    if (!o->f) return mw_error_set(-EBADF, "%s: %s is not open", o->path, o->what);
+    int flushed = fclose(o->f) == 0; /* flushes through mw_out_write */
+    o->f = NULL;
+    int e = o->err ? o->err : flushed ? 0 : EIO;
+    if (o->atomic) {
+        if (e) mw_atomic_abort(&o->af); /* the temporary goes; path keeps what it held */
+        else return mw_atomic_commit(&o->af); /* sync and rename: 0, or the error named */
+    } else if (close(o->fd) != 0 && !e) {
+        e = errno;
+    }
+    if (!e) return 0;
+    char note[600];
+    return mw_error_set(-e, "%s: writing %s failed: %s%s", o->path, o->what, strerror(e),
+                        o->atomic ? mw_fs_full_note(-e, o->path, note, sizeof note) : "");
+}

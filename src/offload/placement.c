@@ -146,17 +146,7 @@ void ofl_layout_make(const struct mw_offload_config *c, uint64_t n, struct ofl_l
 
 /* ------------------------------------------------------------------ real capacity */
 
-uint64_t ofl_dram_available(void)
-{
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f) return 0;
-    char line[256];
-    unsigned long long kb = 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
-    fclose(f);
-    return (uint64_t)kb * 1024;
-}
+uint64_t ofl_dram_available(void) { return mw_mem_available(); }
 
 /* Free bytes summed over the ':'-separated directories (each: its nearest existing ancestor). */
 uint64_t ofl_dir_available(const char *dirs)

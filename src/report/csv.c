@@ -12,12 +12,12 @@
 #include <string.h>
 #include <sys/stat.h>
 
-/* DIR/name, atomically (rp_out): a failed export leaves the earlier files whole, none partial. */
-static int open_csv(struct rp_out *o, const char *dir, const char *name, char *path, size_t n)
+/* DIR/name, atomically (mw_out, memwall/fsutil.h): a failed export leaves the earlier files whole, none partial. */
+static int open_csv(struct mw_out *o, const char *dir, const char *name, char *path, size_t n)
 {
     if ((size_t)snprintf(path, n, "%s/%s", dir, name) >= n)
         return mw_error_set(-ENAMETOOLONG, "%s/%s: the path is too long", dir, name);
-    return rp_out_open(o, path, "a CSV file");
+    return mw_out_open(o, path, "a CSV file");
 }
 
 /* A text field, quoted (RFC 4180) when it holds a comma, quote or line break. */
@@ -269,10 +269,10 @@ int mw_report_write_csv(const struct mw_report *r, const char *dir)
     char path[1100];
     for (size_t i = 0; i < sizeof csv_files / sizeof csv_files[0]; i++) {
         if (!strcmp(csv_files[i].name, "ranks.csv") && !r->nranks) continue; /* one trace: no ranks table */
-        struct rp_out out;
+        struct mw_out out;
         if ((rc = open_csv(&out, dir, csv_files[i].name, path, sizeof path))) return rc;
         csv_files[i].write(out.f, r);
-        if ((rc = rp_out_close(&out))) return rc;
+        if ((rc = mw_out_close(&out))) return rc;
     }
     return 0;
 }

@@ -144,22 +144,6 @@ int rp_grow(void **v, size_t *cap, size_t n, size_t elem);
 /* text.c */
 double rp_step_median(const struct mw_report *r, size_t off);
 
-/* Output files of the writers (report.c). A regular file (or a new name) is written atomically:
- * into a temporary beside it that is renamed over it only once every byte is written and synced
- * (mw_atomic_open), so a failure leaves the old file (or none) and no temporary. Anything else
- * that already exists (/dev/stdout, a FIFO, /dev/null) is written in place. Writes go through
- * `f`, a stream that keeps the errno of the first failed write(2) (stdio's error flag loses it):
- * rp_out_close reports that (ENOSPC, EDQUOT, EIO ...), never a made-up one. */
-struct rp_out {
-    FILE *f;                  /* write here */
-    const char *path;
-    const char *what;         /* for messages: "the report", "a CSV file" */
-    int fd, atomic, err;      /* err: errno of the first failed write, 0 */
-    struct mw_atomic_file af; /* when atomic */
-};
-int rp_out_open(struct rp_out *o, const char *path, const char *what);
-/* Flushes and commits (or, after a failed write, removes the temporary): 0 or -errno, message set. */
-int rp_out_close(struct rp_out *o);
 
 /* writers' shared helpers (html_svg.c) */
 const char *rp_kind_color(int kind);

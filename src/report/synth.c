@@ -114,8 +114,8 @@ int mw_report_synth_write(const struct mw_report_synth *s, const char *path)
         return mw_error_set(-EINVAL, "synthetic trace: need steps >= 1, subgroups >= 1, sg_bytes a multiple of req_bytes");
     if (s->world_size < 0 || (s->world_size > 0 && (s->rank < 0 || s->rank >= s->world_size)))
         return mw_error_set(-EINVAL, "synthetic trace: need 0 <= rank < world_size");
-    struct rp_out out;
-    int rc = rp_out_open(&out, path, "the synthetic trace");
+    struct mw_out out;
+    int rc = mw_out_open(&out, path, "the synthetic trace");
     if (rc) return rc;
     FILE *f = out.f;
     struct gen g = {.f = f, .first = 1};
@@ -178,5 +178,5 @@ int mw_report_synth_write(const struct mw_report_synth *s, const char *path)
             bw / 0.8, bw / 0.8);
     if (W) fprintf(f, ",\"rank\":\"%d\",\"world_size\":\"%d\",\"zero_stage\":\"3\"", s->rank, W);
     fputs("}}\n", f);
-    return rp_out_close(&out);
+    return mw_out_close(&out);
 }

@@ -112,75 +112,13 @@ static void write_event(FILE *f, const struct mw_trace *tr, const struct mw_trac
     }
 }
 
-/* The output file: the atomic temporary, or (not a regular file) the path itself. */
-struct out {
-    int fd, atomic, err;        /* err: errno of the first failed write, 0 */
-    struct mw_atomic_file af;
-};
-
-/* The stream's write function (fopencookie): all of buf, or 0 with the first errno kept. */
-static ssize_t out_write(void *cookie, const char *buf, size_t n)
-{
-    struct out *o = cookie;
-    if (o->err) return 0;
-    for (size_t done = 0; done < n;) {
-        ssize_t k = write(o->fd, buf + done, n - done);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) { o->err = k < 0 ? errno : EIO; return 0; } /* 0 for n > 0: no errno to give */
-        done += (size_t)k;
-    }
-    return (ssize_t)n;
-}
-
-static int out_open(struct out *o, const char *path)
-{
-    memset(o, 0, sizeof *o);
-    struct stat st;
-    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
-        o->fd = open(path, O_WRONLY | O_TRUNC | O_CLOEXEC);
-        if (o->fd < 0) return mw_error_set(-errno, "trace: cannot write %s: %s", path, strerror(errno));
-        return 0;
-    }
-    int rc = mw_atomic_open(&o->af, path);
-    if (rc) return mw_error_prepend(rc, "trace: ");
-    o->atomic = 1;
-    o->fd = o->af.fd;
-    return 0;
-}
-
-/* After the stream is closed: commit (or remove the temporary after a failed write). */
-static int out_close(struct out *o, const char *path, int stream_failed)
-{
-    int e = o->err ? o->err : stream_failed ? EIO : 0;
-    if (o->atomic) {
-        if (!e) {
-            int rc = mw_atomic_commit(&o->af); /* sync and rename; the message names the file */
-            return rc ? mw_error_prepend(rc, "trace: ") : 0;
-        }
-        mw_atomic_abort(&o->af);
-    } else if (close(o->fd) != 0 && !e) {
-        e = errno;
-    }
-    if (!e) return 0;
-    char note[600];
-    return mw_error_set(-e, "trace: writing %s failed: %s%s", path, strerror(e),
-                        o->atomic ? mw_fs_full_note(-e, path, note, sizeof note) : "");
-}
-
 int mw_trace_write(struct mw_trace *tr, const char *path)
 {
     if (!tr) return 0;
-    struct out o;
-    int rc = out_open(&o, path);
-    if (rc) return rc;
-    cookie_io_functions_t io = {.write = out_write};
-    FILE *f = fopencookie(&o, "w", io);
-    if (!f) {
-        out_close(&o, path, 1);
-        return mw_error_set(-ENOMEM, "trace: out of memory writing %s", path);
-    }
-    char *iobuf = malloc(1 << 16); /* big stdio buffer: a full ring is ~200 MB of JSON */
-    if (iobuf) setvbuf(f, iobuf, _IOFBF, 1 << 16);
+    struct mw_out o; /* atomic, the real errno of a failed write (memwall/fsutil.h) */
+    int rc = mw_out_open(&o, path, "the trace");
+    if (rc) return mw_error_prepend(rc, "trace: ");
+    FILE *f = o.f;
 
     struct mw_trace_stats st;
     mw_trace_stats(tr, &st);
@@ -230,7 +168,6 @@ int mw_trace_write(struct mw_trace *tr, const char *path)
     pthread_mutex_unlock(&tr->mu);
     fputs("}}\n", f);
 
-    int failed = fclose(f) != 0; /* flushes through out_write */
-    free(iobuf);
-    return out_close(&o, path, failed);
+    rc = mw_out_close(&o);
+    return rc ? mw_error_prepend(rc, "trace: ") : 0;
 }

@@ -60,19 +60,6 @@ static int check_config(const struct mw_net_sizes *ns, int context, int vocab, c
     return mw_data_check(d, c->seq);
 }
 
-/* MemAvailable of /proc/meminfo in bytes; 0 when it cannot be read. */
-static uint64_t mem_available(void)
-{
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f) return 0;
-    char line[256];
-    unsigned long long kib = 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1) break;
-    fclose(f);
-    return (uint64_t)kib * 1024;
-}
-
 /* The model's arrays are allocated lazily by the kernel: a run that asks for more than the machine
  * has starts, and is killed by the OOM killer in its first forward pass. Refused here instead,
  * against what the machine has available now, with the numbers and what to lower. */
@@ -81,7 +68,7 @@ static int check_memory(const struct mw_net_config *mc, const struct mw_net_opti
     struct mw_net_sizes z;
     int err = mw_net_sizes(mc, mo, &z);
     if (err) return err;
-    uint64_t need = z.acts_bytes, avail = mem_available();
+    uint64_t need = z.acts_bytes, avail = mw_mem_available();
     if (!streaming && (mw_add_u64(need, z.params_bytes, &need) || mw_add_u64(need, z.grads_bytes, &need)))
         need = UINT64_MAX;
     /* The optimizer in DRAM: two fp32 moments per parameter at least (the engine's own plan
