@@ -151,10 +151,9 @@ struct mw_trainer {
                                       [grad_accum][B * T] the step's micro-batches */
     float *lm_losses;              /* [grad_accum] layer-major: each micro-batch's loss */
     int32_t *g_inputs, *g_targets; /* [B * T] the global micro-batch (several ranks only) */
-    struct mw_train_zero *zero;    /* several ranks only */
-    struct mw_train_stream *stream;/* offload_params = nvme only */
-    struct mw_train_acts *acts;    /* cfg.acts_nvme only */
-    struct mw_residency *res;      /* the one of these the trainer goes through */
+    struct mw_residency *res;      /* where the weights live and how gradients leave (src/train/residency.h):
+                                      the factory builds it from cfg; the trainer calls nothing else */
+    const struct mw_train_schedule *schedule; /* batch-major or layer-major (trainer.c), chosen at init */
     int world, rank;               /* ranks of the run and this one's (1, 0 without MPI) */
     int local_batch;               /* sequences this rank runs per micro-batch */
     int overlap;                   /* the update runs behind the next forward (cfg.sync_update) */
@@ -197,12 +196,6 @@ struct mw_train_zero_info {
     uint64_t weights_resident_now;
     uint64_t grads_resident_peak;     /* ZeRO-2/3: peak bytes of the gradient array resident (mincore) */
 };
-void mw_trainer_zero_info(const struct mw_trainer *tr, struct mw_train_zero_info *zi);
-/* Peak over all ranks of the ZeRO-3 resident weights since the last reset (collective: every
- * rank calls it); resets the peak when reset != 0. */
-int mw_trainer_zero_peak(struct mw_trainer *tr, uint64_t *max_bytes, int reset);
-/* The same for the gradient array under ZeRO-2/3 (collective). */
-int mw_trainer_zero_grads_peak(struct mw_trainer *tr, uint64_t *max_bytes);
 /* The largest v over the ranks (collective under data parallelism; v itself on one rank). */
 int mw_trainer_max_u64(struct mw_trainer *tr, uint64_t v, uint64_t *max);
 /* Writes the model as model.safetensors (HF names) through the residency interface: a unit at a
@@ -254,7 +247,17 @@ struct mw_train_stream_info {
     uint64_t planned_streamed;     /* weights + gradients at their worst moment (or the step's) */
     uint64_t planned_dp;           /* data parallel: the ZeRO collectives' shard buffers (0 on one rank) */
 };
-void mw_trainer_stream_info(const struct mw_trainer *tr, struct mw_train_stream_info *si);
+
+/* Where the run's weights live and how its gradients leave, with the figures of each. */
+struct mw_train_residency_info {
+    const char *source;       /* "dram", "peers" (ZeRO-3 all-gather), "nvme" (streamed) */
+    const char *reduction;    /* "none" (one rank), "allreduce" (ZeRO-0), "reduce-scatter" (ZeRO-1..3) */
+    struct mw_train_zero_info zero;
+    struct mw_train_stream_info stream;
+};
+/* collective != 0: every rank calls it, and the resident peaks (zero.*_peak) are the largest over
+ * the ranks; 0 otherwise (this rank's own figures). */
+int mw_trainer_info(struct mw_trainer *tr, struct mw_train_residency_info *ri, int collective);
 
 /* ---- checkpoints ---- */
 

@@ -137,13 +137,12 @@ static void test_exit_hook(struct train_cli *c, int64_t step)
  * against what the planner predicts for the layout. */
 static int report_zero_memory(struct train_cli *c, struct run_state *s, const struct mw_net_config *nc)
 {
-    struct mw_train_zero_info zi;
-    mw_trainer_zero_info(&s->tr, &zi);
-    if (zi.stage < 2) return 0;
-    uint64_t peak, gpeak;
-    int err = mw_trainer_zero_grads_peak(&s->tr, &gpeak);
-    if (!err && zi.stage == 3) err = mw_trainer_zero_peak(&s->tr, &peak, 0);
+    struct mw_train_residency_info ri;
+    int err = mw_trainer_info(&s->tr, &ri, 1); /* collective: the largest peaks over the ranks */
     if (err) { mw_cli_fail("collecting the ZeRO memory figures", err); return 1; }
+    const struct mw_train_zero_info zi = ri.zero;
+    if (zi.stage < 2) return 0;
+    uint64_t peak = zi.weights_resident_peak, gpeak = zi.grads_resident_peak;
     {
         char a[32], b[32], d[32];
         printf("ZeRO-%d gradients per rank: peak resident %s (%" PRIu64 " bytes; the largest over the %d ranks, measured "
@@ -369,8 +368,9 @@ static void print_header(struct train_cli *c, struct run_state *s, const struct 
                mw_fmt_bytes(b2, sizeof b2, tc->io_block_size ? tc->io_block_size : 1u << 20),
                tc->io_queue_depth ? tc->io_queue_depth : 128u, tc->buffer_count);
     if (c->world > 1) {
-        struct mw_train_zero_info zi;
-        mw_trainer_zero_info(&s->tr, &zi);
+        struct mw_train_residency_info ri;
+        (void)mw_trainer_info(&s->tr, &ri, 0); /* this rank's: no error without a collective */
+        const struct mw_train_zero_info zi = ri.zero;
         printf("  data parallel: %d ranks on %d node%s (MPI), global batch %d = %d per rank, ZeRO-%d", c->world,
                mw_comm_nodes(c->comm), mw_comm_nodes(c->comm) == 1 ? "" : "s", tc->batch, tc->batch / c->world, zi.stage);
         if (zi.stage >= 1)
@@ -379,8 +379,9 @@ static void print_header(struct train_cli *c, struct run_state *s, const struct 
                    zi.subgroup_size, zi.own_n);
         printf("\n");
     }
-    struct mw_train_stream_info si;
-    mw_trainer_stream_info(&s->tr, &si);
+    struct mw_train_residency_info rs;
+    (void)mw_trainer_info(&s->tr, &rs, 0);
+    const struct mw_train_stream_info si = rs.stream;
     s->streamed = si.active;
     if (si.active && s->trace) { /* the residency lanes of the report name the units */
         char k[32], v[32];
@@ -478,8 +479,9 @@ static int report_streaming(struct train_cli *c, struct run_state *s, const stru
 {
     int err;
     if (s->streamed) {
-        struct mw_train_stream_info se;
-        mw_trainer_stream_info(&s->tr, &se);
+        struct mw_train_residency_info ri;
+        (void)mw_trainer_info(&s->tr, &ri, 0);
+        const struct mw_train_stream_info se = ri.stream;
         /* Several ranks: the largest figures over them, and the worst rank's ratio. */
         uint64_t hwm = mw_proc_mem("VmHWM"), planned = se.planned_total, ratio = planned ? hwm * 1000000 / planned : 0;
         if ((err = mw_trainer_max_u64(&s->tr, hwm, &hwm)) || (err = mw_trainer_max_u64(&s->tr, planned, &planned)) ||
@@ -550,7 +552,7 @@ int train_run(struct train_cli *c, const char *data_path, const struct mw_net_co
     double secs = (double)(mw_now_ns() - t_run) / 1e9;
     if (s.tokens_run)
         printf("done: %" PRIu64 " tokens in %.1f s, %.0f tokens/s\n", s.tokens_run, secs, (double)s.tokens_run / secs);
-    if (c->world > 1 && s.tr.zero && !s.tr.stream && report_zero_memory(c, &s, nc)) { rc = 1; goto out; }
+    if (c->world > 1 && !s.streamed && report_zero_memory(c, &s, nc)) { rc = 1; goto out; }
     if ((rc = report_streaming(c, &s, tc)) || (rc = finish_outputs(c, &s, tc))) goto out;
 out:
     mw_train_log_close(&s.log);

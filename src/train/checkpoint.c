@@ -226,8 +226,8 @@ int mw_trainer_save(struct mw_trainer *tr, const char *data_path, const char *pa
     in.world = tr->world;
     in.rank = tr->rank;
     in.spec_bytes = tr->run_spec ? (uint32_t)strlen(tr->run_spec) : 0; /* bounded: mw_trainer_set_run_spec */
-    if (tr->zero) {
-        const struct mw_train_zero *z = tr->zero;
+    if (tr->res->zero) {
+        const struct mw_train_zero *z = tr->res->zero;
         in.zero_stage = z->stage;
         in.subgroup_size = z->sg_size;
         in.own_first = z->own.first;
@@ -392,7 +392,7 @@ int mw_trainer_load(struct mw_trainer *tr, const char *path)
     FILE *f;
     int err = open_checked(path, &f, &in);
     if (err) return err;
-    int zstage = tr->zero ? tr->zero->stage : 0;
+    int zstage = tr->res->zero ? tr->res->zero->stage : 0;
     if (in.world != tr->world) {
         err = mw_error_set(-EINVAL, "checkpoint %s was written by a run on %d rank%s (ZeRO-%d); this run has %d: resume "
                            "with the same number of ranks (mpirun -np %d); resharding to another count is not "
@@ -400,7 +400,7 @@ int mw_trainer_load(struct mw_trainer *tr, const char *path)
         goto out;
     }
     if (in.world > 1 && (in.rank != tr->rank || in.zero_stage != zstage ||
-                         (tr->zero && (in.own_first != tr->zero->own.first || in.own_n != tr->zero->own.n)))) {
+                         (tr->res->zero && (in.own_first != tr->res->zero->own.first || in.own_n != tr->res->zero->own.n)))) {
         err = mw_error_set(-EINVAL, "checkpoint %s holds rank %d's shard of a ZeRO-%d run (elements %llu+%llu); this is "
                            "rank %d with ZeRO-%d: give each rank its own file (--resume with %%r) and the same "
                            "--zero and --subgroup-size", path, in.rank, in.zero_stage, (unsigned long long)in.own_first,
@@ -425,7 +425,7 @@ int mw_trainer_load(struct mw_trainer *tr, const char *path)
     struct rctx r = {f, 0, path};
     rewind(f);
     if ((err = r_fn(&r, hdr, CKPT_HEADER_BYTES + in.spec_bytes))) goto applied; /* the settings were read before */
-    if (tr->stream) { /* streamed weights: straight into the master on NVMe, a piece at a time */
+    if (tr->res->stream) { /* streamed weights: straight into the master on NVMe, a piece at a time */
         uint64_t piece = 1u << 20;
         float *buf = malloc(piece * sizeof *buf);
         if (!buf) { err = mw_error_set(-ENOMEM, "no memory for a checkpoint piece"); goto applied; }
@@ -449,10 +449,10 @@ applied:
     }
     tr->step = in.step;
     tr->data_rng = in.data_rng;
-    if (tr->zero && tr->zero->stage == 3) {
+    if (tr->res->zero && tr->res->zero->stage == 3) {
         /* The whole weights were read: release what this rank does not own at the next pass. */
-        for (int u = 0; u < tr->zero->n_units; u++) tr->zero->u_state[u] = 2;
-        tr->zero->started = 0;
+        for (int u = 0; u < tr->res->zero->n_units; u++) tr->res->zero->u_state[u] = 2;
+        tr->res->zero->started = 0;
     }
 out:
     fclose(f);

@@ -19,6 +19,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+static const struct mw_unit_source nvme_source;
+
 static struct mw_offload *eng(const struct mw_train_stream *s) { return s->opt->eng; }
 
 /* Whether subgroup g is in this rank's engine (its master, moments and gradient objects). */
@@ -61,6 +63,7 @@ int mw_train_stream_init(struct mw_train_stream *s, struct mw_net *m, struct mw_
 {
     memset(s, 0, sizeof *s);
     if (depth < 0 || depth > 8) return mw_error_set(-EINVAL, "prefetch depth %d: use 0..8 units", depth);
+    int err;
     uint64_t S = opt->plan.subgroup_size, N = m->sizes.n_params;
     int gather = zero && zero->stage >= 1;
     if (gather ? opt->own_first != zero->own.first || opt->n_params != zero->own.n || S != zero->sg_size ||
@@ -78,7 +81,6 @@ int mw_train_stream_init(struct mw_train_stream *s, struct mw_net *m, struct mw_
     s->zero = zero;
     s->gather = gather;
     s->seed = seed;
-    s->depth = depth;
     s->sg_size = S;
     s->nsg = (uint32_t)((N + S - 1) / S);
     s->sg0 = (uint32_t)(opt->own_first / S);
@@ -86,7 +88,7 @@ int mw_train_stream_init(struct mw_train_stream *s, struct mw_net *m, struct mw_
     s->norm_first = opt->own_first; /* ZeRO-1..3: the owned gradients' sum of squares (zero.c's chunks) */
     s->norm_n = opt->n_params;
     s->n_units = m->n_units;
-    if (mw_net_sched_init(&s->sched, m)) return mw_error_set(-ENOMEM, "no memory for the streaming schedule");
+    if ((err = mw_units_init(&s->units, m, &nvme_source, s, depth, "streaming"))) return err;
     s->nchunks = (s->norm_n + MW_OFFLOAD_NORM_CHUNK - 1) / MW_OFFLOAD_NORM_CHUNK;
     s->page = page;
     size_t nu = (size_t)s->n_units, ns = s->nsg;
@@ -167,19 +169,11 @@ void mw_train_stream_free(struct mw_train_stream *s)
     free(s->chunk_sumsq);
     free(s->chunk_done);
     if (s->init) s->model->family->loader_close(s->init);
-    mw_net_sched_free(&s->sched);
+    mw_units_free(&s->units);
     memset(s, 0, sizeof *s);
 }
 
-/* ---------------------------------------------------------------- the schedule */
-
-/* Unit at position p of the current pass, in the order the model acquires them (its table's
- * unit_order; the planner's simulation walks the same for GPT-2: tests/test_net.c); an
- * evaluation pass is the forward part alone. -1 past its end. */
-static int sched(const struct mw_train_stream *s, int p)
-{
-    return mw_net_sched_unit(&s->sched, s->layer_major, s->training, p);
-}
+/* ---------------------------------------------------------------- the source "nvme" (units.h) */
 
 /* block: the unit is needed now (wait for the update of its subgroups, if one runs); else a
  * prefetch, skipped for a subgroup whose update has not been written yet. */
@@ -259,7 +253,7 @@ static int unit_get_(struct mw_train_stream *s, int u)
 static int needed_soon(const struct mw_train_stream *s, uint32_t sg, int pos, int ahead)
 {
     for (int k = 0; k < ahead; k++) {
-        int u = sched(s, pos + k);
+        int u = mw_units_at(&s->units, pos + k);
         if (u < 0) return 0;
         if (sg >= s->u_lo[u] && sg <= s->u_hi[u]) return 1;
     }
@@ -276,7 +270,7 @@ static int unit_put_(struct mw_train_stream *s, int u, int backward, int keep_ah
         if (s->sg_ref[g] > 0) s->sg_ref[g]--;
         if (s->sg_ref[g] || s->sg_state[g] != MW_UNIT_RESIDENT) continue;
         /* (A gathered subgroup is gathered again at its next use: nothing to keep.) */
-        if (keep_ahead && owned(s, g) && needed_soon(s, g, s->pos, MW_MAX(s->depth, 1))) continue;
+        if (keep_ahead && owned(s, g) && needed_soon(s, g, s->units.pos, MW_MAX(s->units.depth, 1))) continue;
         if ((err = drop(s, s->model->params, g, "weight"))) break;
         s->sg_state[g] = MW_UNIT_RELEASED;
         count_resident(s, -(int64_t)sg_bytes(s, g));
@@ -284,35 +278,34 @@ static int unit_put_(struct mw_train_stream *s, int u, int backward, int keep_ah
     return err;
 }
 
-/* The model's unit hook. */
+static int nvme_issue(void *self, int u, int now)
+{
+    struct mw_train_stream *s = self;
+    int err = 0;
+    for (uint32_t g = s->u_lo[u]; g <= s->u_hi[u] && !err; g++) err = fetch_issue(s, g, u, now);
+    return err;
+}
+
+static int nvme_wait(void *self, int u) { return unit_get_(self, u); }
+static int nvme_release(void *self, int u, int backward) { return unit_put_(self, u, backward, 1); }
+
+static const struct mw_unit_source nvme_source = {
+    .name = "nvme",
+    .issue = nvme_issue,
+    .wait = nvme_wait,
+    .release = nvme_release,
+};
+
 static int st_weights(void *self, int event, int unit, int backward)
 {
     struct mw_train_stream *s = self;
-    if (event == MW_NET_UNIT_RELEASE) return unit_put_(s, unit, backward, 1);
-    if (backward && !s->in_backward) {
-        s->in_backward = 1;
-        s->pos = s->sched.nf[!!s->layer_major]; /* the forward part's length */
-    }
-    if (sched(s, s->pos) != unit)
-        return mw_error_set(-EINVAL, "streaming: the model acquired weight unit %d, the schedule expected %d (%s position %d)",
-                            unit, sched(s, s->pos), backward ? "backward" : "forward", s->pos);
-    int err = unit_get_(s, unit);
-    if (err) return err;
-    s->pos++;
-    for (int k = 0; k < s->depth && !err; k++) {
-        int u = sched(s, s->pos + k);
-        if (u < 0) break;
-        for (uint32_t g = s->u_lo[u]; g <= s->u_hi[u] && !err; g++) err = fetch_issue(s, g, u, 0);
-    }
-    return err;
+    return mw_units_hook(&s->units, event, unit, backward);
 }
 
 static int st_pass_begin(void *self, int training)
 {
     struct mw_train_stream *s = self;
-    s->training = training;
-    s->pos = 0;
-    s->in_backward = 0;
+    mw_units_pass_begin(&s->units, training, s->layer_major);
     return 0;
 }
 

@@ -24,6 +24,7 @@
 #include "memwall/model.h"
 #include "memwall/plan.h"
 #include "memwall/store.h"
+#include "train/units.h"
 
 struct mw_trace;
 struct mw_train_opt;
@@ -43,9 +44,9 @@ struct mw_train_stream {
     int saving;                   /* between save_begin and save_end with gather: every unit is held */
     uint64_t seed;                /* initial weights (unit by unit, at engine init) ... */
     void *init;                    /* ... or from this file (owned; closed once the engine has them) */
-    int depth;                    /* units fetched ahead of use */
     int n_units;
-    struct mw_net_sched sched;    /* the units a pass acquires, in order (the model's) */
+    struct mw_units units;        /* the residency machine (units.h) with this as its source "nvme";
+                                     its depth: units fetched ahead of use */
     size_t *u_first, *u_n;        /* [n_units] element ranges */
     uint32_t *u_lo, *u_hi;        /* [n_units] subgroups a unit overlaps (inclusive) */
     unsigned char *u_init;        /* [n_units] initial weights written (engine init) */
@@ -65,7 +66,7 @@ struct mw_train_stream {
     double *chunk_sumsq;          /* [nchunks] sums of squares of the step's final gradients */
     unsigned char *chunk_done;    /* [nchunks] */
     uint64_t nchunks;
-    int training, in_backward, pos, last, step;
+    int last, step;
     int layer_major;              /* the schedule's backward order (set by the trainer) */
     int err;                      /* first error of a grad-ready callback */
     size_t page;

@@ -25,6 +25,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+static const struct mw_unit_source peers_source;
+
 static size_t *cnt_of(struct mw_train_zero *z, int u) { return z->u_counts + (size_t)u * (size_t)z->nshard; }
 static size_t *dsp_of(struct mw_train_zero *z, int u) { return z->u_displs + (size_t)u * (size_t)z->nshard; }
 
@@ -59,7 +61,7 @@ int mw_train_zero_init(struct mw_train_zero *z, struct mw_comm *comm, int stage,
                             mw_zero_subgroups(z->total, sg_size), (unsigned long long)sg_size, z->nshard,
                             (unsigned long long)(z->total / (uint64_t)z->nshard));
     z->n_units = m->n_units;
-    if (mw_net_sched_init(&z->sched, m)) return mw_error_set(-ENOMEM, "no memory for the ZeRO-3 schedule");
+    if ((err = mw_units_init(&z->units, m, &peers_source, z, 1, "ZeRO-3"))) return err;
     size_t nu = (size_t)z->n_units, ns = (size_t)z->nshard;
     z->u_first = calloc(nu, sizeof *z->u_first);
     z->u_n = calloc(nu, sizeof *z->u_n);
@@ -99,7 +101,7 @@ int mw_train_zero_init(struct mw_train_zero *z, struct mw_comm *comm, int stage,
 
 void mw_train_zero_free(struct mw_train_zero *z)
 {
-    mw_net_sched_free(&z->sched);
+    mw_units_free(&z->units);
     free(z->u_first);
     free(z->u_n);
     free(z->u_counts);
@@ -477,45 +479,52 @@ void mw_train_zero_reset_peak(struct mw_train_zero *z)
 int mw_train_zero_pass_begin(struct mw_train_zero *z, int training, int layer_major)
 {
     if (z->stage != 3) return 0;
-    z->training = training;
-    z->layer_major = layer_major;
-    z->pos = 0;
-    z->in_backward = 0;
+    mw_units_pass_begin(&z->units, training, layer_major);
     if (!z->started) return mw_train_zero_release_all(z);
     return 0;
-}
-
-/* Unit at position p of the current pass: the order the model acquires units in, the one the
- * streamed path walks (the model table's unit_order; GPT-2: forward 0, 1..L, L+1, 0 (the tied LM
- * head); backward L..1 layer-major, 0, L+1, L..1 batch-major). An evaluation pass is the forward
- * part alone. -1 past the end. */
-static int sched(const struct mw_train_zero *z, int p)
-{
-    return mw_net_sched_unit(&z->sched, z->layer_major, z->training, p);
 }
 
 int mw_train_zero_weights_hook(void *user, int event, int unit, int backward)
 {
     struct mw_train_zero *z = user;
     if (z->stage != 3) return 0;
-    int err;
-    if (event == MW_NET_UNIT_ACQUIRE) {
-        if (backward && !z->in_backward) { z->in_backward = 1; z->pos = z->sched.nf[!!z->layer_major]; /* the forward's length */ }
-        if (sched(z, z->pos) != unit)
-            return mw_error_set(-EINVAL, "ZeRO-3: the model acquired weight unit %d, the schedule expected %d "
-                                "(%s %s position %d)", unit, sched(z, z->pos),
-                                z->layer_major ? "layer-major" : "batch-major", backward ? "backward" : "forward", z->pos);
-        if ((err = unit_wait(z, unit))) return err;
-        int next = sched(z, z->pos + 1);
-        if (next >= 0 && next != unit && z->u_state[next] == 0 && (err = gather_issue(z, next))) return err;
-        sample_resident(z);
-        z->pos++;
-        return 0;
-    }
+    return mw_units_hook(&z->units, event, unit, backward);
+}
+
+/* ---------------------------------------------------------------- the source "peers" (units.h) */
+
+static int peers_issue(void *self, int u, int now)
+{
+    struct mw_train_zero *z = self;
+    (void)now;
+    return z->u_state[u] == 0 ? gather_issue(z, u) : 0;
+}
+
+static int peers_wait(void *self, int u) { return unit_wait(self, u); }
+
+static int peers_release(void *self, int u, int backward)
+{
+    struct mw_train_zero *z = self;
+    (void)backward;
     sample_resident(z);
-    /* A unit the schedule acquires next stays (batch-major's LM head: the end of the forward pass
+    /* A unit the order acquires next stays (batch-major's LM head: the end of the forward pass
      * and the start of backward). */
-    if (sched(z, z->pos) != unit && (err = unit_release(z, unit))) return err;
+    int err;
+    if (mw_units_at(&z->units, z->units.pos) != u && (err = unit_release(z, u))) return err;
     int r = mw_comm_progress(z->comm);
     return r < 0 ? r : 0;
 }
+
+static void peers_acquired(void *self, int u)
+{
+    (void)u;
+    sample_resident(self);
+}
+
+static const struct mw_unit_source peers_source = {
+    .name = "peers",
+    .issue = peers_issue,
+    .wait = peers_wait,
+    .release = peers_release,
+    .acquired = peers_acquired,
+};

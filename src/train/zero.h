@@ -26,6 +26,7 @@
 
 #include "memwall/comm.h"
 #include "memwall/model.h"
+#include "train/units.h"
 
 struct mw_trace;
 
@@ -46,7 +47,6 @@ struct mw_train_zero {
     uint64_t sg_size;          /* elements per subgroup (the engine's) */
     struct mw_zero_shard own;  /* this rank's subgroups and elements (stage 0: everything) */
     int n_units;               /* model weight units (= gradient buckets) */
-    struct mw_net_sched sched; /* the units a pass acquires, in order (the model's) */
     size_t *u_first, *u_n;     /* [n_units] element ranges */
     size_t *u_counts;          /* [n_units * nshard] elements of unit u owned by each shard rank */
     size_t *u_displs;          /* [n_units * nshard] where they start inside the unit */
@@ -61,10 +61,7 @@ struct mw_train_zero {
     unsigned char *u_state;    /* [n_units] 0 released, 1 gathering, 2 resident */
     struct mw_comm_req **u_req;/* [n_units] gather in flight */
     int started;               /* non-owned weights released since the last full write */
-    int training;              /* the forward pass is followed by backward (keep the LM head) */
-    int layer_major;           /* the pass's schedule: layer-major (else batch-major) */
-    int pos;                   /* position in the current pass's schedule (mw_plan_stream_unit) */
-    int in_backward;           /* the pass's backward has started */
+    struct mw_units units;     /* ZeRO-3: the residency machine (units.h) with this as its source "peers" */
     size_t page;               /* bytes per page */
     size_t map_bytes;          /* the params allocation, whole pages */
     unsigned char *mvec;       /* mincore vector */

@@ -1,0 +1,59 @@
+/*
+ * units.c — the unit-residency machine (see units.h for why one machine and how it walks).
+ */
+#include "train/units.h"
+#include "memwall/common.h"
+
+#include <errno.h>
+#include <string.h>
+
+int mw_units_init(struct mw_units *m, const struct mw_net *net, const struct mw_unit_source *src, void *self,
+                  int depth, const char *who)
+{
+    memset(m, 0, sizeof *m);
+    if (depth < 0 || depth > 8) return mw_error_set(-EINVAL, "prefetch depth %d: use 0..8 units", depth);
+    if (mw_net_sched_init(&m->sched, net)) return mw_error_set(-ENOMEM, "no memory for the %s schedule", who);
+    m->src = src;
+    m->self = self;
+    m->who = who;
+    m->depth = depth;
+    return 0;
+}
+
+void mw_units_free(struct mw_units *m)
+{
+    mw_net_sched_free(&m->sched);
+    memset(m, 0, sizeof *m);
+}
+
+void mw_units_pass_begin(struct mw_units *m, int training, int layer_major)
+{
+    m->training = training;
+    m->layer_major = layer_major;
+    m->pos = 0;
+    m->in_backward = 0;
+}
+
+int mw_units_hook(struct mw_units *m, int event, int unit, int backward)
+{
+    if (event != MW_NET_UNIT_ACQUIRE) return m->src->release(m->self, unit, backward);
+    if (backward && !m->in_backward) {
+        m->in_backward = 1;
+        m->pos = m->sched.nf[!!m->layer_major]; /* the forward part's length */
+    }
+    int want = mw_units_at(m, m->pos);
+    if (want != unit)
+        return mw_error_set(-EINVAL, "%s: the model acquired weight unit %d, the schedule expected %d (%s %s position %d)",
+                            m->who, unit, want, m->layer_major ? "layer-major" : "batch-major",
+                            backward ? "backward" : "forward", m->pos);
+    int err = m->src->wait(m->self, unit);
+    if (err) return err;
+    m->pos++;
+    for (int k = 0; k < m->depth && !err; k++) {
+        int u = mw_units_at(m, m->pos + k);
+        if (u < 0) break;
+        if (u != unit) err = m->src->issue(m->self, u, 0);
+    }
+    if (!err && m->src->acquired) m->src->acquired(m->self, unit);
+    return err;
+}
