@@ -34,7 +34,7 @@ static void init_once(void)
     struct mw_train_config c = {
         .batch = 1, .seq = 8, .grad_accum = 1, .steps = 4, .lr = 1e-3, .warmup = 0, .min_lr_frac = 0.1,
         .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .val_batches = 1, .seed = 3, .threads = 1,
-        .tier = MW_OFFLOAD_DRAM,
+        .tier = MW_TIER_DRAM,
     };
     if (trainer_init_gpt2(&tr, &mc, &c, &data)) { fprintf(stderr, "fuzz: %s\n", mw_error_msg()); abort(); }
     struct mw_train_step_stats st;

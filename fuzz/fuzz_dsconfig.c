@@ -6,7 +6,7 @@
  * the data-parallel world size (1..8), which the batch keys depend on.
  */
 #include "fuzz.h"
-#include "memwall/ds_config.h"
+#include "cli/train_ds_config.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

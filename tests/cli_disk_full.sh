@@ -53,7 +53,7 @@ run="$mnt/run"
 rc=$?
 echo "full at start (out-dir): $(grep -m1 '^memwall: checking the outputs failed' "$dir/full0.out")"
 [ $rc = 1 ] && ok || bad "a run whose out-dir is too full at start exited $rc, want 1"
-grep -qE "^memwall: checking the outputs failed: --out-dir $run has [0-9.]+ [KMG]?i?B free; the run needs [0-9.]+ [KMG]?i?B there \(the final model [0-9.]+ [KMG]?i?B, two checkpoints of [0-9.]+ [KMG]?i?B\): free space or choose another --out-dir$" \
+grep -qE "^memwall: checking the outputs failed: the out-dir \(out_dir\) $run has [0-9.]+ [KMG]?i?B free; the run needs [0-9.]+ [KMG]?i?B there \(the final model [0-9.]+ [KMG]?i?B, two checkpoints of [0-9.]+ [KMG]?i?B\): free space or choose another out-dir$" \
   "$dir/full0.out" && ok || { bad "the up-front refusal lacks the numbers"; tail -3 "$dir/full0.out"; }
 grep -q '^step ' "$dir/full0.out" && bad "a step ran on a disk without room for the outputs" || ok
 [ -z "$(ls -A "$run")" ] && [ ! -e "$dir/full0.jsonl" ] && ok || bad "the refused run wrote files: $(ls -A "$run")"

@@ -83,7 +83,7 @@ hfrun=(train --data "$dir/hf_train.bin" --threads 2 --sample-len 0 --steps 0 --s
 grep -q "n_head 2 (config.json)" "$dir/hf.out" && grep -q "n_embd 64 (tensor shapes)" "$dir/hf.out" && ok ||
   { bad "no provenance of the config in the output"; cat "$dir/hf.out"; }
 "$cli" "${hfrun[@]}" --init-safetensors "$hf" --heads 4 >"$dir/hf4.out" 2>&1
-rc=$?; [ $rc = 1 ] && grep -q "n_head (--heads) is 2 by the config.json but 4 by the command line" "$dir/hf4.out" && ok ||
+rc=$?; [ $rc = 1 ] && grep -q "the head count (n_head) is 2 by the config.json but 4 by the command line" "$dir/hf4.out" && ok ||
   { bad "--heads 4 against config.json: rc $rc"; cat "$dir/hf4.out"; }
 mkdir -p "$dir/noconf" && cp "$hf" "$dir/noconf/"
 "$cli" "${hfrun[@]}" --init-safetensors "$dir/noconf/model.safetensors" --heads 2 >"$dir/hfh.out" 2>&1 &&

@@ -114,8 +114,8 @@ refused "trace and log on one file" "are the same file" "${dargs[@]}" --log-json
 cp "$src/data/kjv_excerpt.txt" corpus.txt
 refused "the log on the data" "are the same file" "${dargs[@]}" --data corpus.txt --log-json corpus.txt
 cmp -s corpus.txt "$src/data/kjv_excerpt.txt" && ok || bad "the data was overwritten"
-refused "a trace in a missing directory" "--trace nodir/t.json cannot be written" "${dargs[@]}" --trace nodir/t.json
-refused "a batch beyond memory" "available (MemAvailable): lower --batch" --preset gpt2-124m --batch 100000 --steps 1 \
+refused "a trace in a missing directory" "the trace (trace_path) nodir/t.json cannot be written" "${dargs[@]}" --trace nodir/t.json
+refused "a batch beyond memory" "available (MemAvailable): lower the micro-batch (batch)" --preset gpt2-124m --batch 100000 --steps 1 \
   --data "$src/data/kjv_excerpt.txt" --vocab 257
 mkdir -p J && : >J/model.safetensors.tmp.999999999.0 && : >J/keep.tmp.x
 "$cli" train "${dargs[@]}" --steps 1 --out-dir J >j.out 2>&1 || bad "a run on an out-dir with debris failed"

@@ -138,11 +138,11 @@ grep -q -- '--dram-budget 320.00 MiB: fits' "$dir/plan.out" && ok || bad "plan -
 
 # 4. Usage errors (exit 2) with a message.
 "$cli" train "${small[@]}" --steps 1 --offload-params nvme --optimizer-tier dram >"$dir/u1.out" 2>&1
-[ $? = 2 ] && grep -q 'need the optimizer state on NVMe (--optimizer-tier nvme)' "$dir/u1.out" && ok || bad "--offload-params nvme with a dram optimizer not refused"
+[ $? = 2 ] && grep -q 'need the optimizer state on NVMe (tier nvme)' "$dir/u1.out" && ok || bad "--offload-params nvme with a dram optimizer not refused"
 # every conflict of the placement and schedule at once, in one message (src/train/resolve.c)
 "$cli" train "${small[@]}" --steps 1 --offload-params nvme --optimizer-tier dram --activations nvme --recompute \
   --aio-block-size 1000 >"$dir/u2.out" 2>&1
-[ $? = 2 ] && grep -q 'optimizer state on NVMe' "$dir/u2.out" && grep -q 'recomputation (--recompute)' "$dir/u2.out" \
+[ $? = 2 ] && grep -q 'optimizer state on NVMe' "$dir/u2.out" && grep -q 'recomputation (recompute)' "$dir/u2.out" \
   && grep -q 'multiple of 4096 bytes' "$dir/u2.out" && ok || { bad "not every conflict named"; cat "$dir/u2.out"; }
 # a fine-tune from a weights file streams too: the file is verified, then loaded a unit at a time
 run init-res "${small[@]}" --steps 3 --grad-accum 2 --init-safetensors "$dir/ref-one/model.safetensors" --seed 7
@@ -159,7 +159,7 @@ head -c 2000 "$dir/ref-one/model.safetensors" >"$dir/cut.safetensors"
 "$cli" train "${small[@]}" --steps 1 --offload-params nvme --schedule batch-major --activations nvme >"$dir/u4.out" 2>&1
 [ $? = 2 ] && grep -q 'layer-major' "$dir/u4.out" && ok || bad "--activations nvme with batch-major not refused"
 "$cli" train "${small[@]}" --steps 1 --offload-params nvme --activations nvme --recompute >"$dir/u5.out" 2>&1
-[ $? = 2 ] && grep -q 'give one' "$dir/u5.out" && ok || bad "--activations nvme with --recompute not refused"
+[ $? = 2 ] && grep -q 'choose one' "$dir/u5.out" && ok || bad "--activations nvme with --recompute not refused"
 
 echo "cli_train_stream: $pass passed, $fail failed"
 [ $fail = 0 ] && rm -rf "$dir"

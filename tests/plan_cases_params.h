@@ -129,16 +129,17 @@ static void param_encoders(const cJSON *c)
     exact("bert_word_embeddings (largest)", num(c, "expected.bert_word_embeddings"), (double)pc.largest_layer);
 }
 
-static enum mw_plan_tier tier_str(const cJSON *row, const char *key)
+static enum mw_tier_id tier_str(const cJSON *row, const char *key)
 {
     const cJSON *it = at(row, key);
-    if (!cJSON_IsString(it)) return MW_PLAN_TIER_NONE;
-    return !strcmp(it->valuestring, "cpu") ? MW_PLAN_TIER_CPU : !strcmp(it->valuestring, "nvme") ? MW_PLAN_TIER_NVME : MW_PLAN_TIER_NONE;
+    if (!cJSON_IsString(it)) return MW_TIER_DEVICE;
+    return !strcmp(it->valuestring, "cpu") ? MW_TIER_DRAM : !strcmp(it->valuestring, "nvme") ? MW_TIER_NVME : MW_TIER_DEVICE;
 }
 
 static struct mw_ds_input ds_input(const cJSON *c)
 {
     struct mw_ds_input in = {0};
+    in.offload_params = in.offload_optimizer = MW_TIER_DEVICE; /* not offloaded unless a row says */
     in.total_params = num(c, "inputs.total_params");
     in.largest_layer_params = at(c, "inputs.largest_layer_params") ? num(c, "inputs.largest_layer_params") : 0;
     in.gpus_per_node = num(c, "inputs.num_gpus_per_node");
@@ -160,7 +161,7 @@ static void ds_table(const cJSON *c, int stage, enum mw_ds_version v)
         const cJSON *row = cJSON_GetArrayItem(rows, i);
         char key[96];
         snprintf(key, sizeof key, "table row %d offload_param", i);
-        exact(key, stage == 3 ? tier_str(row, "offload_param") : MW_PLAN_TIER_NONE, t[i].offload_params);
+        exact(key, stage == 3 ? tier_str(row, "offload_param") : MW_TIER_DEVICE, t[i].offload_params);
         snprintf(key, sizeof key, "table row %d offload_optimizer", i);
         exact(key, tier_str(row, "offload_optimizer"), t[i].offload_optimizer);
         snprintf(key, sizeof key, "table row %d zero_init", i);
@@ -209,13 +210,13 @@ static void ds_zero2(const cJSON *c)
     ds_table(c, 2, MW_DS_LEGACY); /* the published table predates DeepSpeed PR #5099 */
     struct mw_ds_input in = ds_input(c);
     double gpu, cpu;
-    in.offload_optimizer = MW_PLAN_TIER_CPU;
+    in.offload_optimizer = MW_TIER_DRAM;
     mw_est_ds_zero2(&in, &gpu, &cpu);
     exact("offload cpu gpu_bytes", num(c, "expected.0.gpu_bytes"), gpu);
     exact("offload cpu cpu_bytes", num(c, "expected.0.cpu_bytes"), cpu);
     printed("offload cpu gpu GB printed", num(c, "expected.0.published_gpu_GB"), round(gpu / GIB * 100) / 100, 0);
     printed("offload cpu cpu GB printed", num(c, "expected.0.published_cpu_GB"), round(cpu / GIB * 100) / 100, 0);
-    in.offload_optimizer = MW_PLAN_TIER_NONE;
+    in.offload_optimizer = MW_TIER_DEVICE;
     in.version = MW_DS_LEGACY;
     mw_est_ds_zero2(&in, &gpu, &cpu);
     exact("none legacy gpu_bytes (4P+16P/N)", num(c, "expected.1.gpu_bytes_doc_formula_4P_plus_16P_over_N"), gpu);
@@ -231,6 +232,7 @@ static void ds_zero2(const cJSON *c)
 static void ds_zero3_manual(const cJSON *c)
 {
     struct mw_ds_input in = {0};
+    in.offload_params = in.offload_optimizer = MW_TIER_DEVICE; /* not offloaded unless a row says */
     in.total_params = num(c, "inputs.total_params");
     in.largest_layer_params = num(c, "inputs.largest_layer_params");
     in.gpus_per_node = num(c, "inputs.total_gpus");
@@ -240,10 +242,10 @@ static void ds_zero3_manual(const cJSON *c)
     exact("largest_layer_MB", num(c, "expected.largest_layer_MB"), floor(4 * in.largest_layer_params / MIB));
     mw_est_ds_zero3(&in, &gpu, &cpu);
     exact("case1_no_offload_MB", num(c, "expected.case1_no_offload_MB"), floor(gpu / MIB));
-    in.offload_params = in.offload_optimizer = MW_PLAN_TIER_CPU;
+    in.offload_params = in.offload_optimizer = MW_TIER_DRAM;
     mw_est_ds_zero3(&in, &gpu, &cpu);
     exact("case2_offload_param_and_opt_MB", num(c, "expected.case2_offload_param_and_opt_MB"), floor(gpu / MIB));
-    in.offload_params = MW_PLAN_TIER_NONE;
+    in.offload_params = MW_TIER_DEVICE;
     mw_est_ds_zero3(&in, &gpu, &cpu);
     exact("case3_offload_opt_only_MB", num(c, "expected.case3_offload_opt_only_MB"), floor(gpu / MIB));
 }

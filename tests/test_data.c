@@ -1,4 +1,5 @@
-/* test_data.c — the data loader: shard round trip, corrupt shards, text tokenization,
+/* test_data.c — the data loader: shard round trip (uint16 and uint32 shards), corrupt shards of
+ * both kinds, text tokenization,
  * seeded batches, a validation split disjoint from every training window, and paths that are
  * not regular files (a FIFO with a writer, /dev/zero, a FIFO inside a data directory): refused
  * by name, never waited on — an alarm turns a hang into a failure. */
@@ -351,6 +352,93 @@ static void test_decode(void)
     CHECK(t[0] == 255 && t[1] == 'a' && t[2] == '\n');
 }
 
+/* uint32 shards (llm.c's Llama-3 format, magic 20240801 version 7): round trip, ids above 65535
+ * in batches, every header field refused when hostile, and ids past INT32_MAX. */
+static void test_shard32(void)
+{
+    enum { N = 3000 };
+    static uint32_t tok[N];
+    uint64_t s = 11;
+    for (int i = 0; i < N; i++) tok[i] = (uint32_t)(tu_rand(&s) % 128256);
+    tok[7] = 128255;
+    const char *p = path_in("wide.bin");
+    CHECK_EQ_INT(mw_shard_write_ids(p, tok, N, 1), 0);
+    size_t len;
+    uint8_t *raw = read_file(p, &len);
+    CHECK_EQ_INT(len, MW_SHARD_HEADER_BYTES + 4 * N);
+    int32_t h[4];
+    memcpy(h, raw, sizeof h);
+    CHECK_EQ_INT(h[0], 20240801);
+    CHECK_EQ_INT(h[1], 7);
+    CHECK_EQ_INT(h[2], N);
+    CHECK_EQ_INT(h[3], 0);
+    struct mw_data d;
+    REQUIRE(mw_data_open(&d, p, NULL) == 0);
+    CHECK_EQ_INT(d.wide, 1);
+    CHECK_EQ_INT(d.max_token, 128255);
+    CHECK(d.seg[0].tok == NULL && d.seg[0].tok32 != NULL);
+    CHECK(memcmp(d.seg[0].tok32, tok, sizeof tok) == 0);
+    CHECK_EQ_INT(mw_data_seg_token(&d.seg[0], 7), 128255);
+    enum { B = 4, T = 16 };
+    int32_t in[B * T], tg[B * T];
+    uint64_t rng = 3, st[B];
+    mw_data_train_batch(&d, &rng, B, T, in, tg, st);
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            CHECK_EQ_INT(in[b * T + t], tok[st[b] + (uint64_t)t]);
+            CHECK_EQ_INT(tg[b * T + t], tok[st[b] + (uint64_t)t + 1]);
+        }
+    mw_data_free(&d);
+    /* The uint16 writer refuses an id it cannot hold; the same ids fit a uint32 shard. */
+    mw_error_clear();
+    CHECK_EQ_INT(mw_shard_write_ids(path_in("narrow.bin"), tok, N, 0), -ERANGE);
+    uint32_t small[3] = {1, 65535, 2};
+    CHECK_EQ_INT(mw_shard_write_ids(path_in("narrow.bin"), small, 3, 0), 0);
+    REQUIRE(mw_data_open(&d, path_in("narrow.bin"), NULL) == 0);
+    CHECK(d.wide == 0 && d.max_token == 65535 && d.seg[0].tok[1] == 65535);
+    mw_data_free(&d);
+
+    /* Hostile headers: each field in turn. */
+    int32_t v;
+    const char *q = path_in("bad32.bin");
+    v = 1; memcpy(raw + 4, &v, 4); write_file(q, raw, len);
+    expect_format_error(q, "magic 20240801 with version 1");
+    v = 7; memcpy(raw + 4, &v, 4);
+    v = MW_SHARD_MAGIC; memcpy(raw, &v, 4); write_file(q, raw, len);
+    expect_format_error(q, "magic 20240520 with version 7");
+    v = MW_SHARD32_MAGIC; memcpy(raw, &v, 4);
+    v = INT32_MAX; memcpy(raw + 8, &v, 4); write_file(q, raw, len);
+    expect_format_error(q, "count INT32_MAX (8 GiB) in a small file");
+    CHECK(strstr(mw_error_msg(), "truncated") != NULL);
+    v = N / 2; memcpy(raw + 8, &v, 4); write_file(q, raw, len); /* the uint16 size of N tokens */
+    expect_format_error(q, "count of half the tokens");
+    v = -1; memcpy(raw + 8, &v, 4); write_file(q, raw, len);
+    expect_format_error(q, "negative count");
+    v = N; memcpy(raw + 8, &v, 4); write_file(q, raw, len - 2);
+    expect_format_error(q, "truncated inside the last token");
+    /* An id past INT32_MAX: counted as INT32_MAX, so the vocabulary check refuses it by size. */
+    uint32_t huge = 0xfffffff0u;
+    memcpy(raw + MW_SHARD_HEADER_BYTES + 4 * 5, &huge, 4);
+    write_file(q, raw, len);
+    REQUIRE(mw_data_open(&d, q, NULL) == 0);
+    CHECK_EQ_INT(d.max_token, INT32_MAX);
+    mw_data_free(&d);
+    free(raw);
+
+    /* One directory, one kind: uint16 and uint32 shards together are refused. */
+    char dir[700];
+    snprintf(dir, sizeof dir, "%s/mixed", g_dir);
+    REQUIRE(mkdir(dir, 0777) == 0);
+    char a[800], b2[800];
+    snprintf(a, sizeof a, "%s/x_train_000000.bin", dir);
+    snprintf(b2, sizeof b2, "%s/x_train_000001.bin", dir);
+    REQUIRE(mw_shard_write_ids(a, small, 3, 0) == 0);
+    REQUIRE(mw_shard_write_ids(b2, small, 3, 1) == 0);
+    mw_error_clear();
+    CHECK_EQ_INT(mw_data_open(&d, dir, NULL), -EINVAL);
+    CHECK(strstr(mw_error_msg(), "mixes uint16") != NULL);
+}
+
 int main(void)
 {
     /* Not tu_scratch_dir(): gcc's -Wformat-truncation rejects its 600-byte command buffer
@@ -362,6 +450,7 @@ int main(void)
     REQUIRE(system(cmd) == 0);
     test_shard_round_trip();
     test_corrupt_shards();
+    test_shard32();
     test_text_and_batches();
     test_directory();
     test_not_regular();

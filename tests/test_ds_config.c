@@ -1,11 +1,11 @@
 /*
- * test_ds_config.c — the DeepSpeed config reader (memwall/ds_config.h): a real ZeRO-3 + NVMe
+ * test_ds_config.c — the DeepSpeed config reader (src/cli/train_ds_config.c): a real ZeRO-3 + NVMe
  * offload file as DeepSpeed's docs write it, the Hugging Face Trainer's "auto" file, the batch
  * keys against the world size, and broken files (bad JSON, wrong types, settings memwall cannot
  * honour, negative and huge numbers, duplicate keys), each refused with a message naming the key.
  */
 #include "memwall/common.h"
-#include "memwall/ds_config.h"
+#include "cli/train_ds_config.h"
 #include "testutil.h"
 
 #include <errno.h>

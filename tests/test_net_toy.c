@@ -307,14 +307,14 @@ static void run(const struct mw_net_config *nc, const struct mw_data *d, const c
     struct mw_train_config c = {
         .batch = 4, .seq = 8, .grad_accum = 2, .steps = 12, .lr = 0.05, .warmup = 2, .min_lr_frac = 0.1,
         .weight_decay = 0.01, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .clip = 1.0, .val_every = 0,
-        .val_batches = 1, .seed = 5, .threads = 2, .tier = MW_OFFLOAD_DRAM, .subgroup_size = 4096, .buffer_count = 3,
+        .val_batches = 1, .seed = 5, .threads = 2, .tier = MW_TIER_DRAM, .subgroup_size = 4096, .buffer_count = 3,
         .prefetch_depth = 1,
     };
     char nv[700];
     snprintf(nv, sizeof nv, "%s/%s", g_dir, how);
     c.nvme_dir = nv;
-    if (strcmp(how, "dram")) c.tier = MW_OFFLOAD_NVME;
-    if (!strcmp(how, "stream-bm") || !strcmp(how, "stream-lm")) c.offload_params = MW_OFFLOAD_NVME;
+    if (strcmp(how, "dram")) c.tier = MW_TIER_NVME;
+    if (!strcmp(how, "stream-bm") || !strcmp(how, "stream-lm")) c.offload_params = MW_TIER_NVME;
     if (!strcmp(how, "stream-lm")) c.layer_major = 1;
     if (!strcmp(how, "stream-bm")) c.sync_update = 1; /* either way: same results */
     struct mw_trainer tr;

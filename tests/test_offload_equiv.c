@@ -26,7 +26,7 @@ static int run(const struct mw_offload_registry *r, struct mw_offload_config cfg
     cfg.ext_weights = cfg.weights == MW_OFFLOAD_W_FP32 ? w : NULL;
     cfg.ext_grads = d == GRAD_ADD ? NULL : g;
     cfg.ext_grads_accumulate = d == CALLER_ACCUM;
-    if (cfg.place.tier[MW_OFFLOAD_MASTER] == MW_OFFLOAD_NVME || cfg.place.tier[MW_OFFLOAD_MOMENTS] == MW_OFFLOAD_NVME)
+    if (cfg.place.tier[MW_OFFLOAD_MASTER] == MW_TIER_NVME || cfg.place.tier[MW_OFFLOAD_MOMENTS] == MW_TIER_NVME)
         cfg.nvme_dir = g_dir;
     struct mw_offload *e;
     int rc = mw_offload_init(&e, r, &cfg);

@@ -54,16 +54,16 @@ static void placement(void)
     struct mw_offload_placement p;
     mw_offload_placement_default(&p);
     CHECK(mw_offload_placement_parse("master=nvme,moments=nvme,grads=dram", &p) == 0);
-    CHECK(p.tier[MW_OFFLOAD_MASTER] == MW_OFFLOAD_NVME && p.tier[MW_OFFLOAD_MOMENTS] == MW_OFFLOAD_NVME);
-    CHECK(p.tier[MW_OFFLOAD_GRADS] == MW_OFFLOAD_DRAM && p.tier[MW_OFFLOAD_WEIGHTS] == MW_OFFLOAD_DRAM);
+    CHECK(p.tier[MW_OFFLOAD_MASTER] == MW_TIER_NVME && p.tier[MW_OFFLOAD_MOMENTS] == MW_TIER_NVME);
+    CHECK(p.tier[MW_OFFLOAD_GRADS] == MW_TIER_DRAM && p.tier[MW_OFFLOAD_WEIGHTS] == MW_TIER_DRAM);
     CHECK(mw_offload_placement_parse("all=dram,moments=nvme", &p) == 0);
-    CHECK(p.tier[MW_OFFLOAD_MASTER] == MW_OFFLOAD_DRAM && p.tier[MW_OFFLOAD_MOMENTS] == MW_OFFLOAD_NVME);
+    CHECK(p.tier[MW_OFFLOAD_MASTER] == MW_TIER_DRAM && p.tier[MW_OFFLOAD_MOMENTS] == MW_TIER_NVME);
     char buf[128];
     CHECK(!strcmp(mw_offload_placement_str(&p, buf, sizeof buf), "master=dram,moments=nvme,grads=dram,weights=dram"));
     CHECK(mw_offload_placement_parse("master=floppy", &p) == -EINVAL);
     CHECK(strstr(mw_error_msg(), "floppy") != NULL);
     CHECK(mw_offload_placement_parse("gradients", &p) == -EINVAL);
-    CHECK(p.tier[MW_OFFLOAD_MOMENTS] == MW_OFFLOAD_NVME); /* unchanged by a failed parse */
+    CHECK(p.tier[MW_OFFLOAD_MOMENTS] == MW_TIER_NVME); /* unchanged by a failed parse */
 
     enum mw_offload_policy pol;
     int k = 0;
@@ -98,9 +98,9 @@ static void plan(const char *dir)
     CHECK(mw_offload_plan_make(&r, &c, &p) == 0);
     CHECK_EQ_INT(p.n_subgroups, 2);
     CHECK_EQ_INT(p.transactional, 0);
-    CHECK_EQ_INT(p.kind_bytes[MW_OFFLOAD_MASTER][MW_OFFLOAD_DRAM], 8192);   /* 2024*4 rounded to pages */
-    CHECK_EQ_INT(p.kind_bytes[MW_OFFLOAD_MOMENTS][MW_OFFLOAD_DRAM], 16384);
-    CHECK_EQ_INT(p.tier_bytes[MW_OFFLOAD_NVME], 0);
+    CHECK_EQ_INT(p.kind_bytes[MW_OFFLOAD_MASTER][MW_TIER_DRAM], 8192);   /* 2024*4 rounded to pages */
+    CHECK_EQ_INT(p.kind_bytes[MW_OFFLOAD_MOMENTS][MW_TIER_DRAM], 16384);
+    CHECK_EQ_INT(p.tier_bytes[MW_TIER_NVME], 0);
     CHECK_EQ_INT(p.staging_bytes, 0);
 
     /* optimizer state on NVMe: two slots of padded objects there, staging in DRAM */
@@ -108,9 +108,9 @@ static void plan(const char *dir)
     c.nvme_dir = dir;
     CHECK(mw_offload_plan_make(&r, &c, &p) == 0);
     CHECK_EQ_INT(p.transactional, 1);
-    CHECK_EQ_INT(p.kind_bytes[MW_OFFLOAD_MASTER][MW_OFFLOAD_DRAM], 0);
+    CHECK_EQ_INT(p.kind_bytes[MW_OFFLOAD_MASTER][MW_TIER_DRAM], 0);
     /* per subgroup: 3 regions of 4 KiB (1024 fp32), 2 slots, 2 subgroups */
-    CHECK_EQ_INT(p.tier_bytes[MW_OFFLOAD_NVME], 2 * 2 * 3 * 4096);
+    CHECK_EQ_INT(p.tier_bytes[MW_TIER_NVME], 2 * 2 * 3 * 4096);
     CHECK_EQ_INT(p.staging_bytes, 2 * (2u << 20));    /* I/O buffers are 2 MiB-rounded */
     char txt[1024];
     mw_offload_plan_format(&p, txt, sizeof txt);
@@ -130,17 +130,17 @@ static void plan(const char *dir)
             int rc = mw_offload_init(&e, &r, &x);
             CHECK_MSG(rc == 0, "init: %s", mw_error_msg());
             if (rc) continue;
-            uint64_t used[MW_OFFLOAD_NTIERS];
+            uint64_t used[MW_TIER_COUNT];
             mw_offload_tier_usage(e, used);
-            for (int t = 0; t < MW_OFFLOAD_NTIERS; t++)
+            for (int t = 0; t < MW_TIER_COUNT; t++)
                 CHECK_MSG(used[t] == q.tier_bytes[t], "%s dev=%d: %s tier holds %llu bytes, plan said %llu", places[i], dev,
-                          mw_offload_tier_name((enum mw_offload_tier)t), (unsigned long long)used[t],
+                          mw_offload_tier_name((enum mw_tier_id)t), (unsigned long long)used[t],
                           (unsigned long long)q.tier_bytes[t]);
             mw_offload_free(e);
         }
 
     /* a budget that is too small is refused before anything exists, with the numbers */
-    c.budget[MW_OFFLOAD_DRAM] = 1u << 20;
+    c.budget[MW_TIER_DRAM] = 1u << 20;
     struct mw_offload *e = NULL;
     int rc = mw_offload_init(&e, &r, &c);
     CHECK_EQ_INT(rc, MW_EBUDGET);
@@ -149,11 +149,11 @@ static void plan(const char *dir)
     CHECK_MSG(strstr(msg, "dram") && strstr(msg, "budget") && strstr(msg, "1.00 MiB") && strstr(msg, "4."),
               "message: %s", msg);
     CHECK_EQ_INT(dir_entries(dir), 0);  /* no backing file was created */
-    c.budget[MW_OFFLOAD_DRAM] = 0;
-    c.budget[MW_OFFLOAD_NVME] = 10000;
+    c.budget[MW_TIER_DRAM] = 0;
+    c.budget[MW_TIER_NVME] = 10000;
     CHECK_EQ_INT(mw_offload_plan_make(&r, &c, &p), MW_EBUDGET);
     CHECK(strstr(mw_error_msg(), "nvme"));
-    c.budget[MW_OFFLOAD_NVME] = 0;
+    c.budget[MW_TIER_NVME] = 0;
 
     /* bad configs */
     c.nvme_dir = NULL;
@@ -165,7 +165,7 @@ static void plan(const char *dir)
     c.policy = MW_OFFLOAD_POLICY_ALL_DEVICE;
     CHECK_EQ_INT(mw_offload_plan_make(&r, &c, &p), -EINVAL); /* needs use_device */
     c.use_device = 1;
-    c.budget[MW_OFFLOAD_DEVICE] = 4096;
+    c.budget[MW_TIER_DEVICE] = 4096;
     CHECK_EQ_INT(mw_offload_plan_make(&r, &c, &p), MW_EBUDGET);
     CHECK(strstr(mw_error_msg(), "device"));
     mw_offload_registry_free(&r);

@@ -78,7 +78,7 @@ static void test_layout_errors(void)
     l.tp = 3; /* 32 heads */
     CHECK_EQ_INT(mw_plan_compute(&m, &l, NULL, R), -EINVAL);
     mw_layout_default(&l);
-    l.offload_params = MW_PLAN_TIER_CPU; l.zero = 2;
+    l.offload_params = MW_TIER_DRAM; l.zero = 2;
     CHECK_EQ_INT(mw_plan_compute(&m, &l, NULL, R), -EINVAL);
     mw_layout_default(&l);
     l.gpus = 12; l.tp = 8;
@@ -107,7 +107,7 @@ static void test_offload_tiers(void)
     REQUIRE(mw_plan_compute(&m, &l, hw, R) == 0);
     const struct mw_stage s0 = R->stage[0];
     CHECK(s0.host.total == 0 && s0.nvme.total == 0);
-    l.offload_optimizer = MW_PLAN_TIER_NVME; l.offload_params = MW_PLAN_TIER_CPU;
+    l.offload_optimizer = MW_TIER_NVME; l.offload_params = MW_TIER_DRAM;
     REQUIRE(mw_plan_compute(&m, &l, hw, R) == 0);
     const struct mw_stage *s = &R->stage[0];
     CHECK_EQ_INT(s->gpu.optimizer, 0);
@@ -195,13 +195,13 @@ static void test_search_and_k8s(void)
     REQUIRE(mw_model_lookup("llama-3.1-405b", &m) == 0);
     mw_layout_default(&l);
     l.gpus = 1;
-    l.offload_optimizer = MW_PLAN_TIER_NONE;
+    l.offload_optimizer = MW_TIER_DEVICE;
     n = mw_plan_search(&m, &l, MW_FIX_OFFLOAD, mw_hw_lookup("rtx4090"), hits, 20);
     CHECK_EQ_INT(n, 0);
 
     REQUIRE(mw_model_lookup("llama-3-70b", &m) == 0);
     mw_layout_default(&l);
-    l.gpus = 8; l.tp = 8; l.zero = 1; l.offload_optimizer = MW_PLAN_TIER_NVME;
+    l.gpus = 8; l.tp = 8; l.zero = 1; l.offload_optimizer = MW_TIER_NVME;
     REQUIRE(mw_plan_compute(&m, &l, mw_hw_lookup("h100"), R) == 0);
     char buf[4096] = "";
     FILE *f = fmemopen(buf, sizeof buf - 1, "w");

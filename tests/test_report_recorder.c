@@ -36,12 +36,12 @@ int main(void)
 
     struct mw_trace *tr;
     REQUIRE(mw_trace_init(&tr, 4096) == 0);
-    mw_trace_set_tier(tr, MW_TIER_HOST, "host", 1ull << 30);
+    mw_trace_set_tier(tr, MW_TIER_DRAM, "host", 1ull << 30);
     mw_trace_set_tier(tr, MW_TIER_NVME, "nvme", 0);
     mw_trace_meta(tr, "limit.nvme->host.bytes_per_s", "2e9");
-    mw_trace_alloc(tr, MW_TIER_HOST, MW_KIND_MOMENTS, 1000, "m", 1000);
-    mw_trace_alloc(tr, MW_TIER_HOST, MW_KIND_STAGING, 500, "s", 1500);
-    mw_trace_free_event(tr, MW_TIER_HOST, MW_KIND_STAGING, 500, "s", 1000);
+    mw_trace_alloc(tr, MW_TIER_DRAM, MW_KIND_MOMENTS, 1000, "m", 1000);
+    mw_trace_alloc(tr, MW_TIER_DRAM, MW_KIND_STAGING, 500, "s", 1500);
+    mw_trace_free_event(tr, MW_TIER_DRAM, MW_KIND_STAGING, 500, "s", 1000);
     mw_trace_alloc(tr, MW_TIER_DEVICE, MW_KIND_WEIGHTS, 4096, "w", 4096);
     uint64_t base = mw_trace_now(tr) + 1000000;
     span(tr, "step", "step", base, 0, 100, "step", 7, "tokens", 256);
@@ -51,11 +51,11 @@ int main(void)
     span(tr, "offload", "wait", base, 70, 80, "subgroup", 2, NULL, 0);
     span(tr, "decision", "device", base, 80, 90, "subgroup", 2, "predicted_ns", 8000);
     /* Read [20, 30) under forward; write [75, 85): 5 us under the wait, 5 us under update. */
-    struct mw_trace_io io = {.op = MW_TRACE_READ, .from_tier = MW_TIER_NVME, .to_tier = MW_TIER_HOST,
+    struct mw_trace_io io = {.op = MW_TRACE_READ, .from_tier = MW_TIER_NVME, .to_tier = MW_TIER_DRAM,
                              .bytes = 1 << 20, .offset = 0, .queue_depth = 3, .submit_ns = base + 20000,
                              .complete_ns = base + 30000, .object = "sg2.master"};
     mw_trace_io(tr, &io);
-    io.op = MW_TRACE_WRITE; io.from_tier = MW_TIER_HOST; io.to_tier = MW_TIER_NVME;
+    io.op = MW_TRACE_WRITE; io.from_tier = MW_TIER_DRAM; io.to_tier = MW_TIER_NVME;
     io.submit_ns = base + 75000; io.complete_ns = base + 85000;
     mw_trace_io(tr, &io);
     REQUIRE(mw_trace_write(tr, path) == 0);

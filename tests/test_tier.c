@@ -13,8 +13,8 @@
 static void test_counters(void)
 {
     struct mw_tier *host;
-    REQUIRE(mw_tier_init(&host, MW_TIER_HOST, 0, NULL) == 0);
-    CHECK_EQ_INT(mw_tier_id(host), MW_TIER_HOST);
+    REQUIRE(mw_tier_init(&host, MW_TIER_DRAM, 0, NULL) == 0);
+    CHECK_EQ_INT(mw_tier_id(host), MW_TIER_DRAM);
     CHECK(mw_tier_is_host(host));
     struct mw_buf a, b;
     REQUIRE(mw_tier_alloc(host, 10000, MW_ALLOC_ZERO, MW_KIND_MASTER, "sg0.master", &a) == 0);
@@ -158,7 +158,7 @@ static void test_two_threads(void)
     struct mw_trace *tr;
     REQUIRE(mw_trace_init(&tr, 1 << 14) == 0);
     struct mw_tier *t;
-    REQUIRE(mw_tier_init(&t, MW_TIER_HOST, 100 << 10, tr) == 0); /* tight: forces refusals */
+    REQUIRE(mw_tier_init(&t, MW_TIER_DRAM, 100 << 10, tr) == 0); /* tight: forces refusals */
     struct race r[2] = {{t, 0, 0, 0}, {t, 0, 0, 0}};
     pthread_t th[2];
     for (int i = 0; i < 2; i++) REQUIRE(pthread_create(&th[i], NULL, racer, &r[i]) == 0);

@@ -61,7 +61,7 @@ static void test_events(const char *dir)
     mw_trace_thread_name(tr, "main \"test\"");
     mw_trace_meta(tr, "model", "gpt2-tiny");
     struct mw_tier *host, *nvme;
-    REQUIRE(mw_tier_init(&host, MW_TIER_HOST, 1ull << 30, tr) == 0);
+    REQUIRE(mw_tier_init(&host, MW_TIER_DRAM, 1ull << 30, tr) == 0);
     REQUIRE(mw_tier_init(&nvme, MW_TIER_NVME, 0, tr) == 0);
     struct mw_buf b;
     REQUIRE(mw_tier_alloc(host, 8192, 0, MW_KIND_MOMENTS, "sg3.exp_avg", &b) == 0);

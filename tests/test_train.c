@@ -24,7 +24,7 @@ static struct mw_train_config base_config(void)
     struct mw_train_config c = {
         .batch = 4, .seq = 16, .grad_accum = 1, .steps = 40, .lr = 3e-3, .warmup = 4, .min_lr_frac = 0.1,
         .weight_decay = 0.0, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .clip = 0, .val_every = 0,
-        .val_batches = 2, .ckpt_every = 0, .seed = 11, .threads = 2, .recompute = 0, .tier = MW_OFFLOAD_DRAM,
+        .val_batches = 2, .ckpt_every = 0, .seed = 11, .threads = 2, .recompute = 0, .tier = MW_TIER_DRAM,
     };
     return c;
 }
@@ -256,9 +256,9 @@ static void test_bad_config(const struct mw_data *d)
     small_vocab.vocab_size = 100;
     small_vocab.padded_vocab_size = 0;
     CHECK(trainer_init_gpt2(&tr, &small_vocab, &c, d) == -EINVAL); /* bytes up to 'z' and EOT 256 */
-    CHECK(strstr(mw_error_msg(), "--vocab") != NULL);
+    CHECK(strstr(mw_error_msg(), "use a vocabulary (vocab_size) of") != NULL);
     /* The NVMe tier is sized before anything is allocated: a too-small budget is refused. */
-    c.tier = MW_OFFLOAD_NVME;
+    c.tier = MW_TIER_NVME;
     c.nvme_dir = tu_scratch_dir("train_nvme_budget");
     c.nvme_budget = 4096;
     CHECK(trainer_init_gpt2(&tr, &tiny, &c, d) == MW_EBUDGET);

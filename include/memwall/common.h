@@ -122,6 +122,13 @@ void mw_abort_(const char *file, int line, const char *expr) __attribute__((nore
 #define MW_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define MW_ALIGN_UP(x, a) ((((x) + (a) - 1) / (a)) * (a))
 
+/* The memory tiers: one enum for tier, offload, plan and trace. The optimizer's tier is written
+ * into checkpoints and commit records with these values: never reorder. Zero is DRAM, what a
+ * zero-initialised configuration means. Names: mw_offload_tier_name ("dram", "nvme", "device"),
+ * mw_tier_name (the trace's "host", "nvme", "device"), mw_plan_tier_name (DeepSpeed's "cpu",
+ * "nvme", "none"). */
+enum mw_tier_id { MW_TIER_DRAM = 0, MW_TIER_NVME = 1, MW_TIER_DEVICE = 2, MW_TIER_COUNT = 3 };
+
 #ifdef __cplusplus
 }
 #endif

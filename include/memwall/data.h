@@ -1,6 +1,7 @@
 /*
  * memwall/data.h — training data: a byte-level tokenizer, llm.c's pre-tokenised .bin
- * shards, seeded random training batches and a fixed held-out validation split.
+ * shards (and writing them from text with a Hugging Face tokenizer, memwall/tok.h), seeded
+ * random training batches and a fixed held-out validation split.
  *
  * Why this shape: the training loop only ever needs "B windows of T+1 consecutive tokens".
  * Everything the loader opens (a text file, one shard, a directory of shards or texts) is
@@ -11,9 +12,15 @@
  * word. Validation windows are a fixed, non-overlapping tiling of the validation parts, so
  * every evaluation of a run sees the same tokens.
  *
- * Shard format (llm.c, version 1): 256 little-endian int32 header words — [0] = 20240520
- * (magic), [1] = 1 (version: uint16 tokens), [2] = token count — then that many uint16
- * tokens; the file size must be exactly 1024 + 2 * count. Anything else is MW_EFORMAT.
+ * Shard formats (llm.c's): 256 little-endian int32 header words — [0] magic, [1] version,
+ * [2] token count, the rest reserved (written 0, not read) — then that many tokens:
+ *   magic 20240520, version 1: uint16 tokens (GPT-2 and any vocabulary of at most 65536 ids);
+ *   magic 20240801, version 7: uint32 tokens (Llama-3 and larger vocabularies; llm.c's
+ *                              data_common.py writes this pair for its "llama-3" model).
+ * The file size must be exactly 1024 + width * count (computed with overflow checks); any other
+ * magic, version or size is MW_EFORMAT naming the file. One directory holds one kind of shard.
+ * A uint32 token above INT32_MAX is read as INT32_MAX (no model has that many ids, so the
+ * vocabulary checks refuse it by its size instead of it wrapping to a small id).
  *
  * Byte tokenizer: token = byte value (0..255), plus MW_TOK_EOT = 256 written before each
  * text document; vocabulary 257.
@@ -30,6 +37,8 @@ extern "C" {
 
 #define MW_SHARD_MAGIC 20240520
 #define MW_SHARD_VERSION 1
+#define MW_SHARD32_MAGIC 20240801
+#define MW_SHARD32_VERSION 7
 #define MW_SHARD_HEADER_INTS 256
 #define MW_SHARD_HEADER_BYTES (MW_SHARD_HEADER_INTS * 4)
 
@@ -53,11 +62,58 @@ size_t mw_tok_decode(int token, char *buf, size_t n);
 /* Writes tokens[0..n) as a version-1 shard at path (through path.tmp + rename, so a
  * crash never leaves a half-written shard under the final name). */
 int mw_shard_write(const char *path, const uint16_t *tokens, size_t n);
+/* Writes tokens[0..n) as a uint16 version-1 shard (wide = 0: every token must be below 65536,
+ * else -ERANGE) or a uint32 version-7 shard (wide = 1), the same way. */
+int mw_shard_write_ids(const char *path, const uint32_t *tokens, size_t n, int wide);
+
+/* ---- preparing shards from text (memwall data) ---- */
+
+struct mw_tok; /* memwall/tok.h */
+struct mw_data_prep_stats;
+
+struct mw_data_prep_opts {
+    const char *out_dir;      /* created if missing; must not hold shards of this name already */
+    const char *name;         /* shard names: <name>_train_NNNNNN.bin, <name>_val_NNNNNN.bin */
+    double val_frac;          /* the first val_frac of the input bytes go to validation, [0, 1) */
+    uint64_t shard_tokens;    /* tokens per shard, [1, INT32_MAX] (the last of each split is shorter) */
+    int32_t doc_token;        /* written before every document; -1: mw_tok_doc_token */
+    /* Called after each shard written and about once a second (optional). */
+    void (*progress)(const struct mw_data_prep_stats *s, void *user);
+    void *user;
+};
+
+struct mw_data_prep_stats {
+    uint64_t bytes_total;     /* of all input files */
+    uint64_t bytes_done;
+    uint64_t docs;
+    uint64_t train_tokens, val_tokens;
+    int train_shards, val_shards;
+    int wide;                 /* 1: uint32 shards (vocabulary over 65536 ids) */
+    int32_t doc_token;
+    char last_shard[1024];    /* the shard written last ("" before the first) */
+};
+
+/* Defaults: name "data", val_frac 0.1, shard_tokens 10^8 (llm.c's), doc_token -1. */
+void mw_data_prep_opts_default(struct mw_data_prep_opts *o);
+
+/* Tokenizes inputs[0..n) with tok into shards, as llm.c's data scripts do: every document is the
+ * document token followed by its ids (special tokens in the text are encoded as text, so a
+ * document cannot forge one); uint16 shards when the vocabulary has at most 65536 ids, else
+ * uint32 (version 7). An input is a file or a directory (its regular, non-hidden files, sorted by
+ * name; sub-directories skipped); a file named *.jsonl holds one JSON object per line whose
+ * "text" string is a document, any other file is one document. Documents are taken in order, and
+ * the first val_frac of the input bytes go to validation (a document across the boundary is cut
+ * at the token in the same proportion), the rest to training. Each file is read whole.
+ * On failure shards already written stay (complete, each written atomically); the message names
+ * the file, and for JSONL the line. */
+int mw_data_prepare(struct mw_tok *tok, const char *const *inputs, int n, const struct mw_data_prep_opts *o,
+                    struct mw_data_prep_stats *st);
 
 /* ---- dataset ---- */
 
 struct mw_data_segment {
-    const uint16_t *tok;   /* tokens [0, n) */
+    const uint16_t *tok;   /* tokens [0, n): uint16 shards and text; NULL for a uint32 shard ... */
+    const uint32_t *tok32; /* ... whose tokens are here (use mw_data_seg_token for either) */
     size_t n;              /* tokens */
     size_t train_end;      /* [0, train_end) train, [train_end, n) validation */
     uint64_t base;         /* global token index of tok[0] (sum of previous segments' n) */
@@ -80,9 +136,17 @@ struct mw_data {
     uint64_t n_train_tokens; /* sum of train parts */
     uint64_t n_val_tokens;   /* sum of validation parts */
     int max_token;           /* largest token id seen (vocabulary must exceed it): all of a
-                                text; the first 2^20 tokens of each shard */
+                                text; the first 2^20 tokens of each shard (uint32 ids above
+                                INT32_MAX count as INT32_MAX) */
+    int wide;                /* 1: uint32 shards (version 7) */
     char path[512];          /* what was opened, for messages */
 };
+
+/* Token i of a segment, whichever width it is stored in. */
+static inline uint32_t mw_data_seg_token(const struct mw_data_segment *s, size_t i)
+{
+    return s->tok32 ? s->tok32[i] : s->tok[i];
+}
 
 /* Defaults for mw_data_opts. */
 void mw_data_opts_default(struct mw_data_opts *o);

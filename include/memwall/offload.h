@@ -29,6 +29,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "memwall/common.h"
+#include "memwall/store.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -79,16 +82,16 @@ int mw_offload_cut(const struct mw_offload_registry *r, uint64_t subgroup_size,
 
 /* ---------------------------------------------------------------- placement */
 
-enum mw_offload_tier { MW_OFFLOAD_DRAM = 0, MW_OFFLOAD_NVME = 1, MW_OFFLOAD_DEVICE = 2, MW_OFFLOAD_NTIERS = 3 };
+/* Tiers: core's enum mw_tier_id (memwall/common.h). */
 /* The kinds of per-parameter state. MOMENTS covers both Adam moments (exp_avg, exp_avg_sq). */
 enum mw_offload_kind { MW_OFFLOAD_MASTER = 0, MW_OFFLOAD_MOMENTS = 1, MW_OFFLOAD_GRADS = 2,
                        MW_OFFLOAD_WEIGHTS = 3, MW_OFFLOAD_NKINDS = 4 };
 
 struct mw_offload_placement {
-    enum mw_offload_tier tier[MW_OFFLOAD_NKINDS];
+    enum mw_tier_id tier[MW_OFFLOAD_NKINDS];
 };
 
-const char *mw_offload_tier_name(enum mw_offload_tier t);   /* "dram", "nvme", "device" */
+const char *mw_offload_tier_name(enum mw_tier_id t);   /* "dram", "nvme", "device" */
 const char *mw_offload_kind_name(enum mw_offload_kind k);   /* "master", "moments", ... */
 /* Parses "master=nvme,moments=nvme,grads=dram,weights=dram"; "optim=T" sets master and moments,
  * "all=T" every kind; kinds not named keep their value in *p (initialise it first, e.g. with
@@ -134,23 +137,22 @@ double mw_offload_predict_dev_s(const struct mw_offload_profile *p, uint64_t n, 
 /* ---------------------------------------------------------------- configuration and plan */
 
 struct mw_trace; /* memwall/trace.h; optional */
-struct mw_store_io; /* memwall/store.h */
 struct mw_offload_record; /* below: the durable commit record */
 
 /* Streaming callers (docs/offload.md, "Weights and gradients streamed"): the caller keeps its
- * weight and gradient arrays only partly resident, and the engine tells it when it is about to
- * read a range of them and when it is done with one. Events, each with the subgroup's element
- * range [first, first+n) of the engine's flat space:
- *   WEIGHTS_IN  before mw_offload_init reads ext_weights for the initial master (fp32 only);
- *   SG_DONE     after the subgroup's update was written back, or after init wrote it: its
- *               gradients (and weights) may leave DRAM now.
- * A non-zero return fails the init or the step with that code (set the message). With a stream
- * function the engine never writes the working copy (ext_weights is read at init only): the
- * caller reads the committed master with mw_offload_master_fetch when it needs weights. The
+ * weight and gradient arrays only partly resident. It writes each subgroup's initial master itself
+ * (mw_offload_master_init), and the engine tells it one thing, on its update thread, with the
+ * subgroup's element range [first, first+n) of the engine's flat space:
+ *   SG_DONE     after the subgroup's update was written back: its gradients (and weights) may
+ *               leave DRAM now (on the update thread: the pages go the moment the update has
+ *               read them, not when the training thread next looks).
+ * A non-zero return fails the step with that code (set the message). With a stream function the
+ * engine never writes the working copy: the caller reads the committed master with
+ * mw_offload_master_fetch when it needs weights. The
  * engine keeps each subgroup's gradients in an NVMe object of its own (mw_offload_grads_put_start by
  * the caller once they are final) and reads them back into ext_grads, beside the state, before the
  * update (the pages of ext_grads at that subgroup must be the caller's to overwrite then). */
-enum mw_offload_stream_event { MW_OFFLOAD_WEIGHTS_IN = 0, MW_OFFLOAD_SG_DONE = 1 };
+enum mw_offload_stream_event { MW_OFFLOAD_SG_DONE = 1 };
 typedef int (*mw_offload_stream_fn)(void *user, int event, uint64_t first, uint64_t n);
 
 struct mw_offload_config {
@@ -189,7 +191,7 @@ struct mw_offload_config {
     const char *nvme_dir;            /* directory for the NVMe state (several: "d1:d2"), when any is on nvme */
     unsigned io_queue_depth;         /* NVMe requests (pieces) in flight, reads and writes together; 0 = 128 */
     uint64_t io_block_size;          /* bytes per NVMe piece, multiple of 4096; 0 = the engine's 1 MiB */
-    uint64_t budget[MW_OFFLOAD_NTIERS]; /* bytes per tier, 0 = no budget (real capacity still checked) */
+    uint64_t budget[MW_TIER_COUNT]; /* bytes per tier, 0 = no budget (real capacity still checked) */
     enum mw_offload_policy policy;
     int every_k;                     /* for MW_OFFLOAD_POLICY_EVERY_K, >= 1 */
     int use_device;                  /* create the emulated accelerator (hybrid schedule) */
@@ -214,12 +216,12 @@ struct mw_offload_plan {
     uint64_t subgroup_size;          /* after rounding */
     uint32_t n_subgroups;
     int transactional;               /* optimizer state has two slots per subgroup (see docs) */
-    uint64_t kind_bytes[MW_OFFLOAD_NKINDS][MW_OFFLOAD_NTIERS]; /* engine-owned bytes */
+    uint64_t kind_bytes[MW_OFFLOAD_NKINDS][MW_TIER_COUNT]; /* engine-owned bytes */
     uint64_t staging_bytes;          /* host staging buffers (DRAM) */
     uint64_t scratch_bytes;          /* the caller's NVMe scratch (cfg.scratch_bytes, rounded) */
     uint64_t device_arena_bytes;     /* emulated accelerator arena */
-    uint64_t tier_bytes[MW_OFFLOAD_NTIERS];     /* totals */
-    uint64_t tier_capacity[MW_OFFLOAD_NTIERS];  /* min(budget, real capacity); 0 = unknown */
+    uint64_t tier_bytes[MW_TIER_COUNT];     /* totals */
+    uint64_t tier_capacity[MW_TIER_COUNT];  /* min(budget, real capacity); 0 = unknown */
 };
 /* Sizes the state for (registry, config); -EINVAL for a bad config, MW_EBUDGET when a tier
  * does not fit (message names the tier, what is needed and what is available). */
@@ -347,30 +349,45 @@ int mw_offload_set_committed_steps(struct mw_offload *e, uint64_t steps);
 int mw_offload_set_release(struct mw_offload *e, int grads, int staging);
 
 /* Bytes the engine holds now on each tier (its tiers' counters): equal to the plan's tier_bytes. */
-void mw_offload_tier_usage(const struct mw_offload *e, uint64_t bytes[MW_OFFLOAD_NTIERS]);
+void mw_offload_tier_usage(const struct mw_offload *e, uint64_t bytes[MW_TIER_COUNT]);
 
 void mw_offload_stats_get(const struct mw_offload *e, struct mw_offload_stats *s);
 void mw_offload_stats_reset(struct mw_offload *e);
+
+/* ---------------------------------------------------------------- the NVMe object service
+ * (src/offload/objects.c): transfers beside the update, each a handle the caller polls or waits on. */
+struct mw_offload_io {
+    struct mw_store_io s; /* the engine's; the caller only passes the handle */
+};
+/* 1 when the transfer has completed (mw_offload_io_wait still finishes it), 0 while in flight. */
+int mw_offload_io_test(struct mw_offload_io *io);
+
+/* Streaming (cfg.stream): the engine does not write the initial master at init; the caller writes
+ * each subgroup's, once, from src (its n fp32 weights; NULL: zeros) as it makes the weights, a
+ * subgroup at a time, before the first step (which refuses while any is missing). */
+int mw_offload_master_init(struct mw_offload *e, uint32_t sg, const float *src);
+/* Subgroups whose initial master is still to be written (0 after a resume: the record's state). */
+uint32_t mw_offload_master_uninit(const struct mw_offload *e);
 
 /* Streaming: starts reading the committed fp32 master weights of subgroup sg (whole) from its
  * NVMe slot into dst, which must be 4096-aligned with room for MW_ALIGN_UP(4 n, 4096) bytes;
  * io is the caller's (filled in by this call), finished with mw_offload_io_wait. Only between
  * steps (the committed slot must not move meanwhile); several fetches may be in flight. Needs
  * the master on NVMe (-EINVAL otherwise). */
-int mw_offload_master_fetch(struct mw_offload *e, uint32_t sg, void *dst, struct mw_store_io *io);
+int mw_offload_master_fetch(struct mw_offload *e, uint32_t sg, void *dst, struct mw_offload_io *io);
 
 /* Streaming: starts writing the final gradients of subgroup sg (4 n bytes, fp32; src 4096-aligned
  * with room for MW_ALIGN_UP(4 n, 4096) bytes, untouched until done) to its NVMe object; io is the
  * caller's. mw_offload_io_wait finishes it, or a master fetch: it counts the bytes and names the
- * object on a failure (mw_store_test(io) polls). */
-int mw_offload_grads_put_start(struct mw_offload *e, uint32_t sg, const void *src, struct mw_store_io *io);
-int mw_offload_io_wait(struct mw_offload *e, struct mw_store_io *io);
+ * object on a failure (mw_offload_io_test(io) polls). */
+int mw_offload_grads_put_start(struct mw_offload *e, uint32_t sg, const void *src, struct mw_offload_io *io);
+int mw_offload_io_wait(struct mw_offload *e, struct mw_offload_io *io);
 /* The caller's scratch on NVMe (cfg.scratch_bytes): an async write (write = 1) or read of len
  * bytes at offset (multiples of MW_OFFLOAD_SCRATCH_ALIGN) from or into a 4096-aligned buffer; mw_offload_io_wait
  * ends it. Checksummed like all store I/O; -EINVAL outside the scratch. */
 #define MW_OFFLOAD_SCRATCH_ALIGN ((uint64_t)64 << 10) /* scratch writes start on it: the store's checksum block */
 int mw_offload_scratch_start(struct mw_offload *e, int write, uint64_t offset, uint64_t len, void *buf,
-                             struct mw_store_io *io);
+                             struct mw_offload_io *io);
 
 /* ---------------------------------------------------------------- durable commit record
  *

@@ -14,7 +14,7 @@
  *     struct mw_plan_result *r = malloc(sizeof *r);  // large: one entry per pipeline stage
  *     mw_model_lookup("llama-3-70b", &m);            // or mw_model_from_config_file(path, &m)
  *     mw_layout_default(&l); l.gpus = 8; l.tp = 8; l.zero = 1;
- *     l.offload_optimizer = MW_PLAN_TIER_NVME;
+ *     l.offload_optimizer = MW_TIER_NVME;
  *     if (mw_plan_compute(&m, &l, mw_hw_lookup("h100"), r) == 0)
  *         ... r->stage[r->worst].gpu.total, r->host_node, r->time.iter_s ...
  *
@@ -26,6 +26,8 @@
 #define MEMWALL_PLAN_H
 
 #include <stdint.h>
+
+#include "memwall/common.h"
 #include <stdio.h>
 
 #ifdef __cplusplus
@@ -134,7 +136,8 @@ uint64_t mw_model_matmul_params(const struct mw_model *m);
 /* ---- layouts ----------------------------------------------------------------------------- */
 
 enum mw_dtype { MW_DT_NONE = 0, MW_DT_FP32, MW_DT_BF16, MW_DT_FP16, MW_DT_FP8, MW_DT_INT8, MW_DT_INT4 };
-enum mw_plan_tier { MW_PLAN_TIER_NONE = 0, MW_PLAN_TIER_CPU, MW_PLAN_TIER_NVME };
+/* Offload targets are core's enum mw_tier_id (memwall/common.h): DEVICE = not offloaded ("none"),
+ * DRAM = "cpu", NVME = "nvme" (DeepSpeed's words, mw_plan_tier_name). */
 enum mw_recompute { MW_RECOMPUTE_NONE = 0, MW_RECOMPUTE_SELECTIVE, MW_RECOMPUTE_FULL };
 /* Which activation formula: DETAILED generalizes Korthikanti et al. Table 2 to GQA, SwiGLU,
  * MLA and MoE (identical to it for GPT shapes); CLASSIC applies the paper's GPT constants
@@ -145,7 +148,7 @@ enum mw_act_model { MW_ACT_DETAILED = 0, MW_ACT_CLASSIC, MW_ACT_ZERO, MW_ACT_ZER
 double mw_dtype_bytes(enum mw_dtype d);  /* 0.5 for int4, 0 for none */
 const char *mw_dtype_name(enum mw_dtype d);
 int mw_dtype_parse(const char *s, enum mw_dtype *d); /* -EINVAL */
-const char *mw_plan_tier_name(enum mw_plan_tier t);
+const char *mw_plan_tier_name(enum mw_tier_id t);
 
 struct mw_layout {
     uint64_t gpus;           /* total ranks (0 = dp*tp*pp) */
@@ -156,7 +159,7 @@ struct mw_layout {
     int sequence_parallel;   /* shard the TP-replicated activations over TP */
     int zero;                /* ZeRO stage 0..3 (stage 1 = Megatron's distributed optimizer) */
     int zeropp;              /* ZeRO++ (qwZ+hpZ+qgZ) communication */
-    enum mw_plan_tier offload_optimizer, offload_params;
+    enum mw_tier_id offload_optimizer, offload_params;
     enum mw_dtype weight, grad, master, moment;
     enum mw_dtype grad_accum;/* extra gradient-accumulation buffer (none or fp32) */
     enum mw_dtype act;       /* activation dtype (2 bytes in every published formula) */
@@ -360,7 +363,7 @@ struct mw_ds_input {
     double total_params, largest_layer_params;
     double gpus_per_node, nodes;
     double buffer_factor;    /* additional_buffer_factor, 1.5 */
-    enum mw_plan_tier offload_params, offload_optimizer; /* NONE or CPU (nvme is priced as cpu) */
+    enum mw_tier_id offload_params, offload_optimizer; /* NONE or CPU (nvme is priced as cpu) */
     int zero_init;
     enum mw_ds_version version;
 };
@@ -374,7 +377,7 @@ void mw_est_ds_zero2(const struct mw_ds_input *in, double *gpu_bytes, double *cp
  * zero_init -1; in->version picks the no-offload formula). Bytes truncated as DeepSpeed's int().
  * Returns the row count, or -EINVAL for another stage. */
 struct mw_ds_row {
-    enum mw_plan_tier offload_params, offload_optimizer; /* NONE or CPU */
+    enum mw_tier_id offload_params, offload_optimizer; /* NONE or CPU */
     int zero_init;                                       /* 1, 0; -1 for ZeRO-2 rows */
     double gpu_bytes, cpu_bytes;                         /* per GPU; per node ("per CPU") */
 };

@@ -22,7 +22,7 @@
  *
  * Usage:
  *   struct mw_tier *host;
- *   mw_tier_init(&host, MW_TIER_HOST, 8ull << 30, trace);           // 8 GiB budget
+ *   mw_tier_init(&host, MW_TIER_DRAM, 8ull << 30, trace);           // 8 GiB budget
  *   struct mw_buf b;
  *   int rc = mw_tier_alloc(host, 64 << 20, MW_ALLOC_IO, MW_KIND_STAGING, "sg17 staging", &b);
  *   if (rc) ... mw_error_msg() says "host tier: budget 8.00 GiB, in use ..., request ..." ...
@@ -43,12 +43,7 @@ extern "C" {
 
 struct mw_trace; /* memwall/trace.h */
 
-enum mw_tier_id {
-    MW_TIER_DEVICE = 0,
-    MW_TIER_HOST = 1,
-    MW_TIER_NVME = 2,
-    MW_TIER_COUNT = 3,
-};
+/* The tier ids are core's enum mw_tier_id (memwall/common.h): DRAM ("host" here), NVMe, device. */
 
 /* What an allocation is for (shown in the trace and the report). */
 enum mw_alloc_kind {

@@ -41,7 +41,7 @@ struct mw_trace; /* memwall/trace.h */
 extern "C" {
 #endif
 
-/* Tiers are memwall/offload.h's enum mw_offload_tier (MW_OFFLOAD_DRAM, MW_OFFLOAD_NVME): one
+/* Tiers are memwall/offload.h's enum mw_tier_id (MW_TIER_DRAM, MW_TIER_NVME): one
  * enum for the optimizer state, the streamed weights and the engine. */
 
 struct mw_train_config {
@@ -61,7 +61,7 @@ struct mw_train_config {
     uint64_t seed;         /* weights and data order */
     int threads;           /* OpenMP / OpenBLAS threads; 0 = all */
     int recompute;         /* activation recomputation in backward */
-    enum mw_offload_tier tier; /* optimizer-state tier (master weights and moments) */
+    enum mw_tier_id tier; /* optimizer-state tier (master weights and moments) */
     /* Offload engine settings (not saved in checkpoints; 0 / NULL = the engine's default). */
     const char *nvme_dir;       /* NVMe tier directory (tier nvme; NULL = ./run/nvme) */
     uint64_t subgroup_size;     /* elements per subgroup */
@@ -75,10 +75,10 @@ struct mw_train_config {
      * sequences of it, and the loss is the mean over the global batch on every rank. */
     struct mw_comm *comm;       /* borrowed (memwall/comm.h) */
     int zero_stage;             /* 0: replicate and allreduce; 1, 2, 3: ZeRO (saved in checkpoints) */
-    /* Weights and gradients (docs/train.md, "Streaming"): MW_OFFLOAD_DRAM keeps them resident;
-     * MW_OFFLOAD_NVME streams them unit by unit from the optimizer's fp32 master on NVMe (needs
-     * tier = MW_OFFLOAD_NVME, one rank). Not saved in checkpoints. */
-    enum mw_offload_tier offload_params;
+    /* Weights and gradients (docs/train.md, "Streaming"): MW_TIER_DRAM keeps them resident;
+     * MW_TIER_NVME streams them unit by unit from the optimizer's fp32 master on NVMe (needs
+     * tier = MW_TIER_NVME, one rank). Not saved in checkpoints. */
+    enum mw_tier_id offload_params;
     const char *init_safetensors; /* streaming only: the initial weights, loaded a unit at a time as the
                                      engine writes its master (else cfg.seed); non-streamed runs load
                                      the file into the model after mw_trainer_init */
@@ -217,11 +217,18 @@ struct mw_train_choices {
     const char *preread;        /* "auto" | "on" | "off" */
     int recompute;              /* the user asked for recomputation */
     int world;                  /* ranks of the run */
+    const char *init_safetensors; /* initial weights (NULL: from the seed); streamed: a unit at a time */
+    int prefetch_given;         /* the user set prefetch_depth (it serves streamed weights only) */
 };
 /* Decides tc's tier, offload_params, layer_major, acts_nvme, preread and journal from ch, and
  * checks them with tc's offload_policy, io_block_size and batch: -EINVAL naming every conflict in
  * one message (src/train/resolve.c). */
 int mw_train_config_resolve(const struct mw_train_choices *ch, struct mw_train_config *tc);
+/* What a resolved configuration decided, in the words a run's record keeps: tier "dram" | "nvme",
+ * schedule "layer-major" | "batch-major", activations "nvme" | "recompute" (streamed layer-major
+ * runs; NULL: not decided by memwall), nvme_dir (the optimizer on NVMe; NULL otherwise). */
+struct mw_train_names { const char *tier, *schedule, *activations, *nvme_dir; };
+void mw_train_config_names(const struct mw_train_config *tc, struct mw_train_names *out);
 
 /* A DRAM budget picks the streamed run's knobs (src/train/budget.c): for a run with
  * offload_params = NVMe and dram_budget > 0, the knobs named in free_knobs (the caller left them
@@ -302,9 +309,9 @@ struct mw_train_outputs {
 struct mw_train_outlock;
 /* Takes the out-dir's lock (-EBUSY naming the holder when another live run has it), removes the
  * temporaries of dead runs there and beside the log and trace, and refuses (a message naming the
- * option) an output that cannot be written, two outputs that are one file or an output that is the
- * data, and an out-dir without the free space for the final model and two checkpoints. Release
- * the lock when the run ends. */
+ * setting, e.g. out_dir) an output that cannot be written, two outputs that are one file or an
+ * output that is the data, and an out-dir without the free space for the final model and two
+ * checkpoints. Release the lock when the run ends. */
 int mw_train_outputs_check(const struct mw_train_outputs *o, struct mw_train_outlock **lock);
 void mw_train_outputs_release(struct mw_train_outlock *lock);
 /* Removes PREFIX*.tmp.<pid>.<n> files of processes that are not alive from dir (prefix NULL:
@@ -347,7 +354,7 @@ struct mw_train_resume {
     struct mw_ckpt_info info;            /* model, training settings, step, data-RNG state, data path */
     char *run_spec;                      /* the run's settings as its caller kept them; NULL in records
                                             written before memwall kept them */
-    enum mw_offload_tier offload_params; /* streamed weights or not */
+    enum mw_tier_id offload_params; /* streamed weights or not */
     int layer_major, sync_update, prefetch_depth, buffer_count;
     uint64_t subgroup_size, io_block_size;
     unsigned io_queue_depth;

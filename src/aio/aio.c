@@ -254,8 +254,8 @@ struct mw_aio_req *mw_aio_piece_done_(struct mw_aio *aio, struct mw_aio_piece *p
     if (aio->cfg.trace) {
         struct mw_trace_io ev = {
             .op = r->op == MW_AIO_READ ? MW_TRACE_READ : MW_TRACE_WRITE,
-            .from_tier = r->op == MW_AIO_READ ? MW_TIER_NVME : MW_TIER_HOST,
-            .to_tier = r->op == MW_AIO_READ ? MW_TIER_HOST : MW_TIER_NVME,
+            .from_tier = r->op == MW_AIO_READ ? MW_TIER_NVME : MW_TIER_DRAM,
+            .to_tier = r->op == MW_AIO_READ ? MW_TIER_DRAM : MW_TIER_NVME,
             .bytes = p->len, .offset = p->off, .queue_depth = p->qd,
             .submit_ns = p->submit_ns, .complete_ns = now, .object = r->object, .result = res,
         };

@@ -116,7 +116,7 @@ static int run_trace_cost(int json)
     trace_cost(tr, 1, N / 4); /* touch the ring's pages once */
     double one = trace_cost(tr, 1, N), two = trace_cost(tr, 2, N / 2), off = trace_cost(NULL, 1, N);
     /* Also the I/O event as the engine emits it. */
-    struct mw_trace_io io = {.op = MW_TRACE_READ, .from_tier = MW_TIER_NVME, .to_tier = MW_TIER_HOST,
+    struct mw_trace_io io = {.op = MW_TRACE_READ, .from_tier = MW_TIER_NVME, .to_tier = MW_TIER_DRAM,
                              .bytes = 1 << 20, .queue_depth = 8, .object = "x"};
     uint64_t t0 = mw_now_ns();
     for (int i = 0; i < N; i++) { io.offset = (uint64_t)i << 20; io.submit_ns = io.complete_ns = (uint64_t)i; mw_trace_io(tr, &io); }

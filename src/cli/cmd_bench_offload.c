@@ -276,8 +276,8 @@ static int bench_offload(int argc, char **argv)
     c.buffer_count = (int)buffers;
     c.io_queue_depth = (unsigned)qd;
     c.io_block_size = bsize;
-    c.budget[MW_OFFLOAD_DRAM] = dram_budget;
-    c.budget[MW_OFFLOAD_NVME] = nvme_budget;
+    c.budget[MW_TIER_DRAM] = dram_budget;
+    c.budget[MW_TIER_NVME] = nvme_budget;
     if (bsize % 4096) { fprintf(stderr, "memwall bench offload: --block-size must be a multiple of 4096\n"); return 2; }
     c.cpu_threads = (int)threads;
     c.moments = !strcmp(moments, "bf16") ? MW_OFFLOAD_M_BF16 : !strcmp(moments, "bf16-sr") ? MW_OFFLOAD_M_BF16_SR

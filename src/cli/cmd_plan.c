@@ -36,9 +36,9 @@ static const char *const emits[] = {"none", "k8s", NULL};
 static const char *const stream_schedules[] = {"auto", "layer-major", "batch-major", NULL};
 static const char *const hws[] = {"a100-40gb", "a100-80gb", "h100", "h200", "gh200", "rtx4090", NULL};
 
-static enum mw_plan_tier tier_of(const char *s)
+static enum mw_tier_id tier_of(const char *s)
 {
-    return !strcmp(s, "cpu") ? MW_PLAN_TIER_CPU : !strcmp(s, "nvme") ? MW_PLAN_TIER_NVME : MW_PLAN_TIER_NONE;
+    return !strcmp(s, "cpu") ? MW_TIER_DRAM : !strcmp(s, "nvme") ? MW_TIER_NVME : MW_TIER_DEVICE;
 }
 
 static enum mw_dtype dtype_of(const char *s)
@@ -88,7 +88,7 @@ static int plan_stream(const struct mw_model *m, int64_t micro, int64_t seq, int
     memset(&tc, 0, sizeof tc);
     tc.batch = (int)micro; tc.seq = (int)seq; tc.grad_accum = (int)accum; tc.recompute = recompute;
     tc.threads = threads ? (int)threads : omp_get_max_threads();
-    tc.tier = MW_OFFLOAD_NVME; tc.offload_params = MW_OFFLOAD_NVME; tc.nvme_dir = dir;
+    tc.tier = MW_TIER_NVME; tc.offload_params = MW_TIER_NVME; tc.nvme_dir = dir;
     tc.subgroup_size = sg; tc.buffer_count = (int)buffers; tc.prefetch_depth = (int)depth;
     tc.layer_major = !strcmp(schedule, "layer-major") || !strcmp(schedule, "auto");
     tc.acts_nvme = tc.layer_major && !recompute; /* memwall train's --activations auto */
@@ -148,6 +148,8 @@ static int resolve_model(const char *model, double params, double largest, struc
         int err = is_config_path(model) ? mw_model_from_config_file(model, mp) : mw_model_lookup(model, mp);
         if (err) {
             fprintf(stderr, "memwall plan: %s\n", mw_error_msg());
+            if (err == -ENOENT && !is_config_path(model))
+                fprintf(stderr, "run 'memwall plan --list-models' for the built-in names\n");
             return 2;
         }
     } else if (params > 0) {
@@ -209,7 +211,12 @@ static int plan_search(const struct mw_cmd_spec *spec, int ds_stage, const struc
     struct mw_search_hit *hits = calloc((size_t)top, sizeof *hits);
     if (!hits) { fprintf(stderr, "memwall plan: out of memory\n"); return 1; }
     int n = mw_plan_search(m, l, fix, hw, hits, (int)top);
-    if (n < 0) { free(hits); fprintf(stderr, "memwall plan: %s\n", mw_error_msg()); return 2; }
+    if (n < 0) {
+        free(hits);
+        fprintf(stderr, "memwall plan: %s\n", mw_error_msg());
+        mw_opts_hint(stderr, "memwall plan", mw_error_msg());
+        return 2;
+    }
     mw_plan_print_search(stdout, m, hw, hits, n, json);
     free(hits);
     return 0;
@@ -343,6 +350,7 @@ int mw_cmd_plan(int argc, char **argv)
     int err = mw_plan_compute(&m, &l, &hw, res);
     if (err) {
         fprintf(stderr, "memwall plan: %s\n", mw_error_msg());
+        mw_opts_hint(stderr, "memwall plan", mw_error_msg());
         free(res);
         return err == -EINVAL || err == MW_EFORMAT ? 2 : 1;
     }

@@ -3,7 +3,7 @@
  * --resume or --ds-config says (train_setup.c), resolve the configuration, and run (train_run.c).
  * On --resume the run's kept settings (train_spec.c) replace every default that the command line
  * did not give, so `memwall train --resume DIR|FILE` alone continues the run exactly.
- * --ds-config FILE: a DeepSpeed config read into the options it stands for (memwall/ds_config.h),
+ * --ds-config FILE: a DeepSpeed config read into the options it stands for (cli/train_ds_config.h),
  * applied as if typed, to every option the command line did not give (so flags override it),
  * after MPI is up (its batch keys are per GPU) and before the rank-dependent paths are made.
  */
@@ -76,8 +76,6 @@ static int train_main(struct train_cli *c, int argc, char **argv)
         }
     }
     if (c->A.ckpt_every > 0 && !c->A.out_dir) return train_usage_error("--ckpt-every needs --out-dir%s", "");
-    if (strcmp(c->A.offload_params, "nvme") && GIVEN("prefetch-depth"))
-        mw_log(MW_LOG_WARN, "--prefetch-depth is used with --offload-params nvme only");
     if (c->A.resume && c->A.init_st) return train_usage_error("--init-safetensors cannot be combined with --resume%s", "");
     if (!c->A.init_st) {
         if (c->A.seq > c->A.context) return train_usage_error("--seq is longer than the model's --context%s", "");
@@ -121,18 +119,19 @@ static int train_main(struct train_cli *c, int argc, char **argv)
     /* Placement and schedule: decided in the library (src/train/resolve.c), every conflict named. */
     /* The tier left at its default by a streamed run is memwall's to decide (nvme). */
     int tier_auto = !GIVEN("optimizer-tier") && !c->resume_dir && !strcmp(c->A.tier, "dram");
-    struct mw_train_choices ch = {tier_auto ? NULL : c->A.tier, c->A.offload_params,
-                                  c->A.schedule, c->A.activations, c->A.preread, c->A.recompute, c->world};
+    struct mw_train_choices ch = {tier_auto ? NULL : c->A.tier, c->A.offload_params, c->A.schedule, c->A.activations,
+                                  c->A.preread, c->A.recompute, c->world, c->A.init_st, GIVEN("prefetch-depth")};
     if (mw_train_config_resolve(&ch, &tc)) return train_usage_error("%s", mw_error_msg());
-    if (tc.offload_params == MW_OFFLOAD_NVME) tc.init_safetensors = c->A.init_st; /* a unit at a time into the master */
-    c->A.tier = tc.tier == MW_OFFLOAD_NVME ? "nvme" : "dram";
     if (tc.threads == 0) tc.threads = omp_get_max_threads();
     /* What the run resolved is what its record keeps (train_spec.c): a resume decides nothing anew. */
+    struct mw_train_names rn;
+    mw_train_config_names(&tc, &rn);
+    c->A.tier = rn.tier;
+    c->A.schedule = rn.schedule;
+    if (rn.activations) c->A.activations = rn.activations;
+    if (rn.nvme_dir) c->A.nvme_dir = rn.nvme_dir;
     c->A.threads = tc.threads;
     c->A.layers = sh.layers; c->A.heads = sh.heads; c->A.width = sh.width; c->A.context = sh.context; c->A.vocab = sh.vocab;
-    c->A.schedule = tc.layer_major ? "layer-major" : "batch-major";
-    if (tc.offload_params == MW_OFFLOAD_NVME && tc.layer_major) c->A.activations = tc.acts_nvme ? "nvme" : "recompute";
-    if (!strcmp(c->A.tier, "nvme")) c->A.nvme_dir = tc.nvme_dir;
     char corpus[PATH_MAX];
     const char *data_path = c->A.data;
     if (!data_path) {

@@ -12,6 +12,8 @@ int mw_cmd_plan(int argc, char **argv);          /* cmd_plan.c */
 int mw_cmd_bench_io(int argc, char **argv);      /* cmd_bench_io.c */
 int mw_cmd_bench_adam(int argc, char **argv);    /* cmd_bench_adam.c */
 int mw_cmd_bench_offload(int argc, char **argv); /* cmd_bench_offload.c */
+int mw_cmd_tokenize(int argc, char **argv);      /* cmd_tokenize.c */
+int mw_cmd_data(int argc, char **argv);          /* cmd_data.c */
 
 /* Prints "memwall: <what> failed: <detail from mw_error_msg()>" to stderr. */
 void mw_cli_fail(const char *what, int err);

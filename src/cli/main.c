@@ -3,6 +3,7 @@
  * Exit codes: 0 success, 1 runtime failure, 2 usage error (unknown command, bad option).
  */
 #include "cli/commands.h"
+#include "cli/opts.h"
 #include "memwall/common.h"
 
 #include <stdio.h>
@@ -26,6 +27,8 @@ static const struct mw_command top_cmds[] = {
     {"train", mw_cmd_train, "train a GPT-2-family model, optimizer state on a chosen tier"},
     {"report", mw_cmd_report, "the I/O and memory study of a run, from its trace"},
     {"plan", mw_cmd_plan, "what fits where, and how fast, for a model and cluster"},
+    {"tokenize", mw_cmd_tokenize, "token ids of a text under a Hugging Face tokenizer.json (and --decode)"},
+    {"data", mw_cmd_data, "tokenize text files into llm.c .bin shards for training"},
     {"bench", NULL, "benchmarks: io, adam, offload"},
 };
 
@@ -51,6 +54,7 @@ void mw_cli_set_rank(int rank, int world)
 void mw_cli_fail(const char *what, int err)
 {
     fprintf(stderr, "%s: %s failed: %s\n", cli_who, what, mw_error_msg());
+    mw_opts_hint(stderr, cli_who, mw_error_msg());
     /* The code only where the message says nothing (it names what was wrong otherwise). */
     if (err && !*mw_error_msg()) fprintf(stderr, "%s: (error code %d: %s)\n", cli_who, err, mw_strerror(err));
 }

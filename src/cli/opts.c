@@ -269,3 +269,71 @@ int mw_opts_set_default(const struct mw_cmd_spec *spec, const char *name, const 
 {
     return set_named(spec, name, value, origin, 0);
 }
+
+/* Library messages name a setting by its config field in parentheses ("raise the DRAM budget
+ * (dram_budget)", "streamed weights (offload_params nvme)", "(ep, etp)"); the library knows no
+ * flags. Here the field becomes the option of the last parsed table that sets it: the same name
+ * with '-' for '_', or one of these where the CLI spells it otherwise (first one the table has). */
+static const struct { const char *field, *opt; } field_opts[] = {
+    {"tier", "optimizer-tier"}, {"io_block_size", "aio-block-size"}, {"io_block_size", "block-size"},
+    {"vocab_size", "vocab"}, {"n_layer", "layers"}, {"n_embd", "width"}, {"max_seq_len", "context"},
+    {"n_head", "heads"}, {"zero_stage", "zero"}, {"log_path", "log-json"}, {"trace_path", "trace"},
+    {"data_path", "data"}, {"bare_params", "params"}, {"hierarchy", "zero-hierarchy"},
+    {"policy", "offload-policy"},
+};
+
+static const char *opt_named(const struct mw_cmd_spec *spec, const char *name, size_t n)
+{
+    for (int k = 0; k < spec->nopts; k++)
+        if (strlen(spec->opts[k].name) == n && !strncmp(spec->opts[k].name, name, n)) return spec->opts[k].name;
+    return NULL;
+}
+
+static const char *opt_of_field(const struct mw_cmd_spec *spec, const char *field, size_t n)
+{
+    const char *o;
+    for (size_t i = 0; i < sizeof field_opts / sizeof field_opts[0]; i++)
+        if (strlen(field_opts[i].field) == n && !strncmp(field_opts[i].field, field, n) &&
+            (o = opt_named(spec, field_opts[i].opt, strlen(field_opts[i].opt))))
+            return o;
+    char dashed[64];
+    if (n >= sizeof dashed) return NULL;
+    for (size_t i = 0; i < n; i++) dashed[i] = field[i] == '_' ? '-' : field[i];
+    return opt_named(spec, dashed, n);
+}
+
+void mw_opts_hint(FILE *f, const char *who, const char *msg)
+{
+    const struct mw_cmd_spec *spec = g_last_spec;
+    if (!spec || !msg) return;
+    const char *found[8], *fields[8];
+    size_t flen[8];
+    int nf = 0;
+    for (const char *p = strchr(msg, '('); p && nf < 8; p = strchr(p, '(')) {
+        const char *end = ++p;
+        while (*end && *end != ')' && *end != '(') end++;
+        if (*end != ')') continue;
+        /* Each item of the group, split at ',' or ';': a field is its first word, with at most
+         * one more word (a value: "tier nvme", "batch 4"); longer items are prose. */
+        for (const char *it = p; it < end && nf < 8;) {
+            while (it < end && (*it == ' ' || *it == ',' || *it == ';')) it++;
+            const char *ie = it;
+            while (ie < end && *ie != ',' && *ie != ';') ie++;
+            size_t wl = 0, words = 1;
+            while (it + wl < ie && (islower((unsigned char)it[wl]) || isdigit((unsigned char)it[wl]) || it[wl] == '_'))
+                wl++;
+            for (const char *q = it; q < ie; q++) words += *q == ' ' && q + 1 < ie && q[1] != ' ';
+            int word_ends = it + wl == ie || it[wl] == ' ';
+            const char *o = wl && word_ends && words <= 2 ? opt_of_field(spec, it, wl) : NULL;
+            for (int i = 0; o && i < nf; i++)
+                if (found[i] == o) o = NULL;
+            if (o) { found[nf] = o; fields[nf] = it; flen[nf] = wl; nf++; }
+            it = ie;
+        }
+        p = end;
+    }
+    if (!nf) return;
+    fprintf(f, "%s: the settings above on the command line:", who);
+    for (int i = 0; i < nf; i++) fprintf(f, "%s --%s (%.*s)", i ? "," : "", found[i], (int)flen[i], fields[i]);
+    fputc('\n', f);
+}

@@ -61,6 +61,12 @@ int mw_opts_set(const struct mw_cmd_spec *spec, const char *name, const char *va
  * record), which the command line still overrides. */
 int mw_opts_set_default(const struct mw_cmd_spec *spec, const char *name, const char *value, const char *origin);
 
+/* Library messages name settings by their config field, not by flag ("raise the DRAM budget
+ * (dram_budget)"). After such a message, prints "WHO: the settings above on the command line:
+ * --dram-budget (dram_budget), ..." for each field in parentheses that an option of the last
+ * parsed table sets; nothing when there is none. */
+void mw_opts_hint(FILE *f, const char *who, const char *msg);
+
 #define MW_NOPTS(t) ((int)(sizeof(t) / sizeof((t)[0])))
 
 #endif

@@ -26,7 +26,7 @@ static void row(FILE *f, const char *name, uint64_t g, uint64_t h, uint64_t n)
 }
 
 /* DeepSpeed's offload option as its table spells it: "cpu " (padded to 4) or "none". */
-static const char *ds_dev(enum mw_plan_tier t) { return t == MW_PLAN_TIER_NONE ? "none" : "cpu "; }
+static const char *ds_dev(enum mw_tier_id t) { return t == MW_TIER_DEVICE ? "none" : "cpu "; }
 
 /* What estimate_zero{2,3}_model_states_mem_needs_all_cold prints, line for line (its "GB" are
  * GiB), then which row this plan's layout is. */
@@ -52,10 +52,10 @@ static void print_ds_table(FILE *f, const struct mw_plan_estimate *e, int plan_s
             fprintf(f, "offload_param=%s, offload_optimizer=%s, zero_init=%d\n", ds_dev(rows[i].offload_params),
                     ds_dev(rows[i].offload_optimizer), rows[i].zero_init);
         else
-            fprintf(f, "offload_optimizer=%s\n", rows[i].offload_optimizer == MW_PLAN_TIER_NONE ? "none" : "cpu");
+            fprintf(f, "offload_optimizer=%s\n", rows[i].offload_optimizer == MW_TIER_DEVICE ? "none" : "cpu");
     }
-    const int po = e->ds.offload_params != MW_PLAN_TIER_NONE, oo = e->ds.offload_optimizer != MW_PLAN_TIER_NONE;
-    const int nv = e->ds.offload_params == MW_PLAN_TIER_NVME || e->ds.offload_optimizer == MW_PLAN_TIER_NVME;
+    const int po = e->ds.offload_params != MW_TIER_DEVICE, oo = e->ds.offload_optimizer != MW_TIER_DEVICE;
+    const int nv = e->ds.offload_params == MW_TIER_NVME || e->ds.offload_optimizer == MW_TIER_NVME;
     if (e->ds_stage == 3)
         fprintf(f, "this layout: offload_param=%s, offload_optimizer=%s, zero_init=%d%s\n", po ? "cpu" : "none",
                 oo ? "cpu" : "none", e->ds.zero_init, nv ? " (nvme is priced as cpu)" : "");
@@ -119,7 +119,7 @@ void mw_plan_print_table(FILE *f, const struct mw_model *m, const struct mw_layo
         fprintf(f, "ZeRO-3 weights per GPU (%s): shard %.3f GiB (%" PRIu64 " bytes%s) + gathered %.3f GiB "
                 "(%" PRIu64 " bytes: two largest units, %s %" PRIu64 " + %s %" PRIu64 " params) = %.3f GiB (%"
                 PRIu64 " bytes)\n", mw_dtype_name(l->weight), gib(shard), shard,
-                l->offload_params ? (l->offload_params == MW_PLAN_TIER_CPU ? ", on the host" : ", on NVMe") : "",
+                l->offload_params == MW_TIER_DEVICE ? "" : l->offload_params == MW_TIER_DRAM ? ", on the host" : ", on NVMe",
                 gib(s->gathered), s->gathered, s->unit_name[0], s->unit_params[0], s->unit_name[1],
                 s->unit_params[1], gib(shard + s->gathered), shard + s->gathered);
     }
@@ -243,8 +243,8 @@ void mw_plan_print_json(FILE *f, const struct mw_model *m, const struct mw_layou
             fprintf(f, ", \"stage\": %d, \"options\": [", e->ds_stage);
             for (int i = 0; i < n; i++) {
                 fprintf(f, "%s{\"offload_param\": \"%s\", \"offload_optimizer\": \"%s\"", i ? ", " : "",
-                        rows[i].offload_params == MW_PLAN_TIER_NONE ? "none" : "cpu",
-                        rows[i].offload_optimizer == MW_PLAN_TIER_NONE ? "none" : "cpu");
+                        rows[i].offload_params == MW_TIER_DEVICE ? "none" : "cpu",
+                        rows[i].offload_optimizer == MW_TIER_DEVICE ? "none" : "cpu");
                 if (rows[i].zero_init >= 0) fprintf(f, ", \"zero_init\": %d", rows[i].zero_init);
                 fprintf(f, ", \"gpu_bytes\": %.0f, \"cpu_bytes\": %.0f}", rows[i].gpu_bytes, rows[i].cpu_bytes);
             }

@@ -2,18 +2,19 @@
  * train_cli.h — `memwall train`'s command-line side, in four files read in one sitting each:
  * cmd_train.c (parse, resolve, start), train_opts.c (presets and the option table),
  * train_setup.c (MPI, per-rank paths, --resume, --ds-config) and train_run.c (the run: setup,
- * steps, outputs). One invocation is one struct train_cli, passed down: no file-scope state.
+ * steps, outputs); train_ds_config.c reads a --ds-config file into option strings. One
+ * invocation is one struct train_cli, passed down: no file-scope state.
  */
 #ifndef MEMWALL_CLI_TRAIN_CLI_H
 #define MEMWALL_CLI_TRAIN_CLI_H
 
 #include "cli/commands.h"
 #include "cli/opts.h"
+#include "cli/train_ds_config.h"
 #include "cli/train_spec.h"
 #include "memwall/comm.h"
 #include "memwall/common.h"
 #include "memwall/data.h"
-#include "memwall/ds_config.h"
 #include "memwall/fsutil.h"
 #include "memwall/model.h"
 #include "memwall/offload.h"

@@ -136,6 +136,8 @@ int train_usage_error(const char *fmt, const char *a)
 {
     fprintf(stderr, "memwall train: ");
     fprintf(stderr, fmt, a);
-    fprintf(stderr, "\nrun 'memwall train --help' for the options\n");
+    fputc('\n', stderr);
+    mw_opts_hint(stderr, "memwall train", a); /* a library message names settings, not flags */
+    fprintf(stderr, "run 'memwall train --help' for the options\n");
     return 2;
 }

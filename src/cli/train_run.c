@@ -57,12 +57,12 @@ static void trace_model_memory(struct train_cli *c, struct run_state *s, const s
 {
     uint64_t total = 0;
     total += tb->params;
-    mw_trace_alloc(s->trace, MW_TIER_HOST, MW_KIND_WEIGHTS, tb->params,
+    mw_trace_alloc(s->trace, MW_TIER_DRAM, MW_KIND_WEIGHTS, tb->params,
                    c->world > 1 && c->A.zero == 3 ? "model params (ZeRO-3 shard)" : "model params", total);
     total += tb->grads;
-    mw_trace_alloc(s->trace, MW_TIER_HOST, MW_KIND_GRADS, tb->grads, "model grads", total);
+    mw_trace_alloc(s->trace, MW_TIER_DRAM, MW_KIND_GRADS, tb->grads, "model grads", total);
     total += tb->acts;
-    mw_trace_alloc(s->trace, MW_TIER_HOST, MW_KIND_ACTIVATIONS, tb->acts, "model activations", total);
+    mw_trace_alloc(s->trace, MW_TIER_DRAM, MW_KIND_ACTIVATIONS, tb->acts, "model activations", total);
 }
 
 static int do_eval(struct run_state *s, int64_t step, float *val)

@@ -37,7 +37,7 @@ int train_apply_checkpoint(struct train_cli *c, const struct mw_ckpt_info *ci)
     if (!GIVEN("subgroup-size") && ci->world > 1 && ci->zero_stage >= 1) c->A.subgroup_size = ci->subgroup_size;
     if (!GIVEN("data") && ci->data_path[0]) c->A.data = ci->data_path;
     /* The checkpoint holds the state in one format for every tier: resuming may change it. */
-    if (!GIVEN("optimizer-tier")) c->A.tier = t->tier == MW_OFFLOAD_NVME ? "nvme" : "dram";
+    if (!GIVEN("optimizer-tier")) c->A.tier = t->tier == MW_TIER_NVME ? "nvme" : "dram";
     return 0;
 }
 
@@ -217,7 +217,7 @@ int train_read_resume_dir(struct train_cli *c, struct mw_ckpt_info *ci)
     }
     int r = train_apply_checkpoint(c, ci);
     if (r) return r;
-    if (!GIVEN("offload-params")) c->A.offload_params = c->rsm.offload_params == MW_OFFLOAD_NVME ? "nvme" : "dram";
+    if (!GIVEN("offload-params")) c->A.offload_params = c->rsm.offload_params == MW_TIER_NVME ? "nvme" : "dram";
     if (!GIVEN("schedule")) c->A.schedule = c->rsm.layer_major ? "layer-major" : "batch-major";
     if (!GIVEN("sync-update")) c->A.sync_update = c->rsm.sync_update;
     if (!GIVEN("prefetch-depth")) c->A.prefetch_depth = c->rsm.prefetch_depth;

@@ -47,7 +47,10 @@ static int is_val_name(const char *path)
     return strstr(base ? base + 1 : path, "val") != NULL;
 }
 
-/* Maps and validates one shard, open on fd (a regular file of st_size bytes), into seg. */
+/* Maps and validates one shard, open on fd (a regular file of st_size bytes), into seg. Every
+ * header field is hostile: the magic picks the width, the version must be the one that magic
+ * goes with, and the byte count the token count implies is computed with overflow checks before
+ * it is compared with the file's size (so no count can make the mapping look longer than it is). */
 static int open_shard(int fd, const char *path, const struct stat *st, struct mw_data_segment *seg)
 {
     size_t len = (size_t)st->st_size;
@@ -59,17 +62,17 @@ static int open_shard(int fd, const char *path, const struct stat *st, struct mw
     if (map == MAP_FAILED) return mw_error_set(-e, "cannot mmap %s: %s", path, strerror(e));
     int32_t hdr[3];
     memcpy(hdr, map, sizeof hdr);
-    int err = 0;
-    /* The header's token count is hostile: the bytes it implies are computed with overflow checks. */
+    int err = 0, wide = hdr[0] == MW_SHARD32_MAGIC;
+    int32_t version = wide ? MW_SHARD32_VERSION : MW_SHARD_VERSION;
     uint64_t want = 0;
-    int wrap = hdr[2] >= 0 && (mw_mul_u64((uint64_t)hdr[2], 2, &want) ||
+    int wrap = hdr[2] >= 0 && (mw_mul_u64((uint64_t)hdr[2], wide ? 4 : 2, &want) ||
                                mw_add_u64(want, (uint64_t)MW_SHARD_HEADER_BYTES, &want));
-    if (hdr[0] != MW_SHARD_MAGIC)
-        err = mw_error_set(MW_EFORMAT, "%s is not a token shard: magic %d, expected %d (llm.c .bin format)",
-                           path, hdr[0], MW_SHARD_MAGIC);
-    else if (hdr[1] != MW_SHARD_VERSION)
-        err = mw_error_set(MW_EFORMAT, "shard %s has version %d; only version %d (uint16 tokens) is supported",
-                           path, hdr[1], MW_SHARD_VERSION);
+    if (hdr[0] != MW_SHARD_MAGIC && hdr[0] != MW_SHARD32_MAGIC)
+        err = mw_error_set(MW_EFORMAT, "%s is not a token shard: magic %d, expected %d (uint16 tokens) or %d (uint32 "
+                           "tokens) (llm.c .bin format)", path, hdr[0], MW_SHARD_MAGIC, MW_SHARD32_MAGIC);
+    else if (hdr[1] != version)
+        err = mw_error_set(MW_EFORMAT, "shard %s has magic %d and version %d; that magic goes with version %d (%s "
+                           "tokens) only", path, hdr[0], hdr[1], version, wide ? "uint32" : "uint16");
     else if (hdr[2] < 0 || wrap || want != (uint64_t)len)
         err = mw_error_set(MW_EFORMAT, "shard %s: header says %d tokens (%llu bytes in all) but the file has %zu bytes%s",
                            path, hdr[2], (unsigned long long)want, len,
@@ -77,7 +80,8 @@ static int open_shard(int fd, const char *path, const struct stat *st, struct mw
     if (err) { munmap(map, len); return err; }
     seg->map = map;
     seg->map_len = len;
-    seg->tok = (const uint16_t *)((const char *)map + MW_SHARD_HEADER_BYTES);
+    if (wide) seg->tok32 = (const uint32_t *)((const char *)map + MW_SHARD_HEADER_BYTES);
+    else seg->tok = (const uint16_t *)((const char *)map + MW_SHARD_HEADER_BYTES);
     seg->n = (size_t)hdr[2];
     madvise(map, len, MADV_RANDOM);
     return 0;
@@ -123,7 +127,7 @@ static const char *file_kind(mode_t m)
 
 static int refuse_kind(const char *path, mode_t m)
 {
-    return mw_error_set(-EINVAL, "data %s is %s: memwall reads its data again on --resume and on every rank, so it "
+    return mw_error_set(-EINVAL, "data %s is %s: memwall reads its data again on a resume and on every rank, so it "
                         "takes regular files (or a directory of them) only; save the stream to a file first",
                         path, file_kind(m));
 }
@@ -207,7 +211,7 @@ static int looks_like_shard(int fd, const char *path)
 {
     if (ends_with(path, ".bin")) return 1;
     int32_t m = 0;
-    return pread(fd, &m, sizeof m, 0) == (ssize_t)sizeof m && m == MW_SHARD_MAGIC;
+    return pread(fd, &m, sizeof m, 0) == (ssize_t)sizeof m && (m == MW_SHARD_MAGIC || m == MW_SHARD32_MAGIC);
 }
 
 int mw_data_open(struct mw_data *d, const char *path, const struct mw_data_opts *o)
@@ -269,6 +273,14 @@ int mw_data_open(struct mw_data *d, const char *path, const struct mw_data_opts 
         close(fd);
         fd = -1;
         if (err) goto err;
+        if (i > 0 && shard && (s->tok32 != NULL) != d->wide) {
+            d->nseg = i + 1;
+            err = mw_error_set(-EINVAL, "data directory %s mixes uint16 (version 1) and uint32 (version 7) shards "
+                               "(%s is %s): they come from different tokenizers; use one kind", path, fpath,
+                               s->tok32 ? "uint32" : "uint16");
+            goto err;
+        }
+        d->wide = s->tok32 != NULL;
         d->nseg = i + 1;
         s->base = d->n_tokens;
         d->n_tokens += s->n;
@@ -279,8 +291,12 @@ int mw_data_open(struct mw_data *d, const char *path, const struct mw_data_opts 
         /* Text is scanned whole; a shard only at its start, so that opening 10B tokens of
          * shards does not read 20 GB (the model rejects an out-of-range token anyway). */
         size_t scan = shard ? MW_MIN(s->n, (size_t)1 << 20) : s->n;
-        for (size_t k = 0; k < scan; k++)
-            if (s->tok[k] > d->max_token) d->max_token = s->tok[k];
+        if (s->tok32) {
+            for (size_t k = 0; k < scan; k++)
+                if (s->tok32[k] > (uint32_t)d->max_token) d->max_token = s->tok32[k] > INT32_MAX ? INT32_MAX : (int)s->tok32[k];
+        } else
+            for (size_t k = 0; k < scan; k++)
+                if (s->tok[k] > d->max_token) d->max_token = s->tok[k];
     }
     d->tokenizer = kind == 1 ? MW_TOKENIZER_IDS : MW_TOKENIZER_BYTES;
     for (int i = 0; i < nfiles; i++) free(names[i]);
@@ -336,17 +352,28 @@ int mw_data_check(const struct mw_data *d, int T)
     if (T < 1) return mw_error_set(-EINVAL, "sequence length %d must be at least 1", T);
     if (mw_data_train_windows(d, T) == 0)
         return mw_error_set(-EINVAL, "data %s: its training part (%llu tokens) holds no window of %d tokens "
-                            "(sequence length + 1); use more data or a shorter --seq",
+                            "(sequence length + 1); use more data or a shorter sequence length (seq)",
                             d->path, (unsigned long long)d->n_train_tokens, T + 1);
     if (mw_data_val_windows(d, T) == 0)
         return mw_error_set(-EINVAL, "data %s: its validation part (%llu tokens) holds no window of %d tokens "
-                            "(sequence length + 1); use more data or a shorter --seq",
+                            "(sequence length + 1); use more data or a shorter sequence length (seq)",
                             d->path, (unsigned long long)d->n_val_tokens, T + 1);
     return 0;
 }
 
-static void fill_row(const uint16_t *w, int T, int32_t *in, int32_t *tg)
+/* Window [off, off + T] of segment s as inputs and targets. A uint32 token above INT32_MAX
+ * becomes INT32_MAX, which every model refuses as outside its vocabulary (data.h). */
+static void fill_row(const struct mw_data_segment *s, size_t off, int T, int32_t *in, int32_t *tg)
 {
+    if (s->tok32) {
+        const uint32_t *w = s->tok32 + off;
+        for (int t = 0; t < T; t++) {
+            in[t] = w[t] > INT32_MAX ? INT32_MAX : (int32_t)w[t];
+            tg[t] = w[t + 1] > INT32_MAX ? INT32_MAX : (int32_t)w[t + 1];
+        }
+        return;
+    }
+    const uint16_t *w = s->tok + off;
     for (int t = 0; t < T; t++) {
         in[t] = w[t];
         tg[t] = w[t + 1];
@@ -362,7 +389,7 @@ void mw_data_train_batch(const struct mw_data *d, uint64_t *rng, int B, int T,
         uint64_t u = mw_rng_below(rng, total);
         int i = 0;
         while (u >= seg_train_windows(&d->seg[i], T)) u -= seg_train_windows(&d->seg[i++], T);
-        fill_row(d->seg[i].tok + u, T, inputs + (size_t)b * T, targets + (size_t)b * T);
+        fill_row(&d->seg[i], u, T, inputs + (size_t)b * T, targets + (size_t)b * T);
         if (starts) starts[b] = d->seg[i].base + u;
     }
 }
@@ -377,7 +404,7 @@ void mw_data_val_batch(const struct mw_data *d, uint64_t k, int B, int T,
         int i = 0;
         while (u >= seg_val_windows(&d->seg[i], T)) u -= seg_val_windows(&d->seg[i++], T);
         size_t off = d->seg[i].train_end + u * ((size_t)T + 1);
-        fill_row(d->seg[i].tok + off, T, inputs + (size_t)b * T, targets + (size_t)b * T);
+        fill_row(&d->seg[i], off, T, inputs + (size_t)b * T, targets + (size_t)b * T);
         if (starts) starts[b] = d->seg[i].base + off;
     }
 }

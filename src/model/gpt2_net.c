@@ -95,7 +95,7 @@ static int config_from_file(const char *path, const struct mw_net_shape *given, 
                      mw_gpt2_source_name(pv.vocab_size));
     if (pv.n_head == MW_GPT2_FROM_GUESS && k > 0 && (size_t)k < n)
         snprintf(note + k, n - (size_t)k, "memwall: warning: %s: nothing says the head count; guessed %d (width / 64); "
-                 "give --heads or put the model's config.json beside the file\n", path, c->n_head);
+                 "give the head count (n_head) or put the model's config.json beside the file\n", path, c->n_head);
     return 0;
 }
 

@@ -284,14 +284,16 @@ int mw_gpt2_config_resolve(const char *path, const struct mw_gpt2_config *flags,
         (rc = take(path, "vocab_size", mv, MW_GPT2_FROM_METADATA, &cfg->vocab_size, &pv.vocab_size)))
         goto out;
     /* The user's shape flags: fill what no file says, agree with what one does. */
-    if (flags && ((rc = take(path, "n_layer (--layers)", flags->n_layer, MW_GPT2_FROM_FLAG, &cfg->n_layer,
-                             &pv.n_layer)) ||
-                  (rc = take(path, "n_embd (--width)", flags->n_embd, MW_GPT2_FROM_FLAG, &cfg->n_embd, &pv.n_embd)) ||
-                  (rc = take(path, "context (--context)", flags->max_seq_len, MW_GPT2_FROM_FLAG, &cfg->max_seq_len,
-                             &pv.max_seq_len)) ||
-                  (rc = take(path, "n_head (--heads)", flags->n_head, MW_GPT2_FROM_FLAG, &cfg->n_head, &pv.n_head)) ||
-                  (rc = take(path, "vocab_size (--vocab)", flags->vocab_size, MW_GPT2_FROM_FLAG, &cfg->vocab_size,
-                             &pv.vocab_size))))
+    if (flags && ((rc = take(path, "the layer count (n_layer)", flags->n_layer, MW_GPT2_FROM_FLAG,
+                             &cfg->n_layer, &pv.n_layer)) ||
+                  (rc = take(path, "the width (n_embd)", flags->n_embd, MW_GPT2_FROM_FLAG, &cfg->n_embd,
+                             &pv.n_embd)) ||
+                  (rc = take(path, "the context (max_seq_len)", flags->max_seq_len, MW_GPT2_FROM_FLAG,
+                             &cfg->max_seq_len, &pv.max_seq_len)) ||
+                  (rc = take(path, "the head count (n_head)", flags->n_head, MW_GPT2_FROM_FLAG, &cfg->n_head,
+                             &pv.n_head)) ||
+                  (rc = take(path, "the vocabulary (vocab_size)", flags->vocab_size, MW_GPT2_FROM_FLAG,
+                             &cfg->vocab_size, &pv.vocab_size))))
         goto out;
     if (pv.vocab_size == MW_GPT2_FROM_NONE) { cfg->vocab_size = (int)wte->shape[0]; pv.vocab_size = MW_GPT2_FROM_TENSORS; }
     if (pv.n_head == MW_GPT2_FROM_NONE) {

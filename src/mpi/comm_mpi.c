@@ -128,8 +128,8 @@ static int comm_mpi_init(struct mw_comm *c, int *argc, char ***argv)
     int mm[2] = {-ls, ls};
     MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, mm, 2, MPI_INT, MPI_MAX, w), "Allreduce");
     if (c->cfg.hierarchy == MW_COMM_HIER_NODE && -mm[0] != mm[1]) {
-        rc = mw_error_set(-EINVAL, "--zero-hierarchy node needs the same number of ranks on every node "
-                          "(between %d and %d here); use global", -mm[0], mm[1]);
+        rc = mw_error_set(-EINVAL, "the ZeRO hierarchy (hierarchy) node needs the same number of ranks on "
+                          "every node (between %d and %d here); use global", -mm[0], mm[1]);
         goto err;
     }
     int node = c->cfg.hierarchy == MW_COMM_HIER_NODE;

@@ -123,8 +123,8 @@ static void trace_flush(struct emu *x, struct emu_queue *q)
 {
     if (!q->tr_bytes) return;
     int h2d = q->tr_h2d;
-    struct mw_trace_io io = {h2d ? MW_TRACE_WRITE : MW_TRACE_READ, h2d ? MW_TIER_HOST : MW_TIER_DEVICE,
-                             h2d ? MW_TIER_DEVICE : MW_TIER_HOST, q->tr_bytes, 0, 1, q->tr_t0, q->tr_t1,
+    struct mw_trace_io io = {h2d ? MW_TRACE_WRITE : MW_TRACE_READ, h2d ? MW_TIER_DRAM : MW_TIER_DEVICE,
+                             h2d ? MW_TIER_DEVICE : MW_TIER_DRAM, q->tr_bytes, 0, 1, q->tr_t0, q->tr_t1,
                              "emulated accelerator", 0};
     if (x->tr) mw_trace_io(x->tr, &io);
     q->tr_bytes = 0;

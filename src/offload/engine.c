@@ -33,7 +33,10 @@ void mw_offload_hparams_default(struct mw_offload_hparams *h)
 
 uint64_t ofl_stripe_for(uint64_t obj_bytes); /* placement.c */
 
-static enum mw_alloc_kind alloc_kind(int r) { return r == OFL_R_MASTER ? MW_KIND_MASTER : MW_KIND_MOMENTS; }
+static enum mw_alloc_kind alloc_kind(int r)
+{
+    return ofl_regions[r].kind == MW_OFFLOAD_MASTER ? MW_KIND_MASTER : MW_KIND_MOMENTS;
+}
 
 /* ------------------------------------------------------------------ init / free */
 
@@ -96,8 +99,8 @@ static int open_store(struct mw_offload *e)
     uint64_t obj_max = 0, ignored;
     ofl_nvme_span(e, 0, &ignored, &obj_max);
     sc.stripe_size = ofl_stripe_for(obj_max);
-    sc.capacity = e->plan.tier_bytes[MW_OFFLOAD_NVME] + (uint64_t)nd * sc.stripe_size;
-    sc.tier = e->tier[MW_OFFLOAD_NVME];
+    sc.capacity = e->plan.tier_bytes[MW_TIER_NVME] + (uint64_t)nd * sc.stripe_size;
+    sc.tier = e->tier[MW_TIER_NVME];
     sc.trace = e->tr;
     sc.file_prefix = OFL_FILE_PREFIX;
     const struct mw_offload_record *rec = e->cfg.resume;
@@ -133,7 +136,7 @@ static int open_store(struct mw_offload *e)
         for (int slot = 0; slot < 2; slot++) {
             char name[64];
             snprintf(name, sizeof name, "sg%u.slot%d", i, slot);
-            enum mw_alloc_kind k = e->cfg.place.tier[MW_OFFLOAD_MOMENTS] == MW_OFFLOAD_NVME ? MW_KIND_MOMENTS : MW_KIND_MASTER;
+            enum mw_alloc_kind k = e->cfg.place.tier[MW_OFFLOAD_MOMENTS] == MW_TIER_NVME ? MW_KIND_MOMENTS : MW_KIND_MASTER;
             rc = rec ? mw_store_obj_place(e->store, name, len, k, rec->ext_off + (size_t)(i * per + (uint32_t)slot) * rec->ndirs,
                                           &e->obj[2 * i + slot])
                      : mw_store_obj_create_ex(e->store, name, len, k, &e->obj[2 * i + slot]);
@@ -161,7 +164,20 @@ static int open_store(struct mw_offload *e)
     return 0;
 }
 
-/* Writes the initial state (master from src or zeros, zero moments) into committed slot 0. */
+/* Subgroup i's initial state (master from src, or zeros; zero moments) into committed slot 0. */
+static int write_initial_sg(struct mw_offload *e, uint32_t i, const float *src)
+{
+    struct mw_optim_slice s;
+    ofl_view_staging(e, i, 0, &s);
+    struct ofl_layout L;
+    ofl_layout_make(&e->cfg, e->sgs[i].n, &L);
+    memset(e->staging[0].ptr, 0, L.total);
+    if (src) memcpy(s.master, src, 4 * e->sgs[i].n);
+    return ofl_slot_store(e, i, 0);
+}
+
+/* Writes the initial state into committed slot 0. Streamed weights: the caller writes each
+ * subgroup's (mw_offload_master_init) as it makes the weights, a subgroup at a time. */
 static int write_initial(struct mw_offload *e, const float *src)
 {
     if (!e->txn) {
@@ -169,20 +185,30 @@ static int write_initial(struct mw_offload *e, const float *src)
         if (src && !e->master_alias) memcpy(m, src, 4 * e->plan.total_elems);
         return 0;
     }
-    for (uint32_t i = 0; i < e->nsg; i++) {
-        struct mw_optim_slice s;
-        ofl_view_staging(e, i, 0, &s);
-        struct ofl_layout L;
-        ofl_layout_make(&e->cfg, e->sgs[i].n, &L);
-        memset(e->staging[0].ptr, 0, L.total);
-        int rc = 0;
-        if (src && e->cfg.stream) rc = e->cfg.stream(e->cfg.stream_user, MW_OFFLOAD_WEIGHTS_IN, e->sgs[i].first, e->sgs[i].n);
-        if (rc) return rc;
-        if (src) memcpy(s.master, src + e->sgs[i].first, 4 * e->sgs[i].n);
-        if ((rc = ofl_slot_store(e, i, 0))) return rc;
-        if (e->cfg.stream && (rc = e->cfg.stream(e->cfg.stream_user, MW_OFFLOAD_SG_DONE, e->sgs[i].first, e->sgs[i].n)))
-            return rc;
+    if (e->cfg.stream) {
+        if (!(e->uninit = calloc(e->nsg, 1))) return mw_error_set(-ENOMEM, "offload: out of memory");
+        memset(e->uninit, 1, e->nsg);
+        e->n_uninit = e->nsg;
+        return 0;
     }
+    for (uint32_t i = 0; i < e->nsg; i++) {
+        int rc = write_initial_sg(e, i, src ? src + e->sgs[i].first : NULL);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+uint32_t mw_offload_master_uninit(const struct mw_offload *e) { return e->n_uninit; }
+
+int mw_offload_master_init(struct mw_offload *e, uint32_t sg, const float *src)
+{
+    if (!e->uninit) return mw_error_set(-EINVAL, "offload: the initial master is the caller's only with streamed weights");
+    if (sg >= e->nsg) return mw_error_set(-EINVAL, "offload master init: no subgroup %u (%u)", sg, e->nsg);
+    if (!e->uninit[sg]) return mw_error_set(-EINVAL, "offload master init: subgroup %u was written already", sg);
+    int rc = ofl_check_quiet(e, "master_init");
+    if (rc || (rc = write_initial_sg(e, sg, src))) return rc;
+    e->uninit[sg] = 0;
+    e->n_uninit--;
     return 0;
 }
 
@@ -192,7 +218,7 @@ static int write_initial(struct mw_offload *e, const float *src)
  * accumulation, working copy; not the caller's arrays, which may be madvised away). */
 static int open_device(struct mw_offload *e)
 {
-    int rc = ofl_dev_init(&e->dev, NULL, e->tier[MW_OFFLOAD_DEVICE], e->plan.device_arena_bytes / 2, &e->cfg, e->tr);
+    int rc = ofl_dev_init(&e->dev, NULL, e->tier[MW_TIER_DEVICE], e->plan.device_arena_bytes / 2, &e->cfg, e->tr);
     for (int b = 0; b < e->nbuf && !rc; b++) rc = ofl_dev_pin(e->dev, e->staging[b].ptr, e->staging[b].bytes);
     for (int r = 0; r < OFL_NREGIONS && !rc; r++)
         for (int s = 0; s < 2 && !rc; s++)
@@ -209,7 +235,7 @@ int mw_offload_init(struct mw_offload **out, const struct mw_offload_registry *r
     if (!e) return mw_error_set(-ENOMEM, "offload: out of memory");
     e->cfg = *cfg;
     if ((cfg->journal || cfg->resume) &&
-        (cfg->place.tier[MW_OFFLOAD_MASTER] != MW_OFFLOAD_NVME || cfg->place.tier[MW_OFFLOAD_MOMENTS] != MW_OFFLOAD_NVME ||
+        (cfg->place.tier[MW_OFFLOAD_MASTER] != MW_TIER_NVME || cfg->place.tier[MW_OFFLOAD_MOMENTS] != MW_TIER_NVME ||
          !cfg->journal)) {
         free(e);
         return mw_error_set(-EINVAL, "offload: a commit record (and a resume from one) needs the master weights and the "
@@ -243,24 +269,22 @@ int mw_offload_init(struct mw_offload **out, const struct mw_offload_registry *r
     for (uint32_t i = 0; i < n; i++) { e->st[i].buf = -1; e->st[i].e = e; }
 
     /* tiers: the engine's own accounting objects, budgets from the config */
-    static const enum mw_tier_id ids[MW_OFFLOAD_NTIERS] = {MW_TIER_HOST, MW_TIER_NVME, MW_TIER_DEVICE};
-    for (int t = 0; t < MW_OFFLOAD_NTIERS; t++)
-        if ((rc = mw_tier_init(&e->tier[t], ids[t], t == MW_OFFLOAD_NVME ? 0 : cfg->budget[t], e->tr))) goto err;
-    struct mw_tier *host = e->tier[MW_OFFLOAD_DRAM];
+    for (int t = 0; t < MW_TIER_COUNT; t++)
+        if ((rc = mw_tier_init(&e->tier[t], (enum mw_tier_id)t, t == MW_TIER_NVME ? 0 : cfg->budget[t], e->tr))) goto err;
+    struct mw_tier *host = e->tier[MW_TIER_DRAM];
 
     int slots = e->txn ? 2 : 1;
     uint64_t N = e->plan.total_elems;
     for (int reg = 0; reg < OFL_NREGIONS; reg++) {
         uint64_t bytes = ofl_region_bytes(cfg, (enum ofl_region)reg, N);
-        if (!bytes || cfg->place.tier[ofl_region_kind((enum ofl_region)reg)] != MW_OFFLOAD_DRAM) continue;
+        if (!bytes || cfg->place.tier[ofl_region_kind((enum ofl_region)reg)] != MW_TIER_DRAM) continue;
         for (int s = 0; s < slots; s++) {
             if (reg == OFL_R_MASTER && e->master_alias) {
                 e->home[reg][s].ptr = cfg->ext_weights; /* not ours: never freed */
                 continue;
             }
             char label[48];
-            snprintf(label, sizeof label, "offload %s slot %d", reg == OFL_R_MASTER ? "master" : reg == OFL_R_M ? "exp_avg"
-                     : reg == OFL_R_V ? "exp_avg_sq" : "moment scales", s);
+            snprintf(label, sizeof label, "offload %s slot %d", ofl_regions[reg].label, s);
             if ((rc = mw_tier_alloc(host, bytes, MW_ALLOC_ZERO | MW_ALLOC_NO_LOCK | MW_ALLOC_HUGE, alloc_kind(reg), label, &e->home[reg][s]))) goto err;
         }
     }
@@ -317,6 +341,7 @@ void mw_offload_free(struct mw_offload *e)
     if (e->store) mw_store_close(e->store);
     free(e->obj);
     free(e->gobj);
+    free(e->uninit);
     free(e->jpath);
     free(e->rec_dirs);
     free(e->jblob);
@@ -331,7 +356,7 @@ void mw_offload_free(struct mw_offload *e)
         }
     mw_tier_free(&e->grads);
     mw_tier_free(&e->weights);
-    for (int t = 0; t < MW_OFFLOAD_NTIERS; t++)
+    for (int t = 0; t < MW_TIER_COUNT; t++)
         if (e->tier[t]) mw_tier_free_tier(e->tier[t]);
     free(e->st);
     free(e->readyq);
@@ -430,6 +455,9 @@ int ofl_journal_settle(struct mw_offload *e)
 int mw_offload_step_start(struct mw_offload *e, const struct mw_offload_hparams *hp)
 {
     if (e->failed) return mw_error_set(-EBUSY, "offload: the last step failed; call mw_offload_recover first");
+    if (e->n_uninit)
+        return mw_error_set(-EINVAL, "offload step: the initial master of %u subgroups was not written "
+                            "(mw_offload_master_init)", e->n_uninit);
     int jrc = ofl_journal_settle(e); /* this step writes the slot the last record's step left */
     if (jrc) return jrc;
     if (e->in_backward) return mw_error_set(-EINVAL, "offload step: call mw_offload_backward_end first");
@@ -537,8 +565,8 @@ int mw_offload_step_wait(struct mw_offload *e)
     struct mw_trace_arg a[1] = {{"step", (int64_t)e->committed}};
     mw_trace_span(e->tr, "offload", "step", MW_MIN(started, t0), now, a, 1);
     if (e->tr) { /* the bytes each tier holds, once per step (allocations are traced by the tiers) */
-        static const char *names[MW_OFFLOAD_NTIERS] = {"offload dram bytes", "offload nvme bytes", "offload device bytes"};
-        for (int t = 0; t < MW_OFFLOAD_NTIERS; t++) {
+        static const char *names[MW_TIER_COUNT] = {"offload dram bytes", "offload nvme bytes", "offload device bytes"};
+        for (int t = 0; t < MW_TIER_COUNT; t++) {
             struct mw_tier_stats ts;
             mw_tier_stats(e->tier[t], &ts);
             mw_trace_counter(e->tr, names[t], now, (double)ts.current);
@@ -579,9 +607,9 @@ int mw_offload_recover(struct mw_offload *e)
     return rc;
 }
 
-void mw_offload_tier_usage(const struct mw_offload *e, uint64_t bytes[MW_OFFLOAD_NTIERS])
+void mw_offload_tier_usage(const struct mw_offload *e, uint64_t bytes[MW_TIER_COUNT])
 {
-    for (int t = 0; t < MW_OFFLOAD_NTIERS; t++) {
+    for (int t = 0; t < MW_TIER_COUNT; t++) {
         struct mw_tier_stats ts;
         mw_tier_stats(e->tier[t], &ts);
         bytes[t] = ts.current;
@@ -609,70 +637,6 @@ void ofl_obj_io(struct mw_store_io *io, struct mw_store_obj *obj, enum mw_aio_op
     io->op = op;
     io->len = len;
     io->buf = buf;
-}
-
-int mw_offload_master_fetch(struct mw_offload *e, uint32_t sg, void *dst, struct mw_store_io *io)
-{
-    if (!e->store || e->cfg.place.tier[MW_OFFLOAD_MASTER] != MW_OFFLOAD_NVME)
-        return mw_error_set(-EINVAL, "offload master fetch: the master weights are not on NVMe");
-    if (sg >= e->nsg) return mw_error_set(-EINVAL, "offload master fetch: no subgroup %u (%u)", sg, e->nsg);
-    if ((uintptr_t)dst % MW_STORE_ALIGN) return mw_error_set(-EINVAL, "offload master fetch: buffer not 4096-aligned");
-    /* During a step in flight a subgroup already written reads from the slot being committed. */
-    pthread_mutex_lock(&e->mu);
-    int inflight = e->in_flight, done = e->st[sg].state == OFL_SG_DONE;
-    pthread_mutex_unlock(&e->mu);
-    if (inflight && !done)
-        return mw_error_set(-EBUSY, "offload master fetch: subgroup %u is being updated (mw_offload_sg_wait first)", sg);
-    ofl_obj_io(io, e->obj[2 * sg + (int)((e->committed + (inflight ? 1 : 0)) % 2)], MW_AIO_READ,
-               MW_ALIGN_UP(4 * e->sgs[sg].n, OFL_PAD), dst);
-    io->flags = MW_AIO_URGENT; /* a forward or backward pass will wait for it */
-    return mw_store_submit(e->store, io);
-}
-
-int mw_offload_grads_put_start(struct mw_offload *e, uint32_t sg, const void *src, struct mw_store_io *io)
-{
-    if (!e->gobj) return mw_error_set(-EINVAL, "offload: gradients are kept on NVMe only when streaming");
-    if (sg >= e->nsg) return mw_error_set(-EINVAL, "offload: no subgroup %u (%u)", sg, e->nsg);
-    ofl_obj_io(io, e->gobj[sg], MW_AIO_WRITE, MW_ALIGN_UP(4 * e->sgs[sg].n, OFL_PAD), (void *)src);
-    return mw_store_submit(e->store, io);
-}
-
-int mw_offload_scratch_start(struct mw_offload *e, int write, uint64_t offset, uint64_t len, void *buf,
-                             struct mw_store_io *io)
-{
-    if (!e->scratch) return mw_error_set(-EINVAL, "offload: no NVMe scratch (config scratch_bytes is 0)");
-    uint64_t end;
-    if (offset % MW_OFFLOAD_SCRATCH_ALIGN || len % MW_OFFLOAD_SCRATCH_ALIGN || (uintptr_t)buf % MW_STORE_ALIGN || mw_add_u64(offset, len, &end) ||
-        end > e->plan.scratch_bytes)
-        return mw_error_set(-EINVAL, "offload scratch: %llu bytes at %llu: not whole 64 KiB blocks from an aligned "
-                            "buffer inside the %llu bytes of scratch", (unsigned long long)len,
-                            (unsigned long long)offset, (unsigned long long)e->plan.scratch_bytes);
-    ofl_obj_io(io, e->scratch, write ? MW_AIO_WRITE : MW_AIO_READ, len, buf);
-    io->offset = offset;
-    if (!write) io->flags = MW_AIO_URGENT; /* the backward pass waits for saved activations */
-    return mw_store_submit(e->store, io);
-}
-
-int mw_offload_io_wait(struct mw_offload *e, struct mw_store_io *io)
-{
-    int rc = mw_store_wait(e->store, io);
-    if (rc && e->scratch && io->obj == e->scratch)
-        return mw_error_set(rc, "offload: %s of %llu bytes of the scratch (kept activations) failed: %s",
-                            io->op == MW_AIO_WRITE ? "a write" : "a read", (unsigned long long)io->len, mw_error_msg());
-    if (rc) { /* the objects these transfers move: a subgroup's gradients, or its master weights */
-        uint32_t sg = 0;
-        while (sg < e->nsg && io->obj != e->obj[2 * sg] && io->obj != e->obj[2 * sg + 1] && !(e->gobj && io->obj == e->gobj[sg]))
-            sg++;
-        return mw_error_set(rc, "offload: %s of subgroup %u's %s (%llu bytes) failed: %s",
-                            io->op == MW_AIO_WRITE ? "a write" : "a read", sg,
-                            e->gobj && sg < e->nsg && io->obj == e->gobj[sg] ? "gradients" : "master weights",
-                            (unsigned long long)io->len, mw_error_msg());
-    }
-    pthread_mutex_lock(&e->mu);
-    if (io->op == MW_AIO_WRITE) e->stats.nvme_write_bytes += io->len;
-    else e->stats.nvme_read_bytes += io->len;
-    pthread_mutex_unlock(&e->mu);
-    return 0;
 }
 
 void mw_offload_inject_write_failure(struct mw_offload *e, uint64_t k)

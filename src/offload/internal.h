@@ -27,6 +27,24 @@
 
 enum ofl_region { OFL_R_MASTER = 0, OFL_R_M, OFL_R_MSCALE, OFL_R_V, OFL_R_VSCALE, OFL_NREGIONS };
 
+/* The optimizer's state regions, described once (placement.c): the engine lays them out, places,
+ * moves, views and labels them from this table, not by their names. AdamW's: the fp32 master,
+ * the two moments in the moment format, and the moments' block scales (8-bit moments only). */
+enum ofl_elem {
+    OFL_ELEM_FP32 = 0,  /* 4 bytes per element */
+    OFL_ELEM_MOMENT,    /* the moment format's bytes per element (mw_optim_array_bytes) */
+    OFL_ELEM_SCALE,     /* 4 bytes per MW_Q8_BLOCK elements with 8-bit moments; else empty */
+};
+struct ofl_region_desc {
+    const char *label;          /* the tier accounting's name ("master", "exp_avg", ...) */
+    enum mw_offload_kind kind;  /* the kind whose tier it follows */
+    enum ofl_elem elem;         /* its bytes per element */
+};
+extern const struct ofl_region_desc ofl_regions[OFL_NREGIONS];
+/* The region's array in a slice view (the one place that maps regions to the kernel's fields). */
+void *ofl_slice_region(const struct mw_optim_slice *s, enum ofl_region r);
+void ofl_slice_set(struct mw_optim_slice *s, enum ofl_region r, void *p);
+
 /* Byte offsets and lengths of the regions of a subgroup of n elements (padded layout). */
 struct ofl_layout {
     uint64_t off[OFL_NREGIONS], len[OFL_NREGIONS]; /* len unpadded */
@@ -111,7 +129,7 @@ struct mw_offload {
     struct mw_trace *tr;
 
     /* tiers and memory */
-    struct mw_tier *tier[MW_OFFLOAD_NTIERS];
+    struct mw_tier *tier[MW_TIER_COUNT];
     struct mw_buf home[OFL_NREGIONS][2];   /* DRAM-resident regions: flat arrays, slot 0/1 */
     struct mw_buf grads;                   /* engine-owned fp32 accumulation buffer */
     struct mw_buf weights;                 /* engine-owned working copy (no ext_weights) */
@@ -126,6 +144,8 @@ struct mw_offload {
     struct mw_store *store;
     struct mw_store_obj **obj;             /* [nsg][2] */
     struct mw_store_obj **gobj;            /* [nsg] gradients (streaming only), one slot */
+    unsigned char *uninit;                 /* [nsg] streaming: initial master not written yet (mw_offload_master_init) */
+    uint32_t n_uninit;
     struct mw_store_obj *scratch;          /* the caller's (cfg.scratch_bytes), or NULL */
     struct ofl_dev *dev;
     int sto_ndirs;                         /* the store's settings, as the commit record keeps them */

@@ -37,15 +37,10 @@ void ofl_view_home(struct mw_offload *e, uint32_t sg, int slot, struct mw_optim_
     memset(s, 0, sizeof *s);
     s->n = g->n;
     s->offset = g->first;
-    void *p[OFL_NREGIONS] = {0};
     for (int r = 0; r < OFL_NREGIONS; r++)
         if (e->home[r][slot].ptr)
-            p[r] = (char *)e->home[r][slot].ptr + ofl_region_offset(&e->cfg, (enum ofl_region)r, g->first);
-    s->master = p[OFL_R_MASTER];
-    s->m = p[OFL_R_M];
-    s->m_scale = p[OFL_R_MSCALE];
-    s->v = p[OFL_R_V];
-    s->v_scale = p[OFL_R_VSCALE];
+            ofl_slice_set(s, (enum ofl_region)r,
+                          (char *)e->home[r][slot].ptr + ofl_region_offset(&e->cfg, (enum ofl_region)r, g->first));
 }
 
 void ofl_view_staging(struct mw_offload *e, uint32_t sg, int b, struct mw_optim_slice *s)
@@ -57,13 +52,8 @@ void ofl_view_staging(struct mw_offload *e, uint32_t sg, int b, struct mw_optim_
     memset(s, 0, sizeof *s);
     s->n = g->n;
     s->offset = g->first;
-    s->master = (float *)(base + L.off[OFL_R_MASTER]);
-    s->m = base + L.off[OFL_R_M];
-    s->v = base + L.off[OFL_R_V];
-    if (L.len[OFL_R_MSCALE]) {
-        s->m_scale = (float *)(base + L.off[OFL_R_MSCALE]);
-        s->v_scale = (float *)(base + L.off[OFL_R_VSCALE]);
-    }
+    for (int r = 0; r < OFL_NREGIONS; r++) /* an empty scale region stays NULL */
+        if (L.len[r] || ofl_regions[r].elem != OFL_ELEM_SCALE) ofl_slice_set(s, (enum ofl_region)r, base + L.off[r]);
 }
 
 const float *ofl_grads_of(struct mw_offload *e, uint32_t sg)
@@ -78,24 +68,15 @@ void *ofl_weights_of(struct mw_offload *e, uint32_t sg)
     return w + e->sgs[sg].first * ofl_wbytes(e->cfg.weights);
 }
 
-static void *region_ptr(const struct mw_optim_slice *s, int r)
-{
-    switch (r) {
-    case OFL_R_MASTER: return s->master;
-    case OFL_R_M: return s->m;
-    case OFL_R_MSCALE: return s->m_scale;
-    case OFL_R_V: return s->v;
-    default: return s->v_scale;
-    }
-}
+static void *region_ptr(const struct mw_optim_slice *s, int r) { return ofl_slice_region(s, (enum ofl_region)r); }
 
 /* The byte range of a staging buffer that is the subgroup's NVMe object. */
 void ofl_nvme_span(struct mw_offload *e, uint32_t sg, uint64_t *off, uint64_t *len)
 {
     struct ofl_layout L;
     ofl_layout_make(&e->cfg, e->sgs[sg].n, &L);
-    int master_nv = e->cfg.place.tier[MW_OFFLOAD_MASTER] == MW_OFFLOAD_NVME;
-    int mom_nv = e->cfg.place.tier[MW_OFFLOAD_MOMENTS] == MW_OFFLOAD_NVME;
+    int master_nv = e->cfg.place.tier[MW_OFFLOAD_MASTER] == MW_TIER_NVME;
+    int mom_nv = e->cfg.place.tier[MW_OFFLOAD_MOMENTS] == MW_TIER_NVME;
     *off = master_nv ? 0 : L.off[OFL_R_M];
     *len = (mom_nv ? L.total : MW_ALIGN_UP(L.len[OFL_R_MASTER], OFL_PAD)) - *off;
 }
@@ -165,8 +146,8 @@ static void finish_locked(struct mw_offload *e, uint32_t sg, int ok)
 static const char *obj_what(const struct mw_offload *e, uint32_t sg, const struct mw_store_io *io)
 {
     if (e->gobj && io->obj == e->gobj[sg]) return "gradients";
-    int master_nv = e->cfg.place.tier[MW_OFFLOAD_MASTER] == MW_OFFLOAD_NVME;
-    int mom_nv = e->cfg.place.tier[MW_OFFLOAD_MOMENTS] == MW_OFFLOAD_NVME;
+    int master_nv = e->cfg.place.tier[MW_OFFLOAD_MASTER] == MW_TIER_NVME;
+    int mom_nv = e->cfg.place.tier[MW_OFFLOAD_MOMENTS] == MW_TIER_NVME;
     return master_nv && mom_nv ? "master weights and Adam moments" : master_nv ? "master weights" : "Adam moments";
 }
 

@@ -15,12 +15,12 @@
 #include <string.h>
 #include <sys/statvfs.h>
 
-static const char *tier_names[MW_OFFLOAD_NTIERS] = {"dram", "nvme", "device"};
+static const char *tier_names[MW_TIER_COUNT] = {[MW_TIER_DRAM] = "dram", [MW_TIER_NVME] = "nvme", [MW_TIER_DEVICE] = "device"};
 static const char *kind_names[MW_OFFLOAD_NKINDS] = {"master", "moments", "grads", "weights"};
 
-const char *mw_offload_tier_name(enum mw_offload_tier t)
+const char *mw_offload_tier_name(enum mw_tier_id t)
 {
-    return (unsigned)t < MW_OFFLOAD_NTIERS ? tier_names[t] : "?";
+    return (unsigned)t < MW_TIER_COUNT ? tier_names[t] : "?";
 }
 const char *mw_offload_kind_name(enum mw_offload_kind k)
 {
@@ -29,13 +29,13 @@ const char *mw_offload_kind_name(enum mw_offload_kind k)
 
 void mw_offload_placement_default(struct mw_offload_placement *p)
 {
-    for (int k = 0; k < MW_OFFLOAD_NKINDS; k++) p->tier[k] = MW_OFFLOAD_DRAM;
+    for (int k = 0; k < MW_OFFLOAD_NKINDS; k++) p->tier[k] = MW_TIER_DRAM;
 }
 
-static int parse_tier(const char *s, size_t n, enum mw_offload_tier *t)
+static int parse_tier(const char *s, size_t n, enum mw_tier_id *t)
 {
-    for (int i = 0; i < MW_OFFLOAD_NTIERS; i++)
-        if (strlen(tier_names[i]) == n && !strncmp(s, tier_names[i], n)) { *t = (enum mw_offload_tier)i; return 0; }
+    for (int i = 0; i < MW_TIER_COUNT; i++)
+        if (strlen(tier_names[i]) == n && !strncmp(s, tier_names[i], n)) { *t = (enum mw_tier_id)i; return 0; }
     return -EINVAL;
 }
 
@@ -50,7 +50,7 @@ int mw_offload_placement_parse(const char *s, struct mw_offload_placement *p)
         if (!eq) return mw_error_set(-EINVAL, "placement '%s': expected KIND=TIER items separated by commas "
                                      "(kinds: master, moments, grads, weights, optim, all; tiers: dram, nvme)", s);
         size_t kl = (size_t)(eq - c);
-        enum mw_offload_tier t;
+        enum mw_tier_id t;
         if (parse_tier(eq + 1, len - kl - 1, &t))
             return mw_error_set(-EINVAL, "placement '%s': unknown tier '%.*s' (dram, nvme, device)", s,
                                 (int)(len - kl - 1), eq + 1);
@@ -109,27 +109,57 @@ uint64_t ofl_granule(const struct mw_offload_config *c) { return c->moments == M
 
 int ofl_transactional(const struct mw_offload_config *c)
 {
-    return c->place.tier[MW_OFFLOAD_MASTER] == MW_OFFLOAD_NVME || c->place.tier[MW_OFFLOAD_MOMENTS] == MW_OFFLOAD_NVME;
+    return c->place.tier[MW_OFFLOAD_MASTER] == MW_TIER_NVME || c->place.tier[MW_OFFLOAD_MOMENTS] == MW_TIER_NVME;
+}
+
+const struct ofl_region_desc ofl_regions[OFL_NREGIONS] = {
+    [OFL_R_MASTER] = {"master", MW_OFFLOAD_MASTER, OFL_ELEM_FP32},
+    [OFL_R_M] = {"exp_avg", MW_OFFLOAD_MOMENTS, OFL_ELEM_MOMENT},
+    [OFL_R_MSCALE] = {"moment scales", MW_OFFLOAD_MOMENTS, OFL_ELEM_SCALE},
+    [OFL_R_V] = {"exp_avg_sq", MW_OFFLOAD_MOMENTS, OFL_ELEM_MOMENT},
+    [OFL_R_VSCALE] = {"moment scales", MW_OFFLOAD_MOMENTS, OFL_ELEM_SCALE},
+};
+
+void *ofl_slice_region(const struct mw_optim_slice *s, enum ofl_region r)
+{
+    switch (r) {
+    case OFL_R_MASTER: return s->master;
+    case OFL_R_M: return s->m;
+    case OFL_R_MSCALE: return s->m_scale;
+    case OFL_R_V: return s->v;
+    default: return s->v_scale;
+    }
+}
+
+void ofl_slice_set(struct mw_optim_slice *s, enum ofl_region r, void *p)
+{
+    switch (r) {
+    case OFL_R_MASTER: s->master = p; break;
+    case OFL_R_M: s->m = p; break;
+    case OFL_R_MSCALE: s->m_scale = p; break;
+    case OFL_R_V: s->v = p; break;
+    default: s->v_scale = p; break;
+    }
 }
 
 enum mw_offload_kind ofl_region_kind(enum ofl_region r)
 {
-    return r == OFL_R_MASTER ? MW_OFFLOAD_MASTER : MW_OFFLOAD_MOMENTS;
+    return ofl_regions[r].kind;
 }
 
 uint64_t ofl_region_bytes(const struct mw_offload_config *c, enum ofl_region r, uint64_t n)
 {
     enum mw_optim_dtype md = ofl_mdtype(c->moments);
-    switch (r) {
-    case OFL_R_MASTER: return 4 * n;
-    case OFL_R_M: case OFL_R_V: return mw_optim_array_bytes(md, n);
+    switch (ofl_regions[r].elem) {
+    case OFL_ELEM_FP32: return 4 * n;
+    case OFL_ELEM_MOMENT: return mw_optim_array_bytes(md, n);
     default: return mw_optim_scale_bytes(md, n);
     }
 }
 
 uint64_t ofl_region_offset(const struct mw_offload_config *c, enum ofl_region r, uint64_t first)
 {
-    if (r == OFL_R_MSCALE || r == OFL_R_VSCALE) return c->moments == MW_OFFLOAD_M_8BIT ? first / MW_Q8_BLOCK * 4 : 0;
+    if (ofl_regions[r].elem == OFL_ELEM_SCALE) return c->moments == MW_OFFLOAD_M_8BIT ? first / MW_Q8_BLOCK * 4 : 0;
     return ofl_region_bytes(c, r, first);
 }
 
@@ -184,17 +214,18 @@ static int check_config(const struct mw_offload_registry *r, const struct mw_off
     if (c->buffer_count < 1 || c->buffer_count > 64)
         return mw_error_set(-EINVAL, "offload: buffer count %d out of range [1, 64]", c->buffer_count);
     for (int k = 0; k < MW_OFFLOAD_NKINDS; k++) {
-        enum mw_offload_tier t = c->place.tier[k];
-        if ((unsigned)t >= MW_OFFLOAD_NTIERS) return mw_error_set(-EINVAL, "offload: bad tier for %s", kind_names[k]);
-        if (t == MW_OFFLOAD_DEVICE)
+        enum mw_tier_id t = c->place.tier[k];
+        if ((unsigned)t >= MW_TIER_COUNT) return mw_error_set(-EINVAL, "offload: bad tier for %s", kind_names[k]);
+        if (t == MW_TIER_DEVICE)
             return mw_error_set(-ENOTSUP, "offload: %s=device is not supported yet: state homes are dram or nvme; "
-                                "the (emulated) accelerator runs updates with --policy (CUDA backend: later issue)",
+                                "the (emulated) accelerator runs updates by the offload policy (policy; CUDA backend: "
+                                "later issue)",
                                 kind_names[k]);
-        if (t == MW_OFFLOAD_NVME && (k == MW_OFFLOAD_GRADS || k == MW_OFFLOAD_WEIGHTS))
+        if (t == MW_TIER_NVME && (k == MW_OFFLOAD_GRADS || k == MW_OFFLOAD_WEIGHTS))
             return mw_error_set(-ENOTSUP, "offload: %s=nvme is not supported: gradients and the working copy are "
                                 "touched by every micro-step and stay in dram", kind_names[k]);
     }
-    if (c->stream && (c->place.tier[MW_OFFLOAD_MASTER] != MW_OFFLOAD_NVME || c->weights != MW_OFFLOAD_W_FP32))
+    if (c->stream && (c->place.tier[MW_OFFLOAD_MASTER] != MW_TIER_NVME || c->weights != MW_OFFLOAD_W_FP32))
         return mw_error_set(-EINVAL, "offload: streaming weights needs the fp32 master on nvme (it is the weights' home)");
     if (c->stream && c->use_device)
         return mw_error_set(-ENOTSUP, "offload: streaming weights runs every update on the CPU (use the all-cpu policy)");
@@ -229,7 +260,7 @@ static void nvme_footprint(const struct mw_offload_config *c, uint64_t N, uint64
     uint64_t nsg = (N + sg - 1) / sg, last_n = N - (nsg - 1) * sg, full = 0, last = 0, bytes = 0;
     for (int reg = 0; reg < OFL_NREGIONS; reg++) {
         uint64_t whole = ofl_region_bytes(c, (enum ofl_region)reg, N);
-        if (!whole || c->place.tier[ofl_region_kind((enum ofl_region)reg)] != MW_OFFLOAD_NVME) continue;
+        if (!whole || c->place.tier[ofl_region_kind((enum ofl_region)reg)] != MW_TIER_NVME) continue;
         full += MW_ALIGN_UP(ofl_region_bytes(c, (enum ofl_region)reg, sg), OFL_PAD);
         last += MW_ALIGN_UP(ofl_region_bytes(c, (enum ofl_region)reg, last_n), OFL_PAD);
         bytes += whole;
@@ -277,8 +308,8 @@ static int check_subgroup_floor(const struct mw_offload_config *c, uint64_t N, u
     return mw_error_set(-EINVAL, "offload: subgroup size %llu%s is too small for optimizer state on NVMe: each "
                         "subgroup's objects are padded to %llu-byte blocks (O_DIRECT alignment), so %llu parameters "
                         "in %llu subgroups would take %s on NVMe for %s of state (padding %.0fx the state; refused "
-                        "above 1x and %llu MiB). Give a subgroup size of at least %llu elements%s (the padding is "
-                        "then at most the state; the default, %llu, suits most models)",
+                        "above 1x and %llu MiB). Give a subgroup size (subgroup_size) of at least %llu elements%s "
+                        "(the padding is then at most the state; the default, %llu, suits most models)",
                         (unsigned long long)c->subgroup_size, rounded, (unsigned long long)OFL_PAD, (unsigned long long)N,
                         (unsigned long long)((N + sg - 1) / sg), mw_fmt_bytes(a, sizeof a, padded),
                         mw_fmt_bytes(b, sizeof b, state), (double)waste / (double)state,
@@ -311,7 +342,7 @@ int mw_offload_plan_make(const struct mw_offload_registry *r, const struct mw_of
         if (!whole) continue;
         int alias = reg == OFL_R_MASTER && !p->transactional && c->ext_weights && c->weights == MW_OFFLOAD_W_FP32;
         if (alias) continue; /* the master weights are the caller's fp32 weight array */
-        if (c->place.tier[k] == MW_OFFLOAD_DRAM) p->kind_bytes[k][MW_OFFLOAD_DRAM] += slots * page_round(whole);
+        if (c->place.tier[k] == MW_TIER_DRAM) p->kind_bytes[k][MW_TIER_DRAM] += slots * page_round(whole);
         else {
             obj_full += MW_ALIGN_UP(ofl_region_bytes(c, (enum ofl_region)reg, p->subgroup_size), OFL_PAD);
             obj_last += MW_ALIGN_UP(ofl_region_bytes(c, (enum ofl_region)reg, last_n), OFL_PAD);
@@ -325,19 +356,19 @@ int mw_offload_plan_make(const struct mw_offload_registry *r, const struct mw_of
         uint64_t nv = 2 * ((uint64_t)(p->n_subgroups - 1) * full + last);
         /* split the NVMe bytes between the kinds in proportion (for the table only) */
         uint64_t mb = MW_ALIGN_UP(ofl_region_bytes(c, OFL_R_MASTER, p->subgroup_size), OFL_PAD);
-        if (c->place.tier[MW_OFFLOAD_MASTER] == MW_OFFLOAD_NVME && c->place.tier[MW_OFFLOAD_MOMENTS] == MW_OFFLOAD_NVME) {
+        if (c->place.tier[MW_OFFLOAD_MASTER] == MW_TIER_NVME && c->place.tier[MW_OFFLOAD_MOMENTS] == MW_TIER_NVME) {
             uint64_t m_part = (uint64_t)((double)nv * (double)mb / (double)obj_full);
-            p->kind_bytes[MW_OFFLOAD_MASTER][MW_OFFLOAD_NVME] = m_part;
-            p->kind_bytes[MW_OFFLOAD_MOMENTS][MW_OFFLOAD_NVME] = nv - m_part;
-        } else if (c->place.tier[MW_OFFLOAD_MASTER] == MW_OFFLOAD_NVME) {
-            p->kind_bytes[MW_OFFLOAD_MASTER][MW_OFFLOAD_NVME] = nv;
+            p->kind_bytes[MW_OFFLOAD_MASTER][MW_TIER_NVME] = m_part;
+            p->kind_bytes[MW_OFFLOAD_MOMENTS][MW_TIER_NVME] = nv - m_part;
+        } else if (c->place.tier[MW_OFFLOAD_MASTER] == MW_TIER_NVME) {
+            p->kind_bytes[MW_OFFLOAD_MASTER][MW_TIER_NVME] = nv;
         } else {
-            p->kind_bytes[MW_OFFLOAD_MOMENTS][MW_OFFLOAD_NVME] = nv;
+            p->kind_bytes[MW_OFFLOAD_MOMENTS][MW_TIER_NVME] = nv;
         }
         if (c->stream) { /* one gradient object per subgroup (one slot: not committed state) */
             uint64_t gf = MW_ALIGN_UP(MW_ALIGN_UP(4 * p->subgroup_size, OFL_PAD), st);
             uint64_t gl = MW_ALIGN_UP(MW_ALIGN_UP(4 * last_n, OFL_PAD), st);
-            p->kind_bytes[MW_OFFLOAD_GRADS][MW_OFFLOAD_NVME] = (uint64_t)(p->n_subgroups - 1) * gf + gl;
+            p->kind_bytes[MW_OFFLOAD_GRADS][MW_TIER_NVME] = (uint64_t)(p->n_subgroups - 1) * gf + gl;
         }
         struct ofl_layout L;
         ofl_layout_make(c, p->subgroup_size, &L);
@@ -350,21 +381,21 @@ int mw_offload_plan_make(const struct mw_offload_registry *r, const struct mw_of
     if (c->use_device) p->device_arena_bytes = 2 * page_round(ofl_dev_job_bytes(c, p->subgroup_size));
 
     for (int k = 0; k < MW_OFFLOAD_NKINDS; k++)
-        for (int t = 0; t < MW_OFFLOAD_NTIERS; t++) p->tier_bytes[t] += p->kind_bytes[k][t];
-    p->tier_bytes[MW_OFFLOAD_DRAM] += p->staging_bytes;
+        for (int t = 0; t < MW_TIER_COUNT; t++) p->tier_bytes[t] += p->kind_bytes[k][t];
+    p->tier_bytes[MW_TIER_DRAM] += p->staging_bytes;
     if (c->scratch_bytes && p->transactional) { /* one store object of whole stripes */
         p->scratch_bytes = MW_ALIGN_UP(c->scratch_bytes, ofl_stripe_for(c->scratch_bytes));
-        p->tier_bytes[MW_OFFLOAD_NVME] += p->scratch_bytes;
+        p->tier_bytes[MW_TIER_NVME] += p->scratch_bytes;
     }
-    p->tier_bytes[MW_OFFLOAD_DEVICE] += p->device_arena_bytes;
+    p->tier_bytes[MW_TIER_DEVICE] += p->device_arena_bytes;
 
-    uint64_t real[MW_OFFLOAD_NTIERS] = {ofl_dram_available(), p->transactional ? ofl_dir_available(c->nvme_dir) : 0, 0};
-    for (int t = 0; t < MW_OFFLOAD_NTIERS; t++) {
+    uint64_t real[MW_TIER_COUNT] = {ofl_dram_available(), p->transactional ? ofl_dir_available(c->nvme_dir) : 0, 0};
+    for (int t = 0; t < MW_TIER_COUNT; t++) {
         uint64_t cap = c->budget[t];
         if (real[t] && (!cap || real[t] < cap)) cap = real[t];
         p->tier_capacity[t] = cap;
     }
-    for (int t = 0; t < MW_OFFLOAD_NTIERS; t++) {
+    for (int t = 0; t < MW_TIER_COUNT; t++) {
         if (!p->tier_capacity[t] || p->tier_bytes[t] <= p->tier_capacity[t]) continue;
         char need[32], have[32], buf[512];
         mw_offload_plan_format(p, buf, sizeof buf);
@@ -373,7 +404,7 @@ int mw_offload_plan_make(const struct mw_offload_registry *r, const struct mw_of
                             "the plan was:\n%s", tier_names[t], mw_fmt_bytes(need, sizeof need, p->tier_bytes[t]),
                             is_budget ? "its budget allows only" : "only",
                             mw_fmt_bytes(have, sizeof have, p->tier_capacity[t]),
-                            is_budget ? "" : (t == MW_OFFLOAD_NVME ? " (free space in the NVMe directory)"
+                            is_budget ? "" : (t == MW_TIER_NVME ? " (free space in the NVMe directory)"
                                                                   : " (MemAvailable)"), buf);
     }
     return 0;
@@ -387,7 +418,7 @@ int mw_offload_plan_format(const struct mw_offload_plan *p, char *buf, size_t n)
                              (unsigned long long)p->total_elems, p->n_subgroups,
                              (unsigned long long)p->subgroup_size,
                              p->transactional ? "; optimizer state in two slots (atomic steps)" : "");
-    for (int t = 0; t < MW_OFFLOAD_NTIERS && used < n; t++) {
+    for (int t = 0; t < MW_TIER_COUNT && used < n; t++) {
         if (!p->tier_bytes[t] && !p->tier_capacity[t]) continue;
         used += (size_t)snprintf(buf + used, n - used, "  %-6s %10s", tier_names[t], mw_fmt_bytes(b, sizeof b, p->tier_bytes[t]));
         if (used >= n) break;
@@ -397,11 +428,11 @@ int mw_offload_plan_format(const struct mw_offload_plan *p, char *buf, size_t n)
             used += (size_t)snprintf(buf + used, n - used, "%s%s %s", sep, kind_names[k], mw_fmt_bytes(b, sizeof b, p->kind_bytes[k][t]));
             sep = ", ";
         }
-        if (used < n && t == MW_OFFLOAD_DRAM && p->staging_bytes) {
+        if (used < n && t == MW_TIER_DRAM && p->staging_bytes) {
             used += (size_t)snprintf(buf + used, n - used, "%sstaging %s", sep, mw_fmt_bytes(b, sizeof b, p->staging_bytes));
             sep = ", ";
         }
-        if (used < n && t == MW_OFFLOAD_DEVICE && p->device_arena_bytes) {
+        if (used < n && t == MW_TIER_DEVICE && p->device_arena_bytes) {
             used += (size_t)snprintf(buf + used, n - used, "%sarena %s", sep, mw_fmt_bytes(b, sizeof b, p->device_arena_bytes));
             sep = ", ";
         }

@@ -91,7 +91,7 @@ int mw_offload_cut(const struct mw_offload_registry *r, uint64_t size,
     if (size == 0) return mw_error_set(-EINVAL, "offload: subgroup size must be at least 1 element");
     uint64_t n = (r->total + size - 1) / size;
     if (n > UINT32_MAX / 2)
-        return mw_error_set(-EINVAL, "offload: %llu subgroups is too many (raise the subgroup size)",
+        return mw_error_set(-EINVAL, "offload: %llu subgroups is too many (raise the subgroup size, subgroup_size)",
                             (unsigned long long)n);
     struct mw_offload_subgroup *sg = calloc(n, sizeof *sg);
     if (!sg) return mw_error_set(-ENOMEM, "offload: out of memory for %llu subgroups", (unsigned long long)n);

@@ -16,13 +16,7 @@
 /* The base address of one region (master, m, v, or a moment's 8-bit scales) in a slice view. */
 static char *region_base(const struct mw_optim_slice *s, int region)
 {
-    switch (region) {
-    case OFL_R_MASTER: return (char *)s->master;
-    case OFL_R_M: return (char *)s->m;
-    case OFL_R_V: return (char *)s->v;
-    case OFL_R_MSCALE: return (char *)s->m_scale;
-    default: return (char *)s->v_scale;
-    }
+    return ofl_slice_region(s, (enum ofl_region)region);
 }
 
 int mw_offload_read_raw(struct mw_offload *e, int region, uint64_t first, uint64_t n, void *dst)
@@ -32,7 +26,7 @@ int mw_offload_read_raw(struct mw_offload *e, int region, uint64_t first, uint64
     if (region < 0 || region >= OFL_NREGIONS) return mw_error_set(-EINVAL, "offload read: bad region %d", region);
     if ((rc = ofl_check_quiet(e, "read"))) return rc;
     enum ofl_region r = (enum ofl_region)region;
-    int scale = r == OFL_R_MSCALE || r == OFL_R_VSCALE;
+    int scale = ofl_regions[r].elem == OFL_ELEM_SCALE;
     if (scale && e->cfg.moments != MW_OFFLOAD_M_8BIT) return 0;
     if (scale && first % MW_Q8_BLOCK) return mw_error_set(-EINVAL, "offload read: scales start at a block");
     int cur = (int)(e->committed % 2);
@@ -89,7 +83,7 @@ int mw_offload_write_raw(struct mw_offload *e, int region, uint64_t first, uint6
     if (rc || (rc = ofl_check_quiet(e, "write_raw"))) return rc;
     if (region < 0 || region >= OFL_NREGIONS) return mw_error_set(-EINVAL, "offload write_raw: bad region %d", region);
     enum ofl_region r = (enum ofl_region)region;
-    int scale = r == OFL_R_MSCALE || r == OFL_R_VSCALE;
+    int scale = ofl_regions[r].elem == OFL_ELEM_SCALE;
     if (scale && e->cfg.moments != MW_OFFLOAD_M_8BIT) return 0;
     if (e->cfg.moments == MW_OFFLOAD_M_8BIT && region != OFL_R_MASTER && first % MW_Q8_BLOCK)
         return mw_error_set(-EINVAL, "offload write_raw: 8-bit moments start at a multiple of %d", MW_Q8_BLOCK);

@@ -56,8 +56,9 @@ struct mw_optim_kernels {
     mw_cvt_in_fn bf16_to_f32, f16_to_f32;
 };
 
-/* Tables per level (kernels_scalar.c, kernels_avx2.c, kernels_avx512.c). AVX-512 has two,
- * with and without the AVX512-BF16 instruction; simd.c picks one from CPUID. */
+/* Tables per level (kernels_scalar.c; kernels_simd.c, built once for AVX2 and once for
+ * AVX-512). AVX-512 has two, with and without the AVX512-BF16 instruction; simd.c picks one
+ * from CPUID. */
 extern const struct mw_optim_kernels mw_optim_kernels_scalar;
 extern const struct mw_optim_kernels mw_optim_kernels_avx2;
 const struct mw_optim_kernels *mw_optim_kernels_avx512(int has_bf16);

@@ -26,8 +26,8 @@ void mw_est_ds_zero3(const struct mw_ds_input *in, double *gpu, double *cpu)
     const double gpn = in->gpus_per_node, nodes = in->nodes ? in->nodes : 1;
     const double N = gpn * nodes, gf = 1.0 / nodes, abf = in->buffer_factor ? in->buffer_factor : 1.5;
     const double largest = 4 * L;
-    if (in->offload_optimizer != MW_PLAN_TIER_NONE) {
-        if (in->offload_params != MW_PLAN_TIER_NONE) {
+    if (in->offload_optimizer != MW_TIER_DEVICE) {
+        if (in->offload_params != MW_TIER_DEVICE) {
             *gpu = largest;
             *cpu = in->zero_init ? P * 18 * gf * abf : P * fmax(4 * gpn, 18 * gf) * abf;
         } else {
@@ -45,7 +45,7 @@ void mw_est_ds_zero2(const struct mw_ds_input *in, double *gpu, double *cpu)
     const double P = in->total_params;
     const double gpn = in->gpus_per_node, nodes = in->nodes ? in->nodes : 1;
     const double N = gpn * nodes, abf = in->buffer_factor ? in->buffer_factor : 1.5;
-    if (in->offload_optimizer != MW_PLAN_TIER_NONE) {
+    if (in->offload_optimizer != MW_TIER_DEVICE) {
         *gpu = 2 * P;
         *cpu = P * fmax(4 * N, 16) * abf;
     } else {
@@ -60,20 +60,20 @@ int mw_est_ds_table(int stage, const struct mw_ds_input *in, struct mw_ds_row ro
     struct mw_ds_input x = *in;
     int n = 0;
     if (stage == 2) {
-        static const enum mw_plan_tier opt[2] = {MW_PLAN_TIER_CPU, MW_PLAN_TIER_NONE};
+        static const enum mw_tier_id opt[2] = {MW_TIER_DRAM, MW_TIER_DEVICE};
         for (int i = 0; i < 2; i++, n++) {
-            x.offload_params = MW_PLAN_TIER_NONE;
+            x.offload_params = MW_TIER_DEVICE;
             x.offload_optimizer = opt[i];
             mw_est_ds_zero2(&x, &rows[n].gpu_bytes, &rows[n].cpu_bytes);
-            rows[n].offload_params = MW_PLAN_TIER_NONE;
+            rows[n].offload_params = MW_TIER_DEVICE;
             rows[n].offload_optimizer = opt[i];
             rows[n].zero_init = -1;
         }
     } else {
         /* DeepSpeed's loops: optimizer offload (cpu, none) x param offload (cpu, none), param
          * offload without optimizer offload skipped, x zero_init (1, 0). */
-        static const enum mw_plan_tier combo[3][2] = {
-            {MW_PLAN_TIER_CPU, MW_PLAN_TIER_CPU}, {MW_PLAN_TIER_NONE, MW_PLAN_TIER_CPU}, {MW_PLAN_TIER_NONE, MW_PLAN_TIER_NONE}};
+        static const enum mw_tier_id combo[3][2] = {
+            {MW_TIER_DRAM, MW_TIER_DRAM}, {MW_TIER_DEVICE, MW_TIER_DRAM}, {MW_TIER_DEVICE, MW_TIER_DEVICE}};
         for (int c = 0; c < 3; c++)
             for (int zi = 1; zi >= 0; zi--, n++) {
                 x.offload_params = combo[c][0];

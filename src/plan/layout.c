@@ -40,14 +40,15 @@ int mw_dtype_parse(const char *s, enum mw_dtype *d)
     return mw_error_set(-EINVAL, "unknown dtype '%s' (fp32, bf16, fp16, fp8, int8, int4, none)", s);
 }
 
-const char *mw_plan_tier_name(enum mw_plan_tier t)
+const char *mw_plan_tier_name(enum mw_tier_id t)
 {
-    return t == MW_PLAN_TIER_CPU ? "cpu" : t == MW_PLAN_TIER_NVME ? "nvme" : "none";
+    return t == MW_TIER_DRAM ? "cpu" : t == MW_TIER_NVME ? "nvme" : "none"; /* DEVICE: not offloaded */
 }
 
 void mw_layout_default(struct mw_layout *l)
 {
     memset(l, 0, sizeof *l);
+    l->offload_optimizer = l->offload_params = MW_TIER_DEVICE; /* nothing offloaded */
     l->tp = l->pp = l->ep = l->etp = l->interleave = 1;
     l->weight = MW_DT_BF16;
     l->grad = MW_DT_BF16;
@@ -95,14 +96,14 @@ int mw_layout_resolve(const struct mw_model *m, struct mw_layout *l, uint64_t gp
     }
     uint64_t want = l->dp * l->tp * l->pp;
     if (l->gpus && l->gpus != want)
-        return mw_error_set(-EINVAL, "DP %llu x TP %llu x PP %llu = %llu ranks, but --gpus is %llu",
+        return mw_error_set(-EINVAL, "DP %llu x TP %llu x PP %llu = %llu ranks, but the GPU count (gpus) is %llu",
                             (unsigned long long)l->dp, (unsigned long long)l->tp,
                             (unsigned long long)l->pp, (unsigned long long)want,
                             (unsigned long long)l->gpus);
     l->gpus = want;
     if (l->ep > 1 || l->etp > 1) {
         if (!m->n_routed_experts)
-            return mw_error_set(-EINVAL, "--ep/--etp need a mixture-of-experts model");
+            return mw_error_set(-EINVAL, "expert parallelism (ep, etp) needs a mixture-of-experts model");
         if (m->n_routed_experts % l->ep)
             return mw_error_set(-EINVAL, "EP %llu does not divide the %llu experts",
                                 (unsigned long long)l->ep, (unsigned long long)m->n_routed_experts);
@@ -122,8 +123,8 @@ int mw_layout_resolve(const struct mw_model *m, struct mw_layout *l, uint64_t gp
                                 (unsigned long long)l->tp, (unsigned long long)m->n_head);
     }
     if (l->zero < 0 || l->zero > 3) return mw_error_set(-EINVAL, "ZeRO stage must be 0..3");
-    if (l->offload_params != MW_PLAN_TIER_NONE && l->zero != 3)
-        return mw_error_set(-EINVAL, "offloading parameters needs ZeRO stage 3 (--zero 3)");
+    if (l->offload_params != MW_TIER_DEVICE && l->zero != 3)
+        return mw_error_set(-EINVAL, "offloading parameters (offload_params) needs ZeRO stage 3 (zero 3)");
     /* Default: one micro-batch per rank, or 4 x PP per pipeline so that every stage holds
      * the activations it would in real training (peak memory needs >= PP in flight). */
     if (!l->global_batch) l->global_batch = l->micro_batch * l->dp * (l->pp > 1 ? 4 * l->pp : 1);

@@ -110,9 +110,9 @@ static void tier_add(struct mw_plan_tier_bytes *t)
     t->total = t->params + t->grads + t->optimizer + t->activations + t->buffers;
 }
 
-static struct mw_plan_tier_bytes *tier_of(struct mw_stage *s, enum mw_plan_tier t)
+static struct mw_plan_tier_bytes *tier_of(struct mw_stage *s, enum mw_tier_id t)
 {
-    return t == MW_PLAN_TIER_CPU ? &s->host : t == MW_PLAN_TIER_NVME ? &s->nvme : &s->gpu;
+    return t == MW_TIER_DRAM ? &s->host : t == MW_TIER_NVME ? &s->nvme : &s->gpu;
 }
 
 /* Offload staging: NVMe swaps go through pinned host buffers of two sub-groups of 2^27
@@ -140,14 +140,14 @@ static void stage_memory(const struct mw_layout *l, struct mw_stage *s)
         s->gathered = work;
         s->gpu.buffers += work;
     }
-    if (l->offload_params == MW_PLAN_TIER_NVME) s->host.buffers += work;
+    if (l->offload_params == MW_TIER_NVME) s->host.buffers += work;
 
     /* Gradients: the shard goes where the optimizer steps; without ZeRO-2 the GPU keeps them
      * all until the reduce. */
     double gshard = (l->zero >= 2 ? shard : full) * g;
     if (!train) {
         /* inference: no gradients */
-    } else if (l->offload_optimizer == MW_PLAN_TIER_NONE) {
+    } else if (l->offload_optimizer == MW_TIER_DEVICE) {
         s->gpu.grads += (uint64_t)gshard;
     } else {
         s->host.grads += (uint64_t)(shard * g);
@@ -163,7 +163,7 @@ static void stage_memory(const struct mw_layout *l, struct mw_stage *s)
     s->opt_master = (uint64_t)(n_opt * ms);
     s->opt_moments = (uint64_t)(n_opt * mo);
     tier_of(s, l->offload_optimizer)->optimizer += s->opt_master + s->opt_moments;
-    if (train && l->offload_optimizer == MW_PLAN_TIER_NVME)
+    if (train && l->offload_optimizer == MW_TIER_NVME)
         s->host.buffers += (uint64_t)(2 * MW_MIN(n_opt, (double)MW_SUBGROUP_PARAMS) * (ms + mo));
 
     s->gpu.activations = s->act_layers + s->act_other;

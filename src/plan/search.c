@@ -18,9 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const struct { enum mw_plan_tier opt, par; int min_zero; } offloads[] = {
-    {MW_PLAN_TIER_NONE, MW_PLAN_TIER_NONE, 0}, {MW_PLAN_TIER_CPU, MW_PLAN_TIER_NONE, 1}, {MW_PLAN_TIER_NVME, MW_PLAN_TIER_NONE, 1},
-    {MW_PLAN_TIER_CPU, MW_PLAN_TIER_CPU, 3}, {MW_PLAN_TIER_NVME, MW_PLAN_TIER_NVME, 3},
+static const struct { enum mw_tier_id opt, par; int min_zero; } offloads[] = {
+    {MW_TIER_DEVICE, MW_TIER_DEVICE, 0}, {MW_TIER_DRAM, MW_TIER_DEVICE, 1}, {MW_TIER_NVME, MW_TIER_DEVICE, 1},
+    {MW_TIER_DRAM, MW_TIER_DRAM, 3}, {MW_TIER_NVME, MW_TIER_NVME, 3},
 };
 
 /* Keeps hits[0..*n) sorted by iteration time, at most max of them. */
@@ -35,10 +35,10 @@ static void insert(struct mw_search_hit *hits, int *n, int max, const struct mw_
 int mw_plan_search(const struct mw_model *m, const struct mw_layout *base, unsigned fix,
                    const struct mw_hw *hw, struct mw_search_hit *hits, int max)
 {
-    if (!hw) return mw_error_set(-EINVAL, "--search needs a hardware profile (--hw)");
+    if (!hw) return mw_error_set(-EINVAL, "a layout search needs a hardware profile (hw)");
     if (max <= 0) return 0;
     const uint64_t G = base->gpus ? base->gpus : base->dp * base->tp * base->pp;
-    if (!G) return mw_error_set(-EINVAL, "--search needs --gpus");
+    if (!G) return mw_error_set(-EINVAL, "a layout search needs the GPU count (gpus)");
     const uint64_t gpn = base->gpus_per_node ? base->gpus_per_node : hw->gpus_per_node;
     const uint64_t L = m->arch == MW_ARCH_BARE ? 1 : mw_plan_blocks_(m);
     const uint64_t gbatch = base->global_batch ? base->global_batch : G;

@@ -108,24 +108,24 @@ void mw_time_compute(const struct mw_model *m, const struct mw_layout *l, const 
     const double w = mw_dtype_bytes(l->weight);
     const double opt_b = mw_dtype_bytes(l->master) + 2 * mw_dtype_bytes(l->moment);
     double step = 0, fetch = 0;
-    if (l->offload_optimizer != MW_PLAN_TIER_NONE) {
+    if (l->offload_optimizer != MW_TIER_DEVICE) {
         double pcie = shard * (gb + w);
         t->pcie_bytes += pcie;
         double t_pcie = pcie / hw->pcie_bw;
         double t_adam = gpn * shard / hw->cpu_adam;
         double t_nvme = 0;
-        if (l->offload_optimizer == MW_PLAN_TIER_NVME) {
+        if (l->offload_optimizer == MW_TIER_NVME) {
             t->nvme_read_bytes += gpn * shard * opt_b;
             t->nvme_write_bytes += gpn * shard * opt_b;
             t_nvme = gpn * shard * opt_b / hw->nvme_read + gpn * shard * opt_b / hw->nvme_write;
         }
         step = fmax(t_pcie, fmax(t_adam, t_nvme));
     }
-    if (l->offload_params != MW_PLAN_TIER_NONE) {
+    if (l->offload_params != MW_TIER_DEVICE) {
         double bytes = 2 * nmb * shard * w;
         t->pcie_bytes += bytes;
         double tf = bytes / hw->pcie_bw;
-        if (l->offload_params == MW_PLAN_TIER_NVME) {
+        if (l->offload_params == MW_TIER_NVME) {
             t->nvme_read_bytes += gpn * bytes;
             t->nvme_write_bytes += gpn * shard * w;
             tf = fmax(tf, gpn * bytes / hw->nvme_read);

@@ -122,8 +122,8 @@ int mw_model_lookup(const char *name, struct mw_model *m)
             *m = zoo[i];
             return 0;
         }
-    return mw_error_set(-ENOENT, "unknown model '%s' (built-in: gpt2 ... deepseek-v3; "
-                        "see 'memwall plan --list-models', or pass a config.json path)", name);
+    return mw_error_set(-ENOENT, "unknown model '%s' (built-in: gpt2 ... deepseek-v3, listed in docs/plan.md; "
+                        "or give a config.json path)", name);
 }
 
 void mw_model_bare(struct mw_model *m, uint64_t params, uint64_t largest_layer)
@@ -138,7 +138,7 @@ void mw_model_bare(struct mw_model *m, uint64_t params, uint64_t largest_layer)
 int mw_model_validate(const struct mw_model *m)
 {
     if (m->arch == MW_ARCH_BARE)
-        return m->bare_params ? 0 : mw_error_set(-EINVAL, "--params must be positive");
+        return m->bare_params ? 0 : mw_error_set(-EINVAL, "a bare model's parameter count (bare_params) must be positive");
     if (!m->n_layer || !m->hidden || !m->n_head)
         return mw_error_set(MW_EFORMAT, "model '%s': layers, hidden size and heads must be positive",
                             m->name);

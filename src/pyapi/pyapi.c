@@ -60,8 +60,8 @@ int mw_pyapi_create(struct mw_offload **out, uint32_t n, const uint64_t *numel, 
     c.ext_grads = grads;
     c.ext_grads_accumulate = 1;
     c.nvme_dir = nvme_dir;
-    c.budget[MW_OFFLOAD_DRAM] = dram_budget;
-    c.budget[MW_OFFLOAD_NVME] = nvme_budget;
+    c.budget[MW_TIER_DRAM] = dram_budget;
+    c.budget[MW_TIER_NVME] = nvme_budget;
     c.trace = trace;
 
     struct mw_offload_registry reg;
@@ -120,7 +120,7 @@ int mw_pyapi_stats(const struct mw_offload *e, double *out, int n)
     const double v[MW_PYAPI_NSTATS] = {
         (double)s.steps, (double)s.nvme_read_bytes, (double)s.nvme_write_bytes, s.step_s, s.kernel_s,
         s.io_wait_s, (double)s.cpu_updates, (double)p->n_subgroups, (double)p->subgroup_size,
-        (double)p->tier_bytes[MW_OFFLOAD_DRAM], (double)p->tier_bytes[MW_OFFLOAD_NVME], (double)p->staging_bytes,
+        (double)p->tier_bytes[MW_TIER_DRAM], (double)p->tier_bytes[MW_TIER_NVME], (double)p->staging_bytes,
     };
     int k = n < MW_PYAPI_NSTATS ? n : MW_PYAPI_NSTATS;
     memcpy(out, v, (size_t)k * sizeof v[0]);

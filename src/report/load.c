@@ -30,6 +30,8 @@ static int64_t clamp_i64(double d, int64_t lo, int64_t hi, int64_t dflt)
     return mw_f64_to_i64(d, lo, hi, 0, &v) ? dflt : v;
 }
 
+/* Numeric tier ids in traces without a tier table: the order memwall wrote before the one tier
+ * enum (memwall/common.h), kept so that those traces still read. */
 static const char *const default_tier_names[] = {"device", "host", "nvme"};
 static const char *const kind_names[] = {"weights", "grads", "master", "moments", "activations",
                                          "staging", "other", "untracked"};

@@ -27,7 +27,7 @@ struct mw_tier {
     _Atomic uint64_t by_kind[MW_KIND_COUNT];  /* current bytes per kind */
 };
 
-static const char *const tier_names[MW_TIER_COUNT] = {"device", "host", "nvme"};
+static const char *const tier_names[MW_TIER_COUNT] = {[MW_TIER_DRAM] = "host", [MW_TIER_NVME] = "nvme", [MW_TIER_DEVICE] = "device"};
 static const char *const kind_names[MW_KIND_COUNT] = {"weights", "grads", "master", "moments",
                                                       "activations", "staging", "other"};
 
@@ -142,7 +142,7 @@ int mw_tier_alloc(struct mw_tier *t, size_t bytes, unsigned flags, enum mw_alloc
     memset(out, 0, sizeof *out);
     if ((unsigned)kind >= MW_KIND_COUNT) kind = MW_KIND_OTHER;
     if (!bytes) return mw_error_set(-EINVAL, "tier: zero-byte allocation for '%s'", label ? label : "?");
-    const struct mw_buft_iface *iface = t ? t->iface : mw_buft_builtin_(MW_TIER_HOST);
+    const struct mw_buft_iface *iface = t ? t->iface : mw_buft_builtin_(MW_TIER_DRAM);
     void *ctx = t ? t->ctx : NULL;
     size_t align = iface->alignment ? iface->alignment(ctx) : MW_PAGE_ALIGN;
     if ((flags & MW_ALLOC_IO) && align < MW_IO_ALIGN) align = MW_IO_ALIGN;
@@ -195,7 +195,7 @@ void mw_tier_free(struct mw_buf *b)
     if (!b) return;
     struct mw_tier *t = b->tier;
     if (b->ptr) {
-        const struct mw_buft_iface *iface = t ? t->iface : mw_buft_builtin_(MW_TIER_HOST);
+        const struct mw_buft_iface *iface = t ? t->iface : mw_buft_builtin_(MW_TIER_DRAM);
         iface->free(t ? t->ctx : NULL, b->ptr, b->reserved, b->flags);
     }
     if (t && b->reserved) {

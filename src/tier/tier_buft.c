@@ -124,7 +124,7 @@ static const struct mw_buft_iface nvme_iface = {
 const struct mw_buft_iface *mw_buft_builtin_(enum mw_tier_id id)
 {
     switch (id) {
-    case MW_TIER_HOST: return &host_iface;
+    case MW_TIER_DRAM: return &host_iface;
     case MW_TIER_DEVICE: return &dev_iface;
     case MW_TIER_NVME: return &nvme_iface;
     default: return NULL;

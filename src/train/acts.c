@@ -71,7 +71,7 @@ static int io_finish(struct mw_train_acts *a, struct mw_train_act_slot *s)
 {
     if (!s->io) return 0;
     uint64_t t0 = mw_now_ns();
-    int done = mw_store_test(&s->req);
+    int done = mw_offload_io_test(&s->req);
     int err = mw_offload_io_wait(a->eng, &s->req);
     uint64_t t1 = mw_now_ns();
     int write = s->io == 1;

@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "memwall/store.h"
+#include "memwall/offload.h"
 
 struct mw_offload;
 struct mw_trace;
@@ -29,7 +29,7 @@ struct mw_train_act_slot {
     int busy;                    /* the model is filling or reading it */
     int io;                      /* 0 none, 1 write, 2 read in flight */
     uint64_t t0;                 /* that I/O's start, ns */
-    struct mw_store_io req;
+    struct mw_offload_io req;
 };
 
 struct mw_train_acts {

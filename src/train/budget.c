@@ -49,7 +49,7 @@ int mw_train_fit_budget(const struct mw_net_config *mc, struct mw_train_config *
                         struct mw_train_fit *out)
 {
     memset(out, 0, sizeof *out);
-    if (!cfg->dram_budget || cfg->offload_params != MW_OFFLOAD_NVME || !free_knobs) return 0;
+    if (!cfg->dram_budget || cfg->offload_params != MW_TIER_NVME || !free_knobs) return 0;
     /* The candidates: each free knob over its values, the given ones as given. */
     struct cand c;
     uint64_t best_need = UINT64_MAX;
@@ -91,8 +91,8 @@ int mw_train_fit_budget(const struct mw_net_config *mc, struct mw_train_config *
     out->need_min = best_need;
     return mw_error_set(MW_EBUDGET, "DRAM budget %s is too small for this streamed run with any subgroup size, staging "
                         "buffer count, prefetch depth and activation placement: the smallest plan needs %s (subgroups of "
-                        "%llu parameters, %d buffers, prefetch depth %d, activations %s); raise the budget to that, or "
-                        "lower the batch or the sequence length", mw_fmt_bytes(b1, sizeof b1, cfg->dram_budget),
+                        "%llu parameters, %d buffers, prefetch depth %d, activations %s); raise the DRAM budget "
+                        "(dram_budget) to that, or lower the batch (batch) or the sequence length (seq)", mw_fmt_bytes(b1, sizeof b1, cfg->dram_budget),
                         mw_fmt_bytes(b2, sizeof b2, best_need), (unsigned long long)best.sg, best.buffers, best.depth,
                         best.acts_nvme ? "on NVMe" : "recomputed");
 }

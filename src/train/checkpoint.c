@@ -107,7 +107,7 @@ int mw_ckpt_header_decode(const uint8_t *h, struct mw_ckpt_info *out, const char
     out->step = (int64_t)get64(h, H_STEP);
     out->data_rng = get64(h, H_RNG);
     struct mw_train_config *t = &out->train;
-    t->tier = get32(h, H_TIER) == MW_OFFLOAD_NVME ? MW_OFFLOAD_NVME : MW_OFFLOAD_DRAM; /* checked below */
+    t->tier = get32(h, H_TIER) == MW_TIER_NVME ? MW_TIER_NVME : MW_TIER_DRAM; /* checked below */
     t->batch = (int)get32(h, H_BATCH); t->seq = (int)get32(h, H_SEQ); t->grad_accum = (int)get32(h, H_ACCUM);
     t->threads = (int)get32(h, H_THREADS); t->recompute = (int)get32(h, H_RECOMP);
     t->steps = (int64_t)get64(h, H_STEPS); t->lr = getf64(h, H_LR); t->warmup = (int64_t)get64(h, H_WARMUP);
@@ -151,7 +151,7 @@ int mw_ckpt_header_decode(const uint8_t *h, struct mw_ckpt_info *out, const char
     /* The run's settings become the defaults of a resumed run: each in the range the command line
      * accepts, so a hostile header cannot smuggle a negative batch or a NaN learning rate in. */
     const char *bad = NULL;
-    if (get32(h, H_TIER) > MW_OFFLOAD_NVME) bad = "optimizer tier";
+    if (get32(h, H_TIER) > MW_TIER_NVME) bad = "optimizer tier";
     else if (t->batch < 1 || t->batch > (1 << 20) || t->seq < 1 || t->seq > (1 << 20)) bad = "batch or sequence length";
     else if (t->grad_accum < 1 || t->grad_accum > (1 << 20)) bad = "gradient accumulation";
     else if (t->threads < 0 || t->threads > 4096 || (get32(h, H_RECOMP) > 1)) bad = "threads or recompute";
@@ -402,8 +402,8 @@ int mw_trainer_load(struct mw_trainer *tr, const char *path)
     if (in.world > 1 && (in.rank != tr->rank || in.zero_stage != zstage ||
                          (tr->res->zero && (in.own_first != tr->res->zero->own.first || in.own_n != tr->res->zero->own.n)))) {
         err = mw_error_set(-EINVAL, "checkpoint %s holds rank %d's shard of a ZeRO-%d run (elements %llu+%llu); this is "
-                           "rank %d with ZeRO-%d: give each rank its own file (--resume with %%r) and the same "
-                           "--zero and --subgroup-size", path, in.rank, in.zero_stage, (unsigned long long)in.own_first,
+                           "rank %d with ZeRO-%d: give each rank its own file and the same ZeRO stage (zero_stage) "
+                           "and subgroup size (subgroup_size)", path, in.rank, in.zero_stage, (unsigned long long)in.own_first,
                            (unsigned long long)in.own_n, tr->rank, zstage);
         goto out;
     }

@@ -99,9 +99,9 @@ static int opt_init(struct mw_train_opt *o, struct mw_net *m, const struct mw_tr
     if (c->io_block_size) cfg->io_block_size = c->io_block_size;
     if (c->io_queue_depth) cfg->io_queue_depth = c->io_queue_depth;
     cfg->preread = c->preread;
-    if (c->tier == MW_OFFLOAD_NVME) {
-        cfg->place.tier[MW_OFFLOAD_MASTER] = MW_OFFLOAD_NVME;
-        cfg->place.tier[MW_OFFLOAD_MOMENTS] = MW_OFFLOAD_NVME;
+    if (c->tier == MW_TIER_NVME) {
+        cfg->place.tier[MW_OFFLOAD_MASTER] = MW_TIER_NVME;
+        cfg->place.tier[MW_OFFLOAD_MOMENTS] = MW_TIER_NVME;
         cfg->nvme_dir = c->nvme_dir ? c->nvme_dir : "run/nvme";
     }
     if (c->offload_policy) {
@@ -115,7 +115,7 @@ static int opt_init(struct mw_train_opt *o, struct mw_net *m, const struct mw_tr
     cfg->ext_grads_accumulate = 1;
     /* Streamed weights (src/train/stream.c): the hook is planned for now (gradient objects on
      * NVMe), its user is set by the trainer once the stream exists. */
-    if (c->offload_params == MW_OFFLOAD_NVME) cfg->stream = mw_train_stream_engine_hook;
+    if (c->offload_params == MW_TIER_NVME) cfg->stream = mw_train_stream_engine_hook;
     if (c->acts_nvme) { /* the blocks' kept activations (src/train/acts.c) */
         cfg->scratch_bytes = mw_train_acts_scratch_bytes(m->n_layer, c->grad_accum, mw_net_act_slot_bytes(m));
         if (cfg->scratch_bytes == UINT64_MAX) {
@@ -126,7 +126,7 @@ static int opt_init(struct mw_train_opt *o, struct mw_net *m, const struct mw_tr
     }
     cfg->cpu_threads = c->threads;
     cfg->trace = c->trace;
-    cfg->journal = c->journal && c->tier == MW_OFFLOAD_NVME;
+    cfg->journal = c->journal && c->tier == MW_TIER_NVME;
     cfg->resume = c->resume;
     if (c->dram_budget) {
         if (model_dram_bytes >= c->dram_budget) {
@@ -136,9 +136,9 @@ static int opt_init(struct mw_train_opt *o, struct mw_net *m, const struct mw_tr
                                mw_fmt_bytes(a, sizeof a, c->dram_budget), mw_fmt_bytes(b, sizeof b, model_dram_bytes));
             goto err;
         }
-        cfg->budget[MW_OFFLOAD_DRAM] = c->dram_budget - model_dram_bytes;
+        cfg->budget[MW_TIER_DRAM] = c->dram_budget - model_dram_bytes;
     }
-    cfg->budget[MW_OFFLOAD_NVME] = c->nvme_budget;
+    cfg->budget[MW_TIER_NVME] = c->nvme_budget;
     if (cfg->nvme_dir && !plan_only) {
         /* The plan checks the free space of the directory, so it must exist. */
         if ((err = mkdir_nvme(cfg->nvme_dir))) goto err;
@@ -281,8 +281,8 @@ int mw_train_opt_skip(struct mw_train_opt *o, int64_t t)
 
 void mw_train_opt_bytes(const struct mw_train_opt *o, uint64_t *dram, uint64_t *nvme)
 {
-    *dram = o->plan.tier_bytes[MW_OFFLOAD_DRAM];
-    *nvme = o->plan.tier_bytes[MW_OFFLOAD_NVME];
+    *dram = o->plan.tier_bytes[MW_TIER_DRAM];
+    *nvme = o->plan.tier_bytes[MW_TIER_NVME];
 }
 
 void mw_train_opt_stats(const struct mw_train_opt *o, struct mw_offload_stats *s)

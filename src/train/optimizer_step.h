@@ -19,7 +19,7 @@
 #include "memwall/optim.h"
 
 struct mw_train_opt {
-    enum mw_offload_tier tier;
+    enum mw_tier_id tier;
     uint64_t own_first;                /* first element of the model this optimizer owns (ZeRO) */
     size_t n_params;                   /* elements it owns (all of the model without ZeRO) */
     struct mw_offload_registry reg;    /* the model's tensors, in its flat order */

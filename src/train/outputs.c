@@ -124,31 +124,32 @@ int mw_train_outputs_check(const struct mw_train_outputs *o, struct mw_train_out
 {
     *lock_out = NULL;
     char paths[4][PATH_MAX];  /* log, trace, model, data */
-    const char *names[4] = {"--log-json", "--trace", "the final model", "--data"};
+    const char *names[4] = {"the step log (log_path)", "the trace (trace_path)", "the final model",
+                             "the data (data_path)"};
     int have[4] = {0, 0, 0, 0};
     int err;
     struct mw_train_outlock *lk = NULL;
     if (o->out_dir) {
-        if ((err = mw_mkdir_p(o->out_dir, 0777))) return mw_error_prepend(err, "--out-dir: ");
+        if ((err = mw_mkdir_p(o->out_dir, 0777))) return mw_error_prepend(err, "the out-dir (out_dir): ");
         if (!(lk = calloc(1, sizeof *lk))) return mw_error_set(-ENOMEM, "no memory");
         if ((err = mw_dir_lock(&lk->lock, o->out_dir, OUT_LOCK_NAME))) {
             free(lk);
             char m[600];
             snprintf(m, sizeof m, "%s", mw_error_msg());
             if (err == -EBUSY)
-                return mw_error_set(err, "--out-dir %s is the out-dir of another run that is still going (%s); give "
-                                    "each run its own --out-dir", o->out_dir, m);
-            return mw_error_set(err, "--out-dir %s: %s", o->out_dir, m);
+                return mw_error_set(err, "the out-dir (out_dir) %s is the out-dir of another run that is still "
+                                    "going (%s); give each run its own out-dir", o->out_dir, m);
+            return mw_error_set(err, "the out-dir (out_dir) %s: %s", o->out_dir, m);
         }
         int swept = 0;
         char model[PATH_MAX + 32];
         if ((err = mw_train_sweep_tmp(o->out_dir, NULL, &swept))) goto err;
         if (swept) mw_log(MW_LOG_INFO, "removed %d temporary file%s of runs that died in %s", swept, swept == 1 ? "" : "s", o->out_dir);
         if ((size_t)snprintf(model, sizeof model, "%s/model.safetensors", o->out_dir) >= PATH_MAX) {
-            err = mw_error_set(-ENAMETOOLONG, "--out-dir %s is too long", o->out_dir);
+            err = mw_error_set(-ENAMETOOLONG, "the out-dir (out_dir) %s is too long", o->out_dir);
             goto err;
         }
-        if ((err = check_file_output("--out-dir", model, paths[2]))) goto err;
+        if ((err = check_file_output("the final model in the out-dir (out_dir)", model, paths[2]))) goto err;
         have[2] = 1;
         /* Space: the final model, and two checkpoints at once (the new one is written beside the
          * last before it replaces it). Files already there are replaced: not counted as free. */
@@ -157,8 +158,9 @@ int mw_train_outputs_check(const struct mw_train_outputs *o, struct mw_train_out
             uint64_t avail = (uint64_t)vs.f_bavail * (uint64_t)vs.f_frsize, need = o->model_bytes, c2 = 0;
             if (!mw_mul_u64(o->ckpt_bytes, 2, &c2) && !mw_add_u64(need, c2, &need) && need > avail) {
                 char a[32], b[32], c[32], d[32];
-                err = mw_error_set(-ENOSPC, "--out-dir %s has %s free; the run needs %s there (the final model %s%s%s): "
-                                   "free space or choose another --out-dir", o->out_dir, mw_fmt_bytes(a, sizeof a, avail),
+                err = mw_error_set(-ENOSPC, "the out-dir (out_dir) %s has %s free; the run needs %s there (the final "
+                                   "model %s%s%s): free space or choose another out-dir", o->out_dir,
+                                   mw_fmt_bytes(a, sizeof a, avail),
                                    mw_fmt_bytes(b, sizeof b, need), mw_fmt_bytes(c, sizeof c, o->model_bytes),
                                    o->ckpt_bytes ? ", two checkpoints of " : "",
                                    o->ckpt_bytes ? mw_fmt_bytes(d, sizeof d, o->ckpt_bytes) : "");
@@ -166,9 +168,9 @@ int mw_train_outputs_check(const struct mw_train_outputs *o, struct mw_train_out
             }
         }
     }
-    if (o->log_path && (err = check_file_output("--log-json", o->log_path, paths[0]))) goto err;
+    if (o->log_path && (err = check_file_output("the step log (log_path)", o->log_path, paths[0]))) goto err;
     have[0] = o->log_path != NULL;
-    if (o->trace_path && (err = check_file_output("--trace", o->trace_path, paths[1]))) goto err;
+    if (o->trace_path && (err = check_file_output("the trace (trace_path)", o->trace_path, paths[1]))) goto err;
     have[1] = o->trace_path != NULL;
     if (o->data_path) {
         if ((err = mw_train_abs_path(o->data_path, paths[3], PATH_MAX))) goto err;

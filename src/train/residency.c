@@ -190,16 +190,17 @@ static int check_memory(const struct mw_net_config *mc, const struct mw_net_opti
     if (!streaming && (mw_add_u64(need, z.params_bytes, &need) || mw_add_u64(need, z.grads_bytes, &need)))
         need = UINT64_MAX;
     /* The optimizer in DRAM: two fp32 moments per parameter at least (the engine's own plan
-     * checks the rest against --dram-budget). */
+     * checks the rest against the DRAM budget, dram_budget). */
     if (opt_dram && (mw_add_u64(need, 2 * z.params_bytes, &need))) need = UINT64_MAX;
     if (!avail || need <= avail) return 0;
     char a[32], b[32], c[32];
     return mw_error_set(-ENOMEM, "the run's arrays need %s (activations %s for %d x %d tokens per micro-batch%s%s) and "
-                        "this machine has %s available (MemAvailable): lower --batch or --seq, add --recompute%s%s",
+                        "this machine has %s available (MemAvailable): lower the micro-batch (batch) or the sequence "
+                        "length (seq), turn on recomputation (recompute)%s%s",
                         mw_fmt_bytes(a, sizeof a, need), mw_fmt_bytes(b, sizeof b, z.acts_bytes), mo->max_batch,
                         mo->max_seq, streaming ? "" : ", weights and gradients", opt_dram ? ", the optimizer's moments" : "",
-                        mw_fmt_bytes(c, sizeof c, avail), opt_dram ? ", put the optimizer on NVMe (--optimizer-tier nvme)" : "",
-                        streaming ? "" : ", or stream the weights (--offload-params nvme)");
+                        mw_fmt_bytes(c, sizeof c, avail), opt_dram ? ", put the optimizer state on NVMe (tier nvme)" : "",
+                        streaming ? "" : ", or stream the weights from NVMe (offload_params nvme)");
 }
 
 /* The streamed run's DRAM plan from the model and the optimizer's plan: the trainer and
@@ -222,7 +223,7 @@ int mw_residency_stream_plan(const struct mw_net *m, const struct mw_train_opt *
         .subgroup_size = o->plan.subgroup_size, .buffer_count = o->cfg.buffer_count,
         .layer_major = cfg->layer_major, .overlap = !cfg->sync_update,
         .acts_bytes = acts,
-        .staging_bytes = o->plan.tier_bytes[MW_OFFLOAD_DRAM],
+        .staging_bytes = o->plan.tier_bytes[MW_TIER_DRAM],
         .runtime_bytes = mw_proc_mem("VmRSS"),
     };
     if (d.arch != MW_ARCH_GPT) {
@@ -263,11 +264,11 @@ int mw_train_plan_stream(const struct mw_net_config *mcfg, const struct mw_train
     int err = mw_net_init(&m, mcfg, &mo);
     if (err) return err;
     struct mw_train_config c = *cfg;
-    c.tier = MW_OFFLOAD_NVME;
+    c.tier = MW_TIER_NVME;
     c.dram_budget = 0;
     if (!(err = mw_train_opt_plan_only(&o, &m, &c))) {
         err = mw_residency_stream_plan(&m, &o, &c, NULL, out);
-        if (nvme_bytes) *nvme_bytes = o.plan.tier_bytes[MW_OFFLOAD_NVME];
+        if (nvme_bytes) *nvme_bytes = o.plan.tier_bytes[MW_TIER_NVME];
         mw_train_opt_free(&o);
     }
     mw_net_free(&m);
@@ -283,10 +284,10 @@ int mw_residency_open(struct mw_trainer *tr, const struct mw_net_config *mcfg, s
     memset(out, 0, sizeof *out);
     if (cfg->zero_stage < 0 || cfg->zero_stage > 3)
         return mw_error_set(-EINVAL, "ZeRO stage %d: use 0, 1, 2 or 3", cfg->zero_stage);
-    int streaming = cfg->offload_params == MW_OFFLOAD_NVME;
-    if (cfg->offload_params != MW_OFFLOAD_DRAM && !streaming)
+    int streaming = cfg->offload_params == MW_TIER_NVME;
+    if (cfg->offload_params != MW_TIER_DRAM && !streaming)
         return mw_error_set(-EINVAL, "weights can be offloaded to dram or nvme");
-    if (streaming && cfg->tier != MW_OFFLOAD_NVME)
+    if (streaming && cfg->tier != MW_TIER_NVME)
         return mw_error_set(-EINVAL, "streamed weights (offload_params nvme) need the optimizer on NVMe (tier nvme): "
                             "the fp32 master weights on NVMe are the streamed weights");
     if (streaming && cfg->offload_policy && strcmp(cfg->offload_policy, "all-cpu"))
@@ -298,7 +299,7 @@ int mw_residency_open(struct mw_trainer *tr, const struct mw_net_config *mcfg, s
     /* Layer-major recomputes each block from its saved input (bitwise the same gradients), so
      * the model needs only one block's activations. */
     struct mw_net_options mo = {tr->local_batch, cfg->seq, cfg->recompute || cfg->layer_major, cfg->threads};
-    int err = check_memory(mcfg, &mo, streaming, cfg->tier == MW_OFFLOAD_DRAM);
+    int err = check_memory(mcfg, &mo, streaming, cfg->tier == MW_TIER_DRAM);
     if (err || (err = mw_net_init(&tr->model, mcfg, &mo))) return err;
     if (!streaming) mw_net_init_weights(&tr->model, cfg->seed); /* streamed: unit by unit at engine init */
     struct mw_residency *r = calloc(1, sizeof *r);
@@ -331,7 +332,7 @@ int mw_residency_open(struct mw_trainer *tr, const struct mw_net_config *mcfg, s
         if (cfg->zero_stage == 3) r->source = "peers";
     }
     r->subgroup_size = sg;
-    tr->overlap = tr->world == 1 && cfg->tier == MW_OFFLOAD_NVME && !cfg->sync_update;
+    tr->overlap = tr->world == 1 && cfg->tier == MW_TIER_NVME && !cfg->sync_update;
     const struct mw_net_sizes *z = &tr->model.sizes;
     /* Streamed: the streamed part is planned at attach (the plan checks the whole budget). */
     out->model_dram = streaming ? z->acts_bytes : z->params_bytes + z->grads_bytes + z->acts_bytes;
@@ -364,8 +365,9 @@ static int attach_stream(struct mw_trainer *tr, struct mw_residency *r)
         char b[7][32];
         return mw_error_set(MW_EBUDGET, "DRAM budget %s is too small for this streamed run: it needs %s at its peak "
                             "(runtime %s, activations %s, optimizer staging %s, weights and gradients %s%s%s); raise "
-                            "the DRAM budget, or lower the prefetch depth, the subgroup size, the staging buffers, "
-                            "the batch, or recompute", mw_fmt_bytes(b[0], 32, cfg->dram_budget),
+                            "the DRAM budget (dram_budget), or lower the prefetch depth (prefetch_depth), the "
+                            "subgroup size (subgroup_size), the staging buffers (buffer_count) or the batch (batch), "
+                            "or turn on recomputation (recompute)", mw_fmt_bytes(b[0], 32, cfg->dram_budget),
                             mw_fmt_bytes(b[1], 32, p->total), mw_fmt_bytes(b[2], 32, p->runtime),
                             mw_fmt_bytes(b[3], 32, p->acts), mw_fmt_bytes(b[4], 32, p->staging),
                             mw_fmt_bytes(b[5], 32, MW_MAX(p->passes, p->step_grads)),
@@ -395,11 +397,11 @@ int mw_residency_attach(struct mw_trainer *tr)
 {
     struct mw_residency *r = tr->res;
     int err;
-    if (tr->cfg.offload_params == MW_OFFLOAD_NVME && (err = attach_stream(tr, r))) return err;
+    if (tr->cfg.offload_params == MW_TIER_NVME && (err = attach_stream(tr, r))) return err;
     if (r->ops->weights) mw_net_set_weights_hook(&tr->model, r->ops->weights, r->self);
     if (r->zero && tr->cfg.zero_stage >= 1 && tr->opt->plan.subgroup_size != r->subgroup_size)
-        return mw_error_set(-EINVAL, "the optimizer rounded the subgroup size %llu to %llu; give a subgroup size that "
-                            "is a multiple of 4096", (unsigned long long)r->subgroup_size,
+        return mw_error_set(-EINVAL, "the optimizer rounded the subgroup size %llu to %llu; use a subgroup size "
+                            "(subgroup_size) that is a multiple of 4096", (unsigned long long)r->subgroup_size,
                             (unsigned long long)tr->opt->plan.subgroup_size);
     return 0;
 }

@@ -84,7 +84,7 @@ static int blob_decode(const uint8_t *b, size_t n, struct mw_train_resume *out)
                             "(%zu bytes) or hold a NUL", get32(b, X_SPEC), n);
     int err = mw_ckpt_header_decode(b + 8, &out->info, "commit record");
     if (err) return err;
-    out->offload_params = get32(b, X_OFFLOAD) == MW_OFFLOAD_NVME ? MW_OFFLOAD_NVME : MW_OFFLOAD_DRAM;
+    out->offload_params = get32(b, X_OFFLOAD) == MW_TIER_NVME ? MW_TIER_NVME : MW_TIER_DRAM;
     out->layer_major = (int)get32(b, X_LM);
     out->sync_update = (int)get32(b, X_SYNC);
     out->prefetch_depth = (int)get32(b, X_PREFETCH);
@@ -92,10 +92,10 @@ static int blob_decode(const uint8_t *b, size_t n, struct mw_train_resume *out)
     out->io_queue_depth = get32(b, X_QD);
     out->subgroup_size = get64(b, X_SG);
     out->io_block_size = get64(b, X_BS);
-    if (get32(b, X_OFFLOAD) > MW_OFFLOAD_NVME || get32(b, X_LM) > 1 || get32(b, X_SYNC) > 1 || get32(b, X_PREFETCH) > 8 ||
+    if (get32(b, X_OFFLOAD) > MW_TIER_NVME || get32(b, X_LM) > 1 || get32(b, X_SYNC) > 1 || get32(b, X_PREFETCH) > 8 ||
         get32(b, X_BUFS) < 1 || get32(b, X_BUFS) > 1024 || out->io_queue_depth > 4096 || !out->subgroup_size ||
         out->subgroup_size > (uint64_t)1e15 || out->io_block_size % 4096 || out->io_block_size > (1u << 30) ||
-        out->info.world != 1 || out->info.train.tier != MW_OFFLOAD_NVME)
+        out->info.world != 1 || out->info.train.tier != MW_TIER_NVME)
         return mw_error_set(MW_EFORMAT, "commit record: the trainer's offload settings are out of range (corrupt record?)");
     if (v2) {
         uint32_t sl = get32(b, X_SPEC);
@@ -170,8 +170,8 @@ int mw_train_resume_apply(struct mw_trainer *tr, const struct mw_offload_record 
     free(r.run_spec); /* the caller's part: read by mw_train_resume_read */
     if (err) return err;
     if (tr->world > 1)
-        return mw_error_set(-ENOTSUP, "resuming from the NVMe state (--resume DIR) runs on one rank for now; resume a "
-                            "multi-rank run from its checkpoints (--resume FILE)");
+        return mw_error_set(-ENOTSUP, "resuming from the NVMe state (its commit record) runs on one rank for now; resume "
+                            "a multi-rank run from its checkpoints");
     if (!mw_net_config_same(&r.info.net, &tr->model.cfg) || r.info.n_params != tr->model.sizes.n_params) {
         char a[160];
         r.info.net.family->config_summary(r.info.net.raw, a, sizeof a);
@@ -187,7 +187,7 @@ int mw_train_resume_apply(struct mw_trainer *tr, const struct mw_offload_record 
 
 int mw_trainer_journal_begin(struct mw_trainer *tr, const char *data_path)
 {
-    if (!tr->cfg.journal || tr->world > 1 || tr->cfg.tier != MW_OFFLOAD_NVME)
+    if (!tr->cfg.journal || tr->world > 1 || tr->cfg.tier != MW_TIER_NVME)
         return mw_error_set(-EINVAL, "commit records need the optimizer state on NVMe, one rank, and cfg.journal");
     int err = mw_train_opt_ensure(tr->opt);
     if (err) return err;

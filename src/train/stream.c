@@ -74,7 +74,8 @@ int mw_train_stream_init(struct mw_train_stream *s, struct mw_net *m, struct mw_
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     if (!S || (S < N && (S * 4) % page))
         return mw_error_set(-EINVAL, "streaming weights needs subgroups of whole pages: a multiple of %zu elements; got "
-                            "%llu: use --subgroup-size 4M (or 1M, 64K, ...)", page / 4, (unsigned long long)S);
+                            "%llu: use a subgroup size (subgroup_size) of 4M elements (or 1M, 64K, ...)", page / 4,
+                            (unsigned long long)S);
     s->model = m;
     s->opt = opt;
     s->trace = trace;
@@ -133,14 +134,27 @@ int mw_train_stream_init(struct mw_train_stream *s, struct mw_net *m, struct mw_
     return 0;
 }
 
+/* The initial weights, a subgroup at a time: the units it touches are made (from the seed or the
+ * file, each unit once), its initial master written into the engine, its pages dropped. Then no
+ * weight page stays resident (the initial weights of units that reach outside this rank's shard
+ * were made whole). */
 int mw_train_stream_ready(struct mw_train_stream *s)
 {
-    for (uint32_t g = 0; g < s->nsg; g++) {
-        if (s->sg_state[g] != MW_UNIT_RELEASED) continue;
-        int err = drop(s, s->model->params, g, "weight");
-        if (err) return err;
+    int err = 0;
+    for (uint32_t g = s->sg0; g < s->sg_end && !err && mw_offload_master_uninit(eng(s)); g++) {
+        for (int u = 0; u < s->n_units && !err; u++) {
+            if (s->u_init[u] || g < s->u_lo[u] || g > s->u_hi[u]) continue;
+            err = s->init ? s->model->family->loader_unit(s->init, s->model, u) : mw_net_init_weights_unit(s->model, s->seed, u);
+            s->u_init[u] = 1;
+        }
+        uint64_t a, n;
+        sg_range(s, g, &a, &n);
+        if (!err) err = mw_offload_master_init(eng(s), g - s->sg0, s->model->params + a);
+        if (!err) err = drop(s, s->model->params, g, "weight");
     }
-    return 0;
+    for (uint32_t g = 0; g < s->nsg && !err; g++)
+        if (s->sg_state[g] == MW_UNIT_RELEASED) err = drop(s, s->model->params, g, "weight");
+    return err;
 }
 
 void mw_train_stream_free(struct mw_train_stream *s)
@@ -205,7 +219,7 @@ static int fetch_wait(struct mw_train_stream *s, uint32_t sg)
 {
     if (s->sg_state[sg] != MW_UNIT_FETCHING) return 0;
     uint64_t t0 = mw_now_ns();
-    int done = mw_store_test(&s->sg_io[sg]);
+    int done = mw_offload_io_test(&s->sg_io[sg]);
     int err = mw_offload_io_wait(eng(s), &s->sg_io[sg]);
     uint64_t t1 = mw_now_ns();
     if (err) {
@@ -367,7 +381,7 @@ static int grads_reap(struct mw_train_stream *s, int wait)
 {
     int err = 0;
     for (uint32_t g = 0; g < s->nsg; g++) {
-        if (!s->gw_pending[g] || (!wait && !mw_store_test(&s->gw_io[g]))) continue;
+        if (!s->gw_pending[g] || (!wait && !mw_offload_io_test(&s->gw_io[g]))) continue;
         int e = mw_offload_io_wait(eng(s), &s->gw_io[g]);
         s->gw_pending[g] = 0;
         uint64_t a, n;
@@ -467,16 +481,6 @@ int mw_train_stream_engine_hook(void *user, int event, uint64_t first, uint64_t 
     struct mw_train_stream *s = user;
     (void)n;
     uint32_t sg = (uint32_t)(first / s->sg_size) + s->sg0; /* the engine counts from its shard */
-    if (event == MW_OFFLOAD_WEIGHTS_IN) { /* engine init: the initial weights of the units here */
-        for (int u = 0; u < s->n_units; u++) {
-            if (s->u_init[u] || sg < s->u_lo[u] || sg > s->u_hi[u]) continue;
-            int err = s->init ? s->model->family->loader_unit(s->init, s->model, u)
-                              : mw_net_init_weights_unit(s->model, s->seed, u);
-            if (err) return err;
-            s->u_init[u] = 1;
-        }
-        return 0;
-    }
     if (event != MW_OFFLOAD_SG_DONE) return 0;
     int err = drop(s, s->model->grads, sg, "gradient");
     if (!err && s->sg_ref[sg] == 0 && s->sg_state[sg] != MW_UNIT_FETCHING) {

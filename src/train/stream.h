@@ -23,7 +23,7 @@
 
 #include "memwall/model.h"
 #include "memwall/plan.h"
-#include "memwall/store.h"
+#include "memwall/offload.h"
 #include "train/units.h"
 
 struct mw_trace;
@@ -55,11 +55,11 @@ struct mw_train_stream {
     int *sg_ref;                  /* [nsg] units holding it */
     unsigned char *sg_state;      /* [nsg] enum mw_unit_state of its weights */
     int *sg_unit;                 /* [nsg] the unit whose acquire/prefetch fetched it (trace) */
-    struct mw_store_io *sg_io;    /* [nsg] fetch in flight */
+    struct mw_offload_io *sg_io;    /* [nsg] fetch in flight */
     uint64_t *sg_t0;              /* [nsg] fetch start, ns */
     unsigned char *sg_gdone;      /* [nsg] gradients final and their write started this step */
     unsigned char *gw_pending;    /* [nsg] that write still in flight (pages kept until done) */
-    struct mw_store_io *gw_io;    /* [nsg] */
+    struct mw_offload_io *gw_io;    /* [nsg] */
     uint64_t *gw_t0;              /* [nsg] ns */
     int *gw_unit;                 /* [nsg] the unit whose gradients completed it (trace) */
     uint64_t *u_t0;               /* [n_units] became usable, ns (resident spans) */

@@ -53,8 +53,8 @@ static int check_config(const struct mw_net_sizes *ns, int context, int vocab, c
     if (c->warmup < 0 || c->val_every < 0 || c->val_batches < 0 || c->ckpt_every < 0 || c->threads < 0)
         return mw_error_set(-EINVAL, "warm-up, validation, checkpoint intervals and threads must be >= 0");
     if (d->max_token >= vocab)
-        return mw_error_set(-EINVAL, "data %s holds token %d but the model's vocabulary is %d; use --vocab %d or more",
-                            d->path, d->max_token, vocab, d->max_token + 1);
+        return mw_error_set(-EINVAL, "data %s holds token %d but the model's vocabulary is %d; use a vocabulary "
+                            "(vocab_size) of %d or more", d->path, d->max_token, vocab, d->max_token + 1);
     return mw_data_check(d, c->seq);
 }
 
@@ -362,7 +362,7 @@ static int step_run(struct mw_trainer *tr, struct mw_train_step_stats *st)
 int mw_trainer_step(struct mw_trainer *tr, struct mw_train_step_stats *st)
 {
     int err = step_run(tr, st);
-    if (!err || !tr->opt || !tr->opt->eng || tr->opt->tier != MW_OFFLOAD_NVME) return err;
+    if (!err || !tr->opt || !tr->opt->eng || tr->opt->tier != MW_TIER_NVME) return err;
     /* The step failed (a read, a write, the data...): an update of the step before may still run
      * behind it; let it end, then say which step the NVMe state holds. A failed update says so
      * itself (mw_offload_step_wait: "step N not committed; ..."). */

@@ -57,7 +57,7 @@ int mw_train_zero_init(struct mw_train_zero *z, struct mw_comm *comm, int stage,
     if (err) return err;
     if (z->own.n == 0)
         return mw_error_set(-EINVAL, "ZeRO-%d: rank %d would own no parameters: %u subgroups of %llu for %d ranks; "
-                            "use --subgroup-size %llu or less", stage, z->wrank,
+                            "use a subgroup size (subgroup_size) of %llu or less", stage, z->wrank,
                             mw_zero_subgroups(z->total, sg_size), (unsigned long long)sg_size, z->nshard,
                             (unsigned long long)(z->total / (uint64_t)z->nshard));
     z->n_units = m->n_units;

@@ -1,6 +1,8 @@
 /*
- * memwall/ds_config.h — reads a DeepSpeed config file (ds_config.json) into the `memwall train`
- * options it stands for.
+ * train_ds_config.h — reads a DeepSpeed config file (ds_config.json) into the `memwall train`
+ * options it stands for. CLI code (src/cli/, next to the option table in train_opts.c): the
+ * library does not know DeepSpeed's file or the CLI's flags. Tests and fuzz/fuzz_dsconfig.c
+ * build train_ds_config.c in with the library (CMakeLists.txt).
  *
  * Why options and not a struct: users arrive with a DeepSpeed file and want the run it
  * describes, and memwall already has one place that validates, defaults and prints its
@@ -24,14 +26,10 @@
  *   mw_ds_config_free(&dc);
  * Nothing here prints.
  */
-#ifndef MEMWALL_DS_CONFIG_H
-#define MEMWALL_DS_CONFIG_H
+#ifndef MEMWALL_CLI_TRAIN_DS_CONFIG_H
+#define MEMWALL_CLI_TRAIN_DS_CONFIG_H
 
 #include <stddef.h>
-
-#ifdef __cplusplus
-extern "C" {
-#endif
 
 struct mw_ds_setting {
     const char *option; /* `memwall train` option without "--", e.g. "grad-accum" (static) */
@@ -62,7 +60,4 @@ void mw_ds_config_free(struct mw_ds_config *c);
 /* The setting for an option, or NULL. */
 const struct mw_ds_setting *mw_ds_config_find(const struct mw_ds_config *c, const char *option);
 
-#ifdef __cplusplus
-}
-#endif
 #endif

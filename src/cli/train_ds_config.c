@@ -1,6 +1,6 @@
 /*
- * ds_config.c — a DeepSpeed config file turned into `memwall train` options
- * (memwall/ds_config.h says why options; docs/train.md "DeepSpeed config" lists every key).
+ * train_ds_config.c — a DeepSpeed config file turned into `memwall train` options
+ * (train_ds_config.h says why options; docs/train.md "DeepSpeed config" lists every key).
  *
  * Shape: one table of the keys this reader knows, by dotted path, each with what it does:
  * maps to an option (with the range memwall's option accepts), is accepted quietly, is accepted
@@ -11,7 +11,7 @@
  * on several keys: the batch trio against the world size, Adam vs AdamW, and the NVMe directory
  * that both offload blocks may name. Nothing is printed; warnings are returned as lines.
  */
-#include "memwall/ds_config.h"
+#include "cli/train_ds_config.h"
 #include "memwall/common.h"
 #include "memwall/fsutil.h"
 
