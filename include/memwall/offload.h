@@ -139,21 +139,15 @@ double mw_offload_predict_dev_s(const struct mw_offload_profile *p, uint64_t n, 
 struct mw_trace; /* memwall/trace.h; optional */
 struct mw_offload_record; /* below: the durable commit record */
 
-/* Streaming callers (docs/offload.md, "Weights and gradients streamed"): the caller keeps its
- * weight and gradient arrays only partly resident. It writes each subgroup's initial master itself
- * (mw_offload_master_init), and the engine tells it one thing, on its update thread, with the
- * subgroup's element range [first, first+n) of the engine's flat space:
- *   SG_DONE     after the subgroup's update was written back: its gradients (and weights) may
- *               leave DRAM now (on the update thread: the pages go the moment the update has
- *               read them, not when the training thread next looks).
- * A non-zero return fails the step with that code (set the message). With a stream function the
- * engine never writes the working copy: the caller reads the committed master with
- * mw_offload_master_fetch when it needs weights. The
- * engine keeps each subgroup's gradients in an NVMe object of its own (mw_offload_grads_put_start by
- * the caller once they are final) and reads them back into ext_grads, beside the state, before the
- * update (the pages of ext_grads at that subgroup must be the caller's to overwrite then). */
-enum mw_offload_stream_event { MW_OFFLOAD_SG_DONE = 1 };
-typedef int (*mw_offload_stream_fn)(void *user, int event, uint64_t first, uint64_t n);
+/* Streaming callers (cfg.stream; docs/offload.md, "Weights and gradients streamed"): the caller
+ * keeps its weight and gradient arrays (whole pages; the subgroups page-aligned) only partly
+ * resident. It writes each subgroup's initial master itself (mw_offload_master_init), reads the
+ * committed master when it needs weights (mw_offload_master_fetch, after mw_offload_sg_wait: the
+ * engine never writes the working copy) and drops its own weight pages after a step (they are
+ * stale then). The engine keeps each subgroup's gradients in an NVMe object of its own
+ * (mw_offload_grads_put_start by the caller once they are final), reads them back into ext_grads
+ * beside the state before the update (those pages must be the caller's to overwrite then), and
+ * returns them to the OS once the update has read them. Nothing is called back upward. */
 
 struct mw_offload_config {
     uint64_t subgroup_size;          /* elements per subgroup (rounded up to the moment format's block) */
@@ -198,8 +192,8 @@ struct mw_offload_config {
     struct mw_offload_profile profile; /* cost model inputs (mw_offload_profile_default if unset) */
     int cpu_threads;                 /* optimizer kernel threads on the CPU path, 0 = OpenMP default */
     struct mw_trace *trace;          /* optional recorder */
-    mw_offload_stream_fn stream;     /* optional (NULL): see above; needs the master on NVMe */
-    void *stream_user;
+    int stream;                      /* 1: the caller streams its weights and gradients (above);
+                                        needs the master on NVMe */
     uint64_t scratch_bytes;          /* NVMe space for the caller (kept activations), 0 = none:
                                         mw_offload_scratch_start; not state (never committed) */
     /* Durable commit record (docs/resume.md; needs master and moments on NVMe): journal = 1 keeps

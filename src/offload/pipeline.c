@@ -371,6 +371,17 @@ static void release_grads(struct mw_offload *e, uint32_t sg)
     }
 }
 
+/* cfg.stream: the update of sg has read the gradients the engine read back into the caller's
+ * array; its pages (whole: the caller's array is whole pages, the subgroups page-aligned) go back
+ * to the OS the moment the update is done with them, zeroed if madvise refuses. */
+static void stream_release_grads(struct mw_offload *e, uint32_t sg)
+{
+    const struct mw_offload_subgroup *g = &e->sgs[sg];
+    char *a = (char *)(uintptr_t)(e->cfg.ext_grads + g->first);
+    size_t len = (size_t)MW_ALIGN_UP(4 * g->n, OFL_PAD);
+    if (madvise(a, len, MADV_DONTNEED) != 0) memset(a, 0, 4 * g->n);
+}
+
 /* Pipe thread, mutex released: write-back and working-copy refresh of an updated subgroup. */
 static void stage_writeback(struct mw_offload *e, uint32_t sg)
 {
@@ -379,19 +390,8 @@ static void stage_writeback(struct mw_offload *e, uint32_t sg)
     struct mw_optim_slice v;
     current_view(e, sg, &v);
     uint64_t t0 = mw_now_ns();
-    if (e->cfg.stream) { /* the update has read the gradients: the caller may drop them */
-        int rc = e->cfg.stream(e->cfg.stream_user, MW_OFFLOAD_SG_DONE, g->first, g->n);
-        if (rc) {
-            char msg[400];
-            snprintf(msg, sizeof msg, "offload: releasing subgroup %u failed: %s", sg, mw_error_msg());
-            pthread_mutex_lock(&e->mu);
-            fail_locked(e, rc, msg);
-            finish_locked(e, sg, 0);
-            pthread_mutex_unlock(&e->mu);
-            return;
-        }
-    }
-    if (e->cfg.ext_grads_release) release_grads(e, sg);
+    if (e->cfg.stream) stream_release_grads(e, sg);
+    else if (e->cfg.ext_grads_release) release_grads(e, sg);
     if (e->cfg.weights == MW_OFFLOAD_W_FP32 && !e->master_alias && !e->cfg.stream && !s->fresh) /* else done */
         memcpy(ofl_weights_of(e, sg), v.master, 4 * g->n);
     if (!e->txn) {

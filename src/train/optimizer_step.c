@@ -115,7 +115,7 @@ static int opt_init(struct mw_train_opt *o, struct mw_net *m, const struct mw_tr
     cfg->ext_grads_accumulate = 1;
     /* Streamed weights (src/train/stream.c): the hook is planned for now (gradient objects on
      * NVMe), its user is set by the trainer once the stream exists. */
-    if (c->offload_params == MW_TIER_NVME) cfg->stream = mw_train_stream_engine_hook;
+    cfg->stream = c->offload_params == MW_TIER_NVME;
     if (c->acts_nvme) { /* the blocks' kept activations (src/train/acts.c) */
         cfg->scratch_bytes = mw_train_acts_scratch_bytes(m->n_layer, c->grad_accum, mw_net_act_slot_bytes(m));
         if (cfg->scratch_bytes == UINT64_MAX) {

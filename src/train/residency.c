@@ -374,7 +374,6 @@ static int attach_stream(struct mw_trainer *tr, struct mw_residency *r)
                             p->dp_buffers ? ", collective buffers " : "",
                             p->dp_buffers ? mw_fmt_bytes(b[6], 32, p->dp_buffers) : "");
     }
-    tr->opt->cfg.stream_user = s; /* the hook itself was planned by mw_train_opt_init */
     /* The engine (and with it the initial weights, unit by unit) exists before the first
      * forward pass: the weights are fetched from its master. */
     if ((err = mw_train_opt_ensure(tr->opt)) || (err = mw_train_stream_ready(s))) return err;

@@ -476,24 +476,25 @@ static int st_grad_norm(void *self, double *norm)
     return isfinite(*norm) ? 0 : MW_EOVERFLOW;
 }
 
-int mw_train_stream_engine_hook(void *user, int event, uint64_t first, uint64_t n)
+/* After an optimizer step the master changed: weight pages still resident (a unit kept for the
+ * next one at the end of a pass) hold the old weights; they go, and the next use fetches anew.
+ * (No fetch is in flight: look-ahead never crosses a step.) */
+static int st_after_step(void *self)
 {
-    struct mw_train_stream *s = user;
-    (void)n;
-    uint32_t sg = (uint32_t)(first / s->sg_size) + s->sg0; /* the engine counts from its shard */
-    if (event != MW_OFFLOAD_SG_DONE) return 0;
-    int err = drop(s, s->model->grads, sg, "gradient");
-    if (!err && s->sg_ref[sg] == 0 && s->sg_state[sg] != MW_UNIT_FETCHING) {
-        err = drop(s, s->model->params, sg, "weight");
-        if (!err && s->sg_state[sg] == MW_UNIT_RESIDENT) count_resident(s, -(int64_t)sg_bytes(s, sg));
-        s->sg_state[sg] = MW_UNIT_RELEASED;
+    struct mw_train_stream *s = self;
+    int err = 0;
+    for (uint32_t g = 0; g < s->nsg && !err; g++) {
+        if (s->sg_state[g] == MW_UNIT_FETCHING && (err = fetch_wait(s, g))) break;
+        if (s->sg_state[g] != MW_UNIT_RESIDENT || s->sg_ref[g]) continue;
+        if ((err = drop(s, s->model->params, g, "weight"))) break;
+        s->sg_state[g] = MW_UNIT_RELEASED;
+        count_resident(s, -(int64_t)sg_bytes(s, g));
     }
     return err;
 }
 
 /* ---------------------------------------------------------------- saving, bytes */
 
-static int st_noop(void *self) { (void)self; return 0; }
 static int st_unit_get(void *self, int unit) { return unit_get_(self, unit); }
 static int st_unit_put(void *self, int unit) { return unit_put_(self, unit, 0, 0); }
 
@@ -539,7 +540,7 @@ static const struct mw_residency_ops stream_ops = {
     .grad_ready = st_grad_ready,
     .backward_end = st_backward_end,
     .grad_norm = st_grad_norm,
-    .after_step = st_noop,
+    .after_step = st_after_step,
     .save_begin = st_save_begin,
     .unit_get = st_unit_get,
     .unit_put = st_unit_put,

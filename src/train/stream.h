@@ -13,7 +13,8 @@
  * are final: their squares are summed per fixed 2^20-element chunk (the engine's norm order, so
  * the norm is bitwise the resident one), they are written to the subgroup's gradient object and
  * the pages are dropped (a subgroup waits for the chunk it starts in; reading back as the zeros the next step accumulates into). The update
- * reads them back beside the state (the engine does) and drops them again (SG_DONE).
+ * reads them back beside the state and drops them again (the engine does both). After a step the
+ * weight pages still resident are stale: they go (st_after_step), and the next use fetches anew.
  */
 #ifndef MEMWALL_TRAIN_STREAM_H
 #define MEMWALL_TRAIN_STREAM_H
@@ -87,7 +88,5 @@ int mw_train_stream_init(struct mw_train_stream *s, struct mw_net *m, struct mw_
  * of units that reach outside this rank's shard were written whole). */
 int mw_train_stream_ready(struct mw_train_stream *s);
 void mw_train_stream_free(struct mw_train_stream *s);
-/* The engine's stream hook (memwall/offload.h mw_offload_stream_fn; user = s). */
-int mw_train_stream_engine_hook(void *user, int event, uint64_t first, uint64_t n);
 
 #endif
