@@ -158,6 +158,11 @@ struct mw_net_family {
     int (*loader_unit)(void *loader, struct mw_net *n, int unit);
     void (*loader_close)(void *loader);
     int (*save_safetensors_units)(const struct mw_net *n, const char *path, mw_net_weights_fn fn, void *user);
+    /* ---- Hugging Face model directories (optional: NULL, a family without them) ---- */
+    const char *const *hf_model_types; /* config.json "model_type" values it reads, NULL-terminated */
+    /* Writes config.json for cfg (atomically) so that transformers' from_pretrained loads the
+     * directory with the model.safetensors beside it. */
+    int (*hf_config_write)(const void *cfg, const char *path);
 };
 
 /* ---- the registry (src/model/net.c) ---- */
@@ -166,6 +171,9 @@ const struct mw_net_family *mw_net_family_default(void);
 const struct mw_net_family *mw_net_family_find(const char *name); /* NULL: unknown */
 const struct mw_net_family *mw_net_family_by_id(uint32_t id);     /* NULL: unknown */
 const struct mw_net_family *mw_net_family_at(int i);               /* NULL past the last */
+/* The family of a Hugging Face model directory, from DIR/config.json's "model_type"; -ENOENT,
+ * MW_EFORMAT or -ENOTSUP (naming the model_type and the ones memwall reads) otherwise. */
+int mw_net_family_for_hf(const char *dir, const struct mw_net_family **out);
 
 /* ---- calls through the table (src/model/net.c) ---- */
 int mw_net_config_check(const struct mw_net_config *c);

@@ -344,6 +344,17 @@ int mw_trainer_set_run_spec(struct mw_trainer *tr, const char *spec);
  * exactly as it was. Only an I/O error of the offload engine while applying, or the file
  * changing during the load, leaves it partly loaded (the message says so; it is then unusable). */
 int mw_trainer_load(struct mw_trainer *tr, const char *path);
+/* The weights of checkpoint path (verified whole first) into m, built from the checkpoint's model
+ * config (mw_ckpt_read_info's net): for evaluation and export without a trainer. */
+int mw_ckpt_load_weights(const char *path, struct mw_net *m);
+
+/* ---- evaluation (src/train/eval.c) ---- */
+/* The mean next-token loss, in nats, over every whole window of T + 1 tokens of every segment of
+ * d (tokens iT..iT+T-1 predict iT+1..iT+T; the split into training and validation is ignored),
+ * B windows per forward pass of m (built for at least B x T). 0, or an error with the message set
+ * (no whole window: -EINVAL naming the tokens and T). */
+struct mw_eval_result { uint64_t windows, tokens; double loss; };
+int mw_train_eval_windows(struct mw_net *m, const struct mw_data *d, int T, int B, struct mw_eval_result *out);
 
 /* ---- crash-anywhere resume (docs/resume.md) ---- */
 

@@ -77,6 +77,17 @@ static int train_main(struct train_cli *c, int argc, char **argv)
     }
     if (c->A.ckpt_every > 0 && !c->A.out_dir) return train_usage_error("--ckpt-every needs --out-dir%s", "");
     if (c->A.resume && c->A.init_st) return train_usage_error("--init-safetensors cannot be combined with --resume%s", "");
+    if (c->A.init_hf && c->A.init_st) return train_usage_error("give --init-hf DIR or --init-safetensors FILE, not both%s", "");
+    /* A Hugging Face directory: its config.json names the family, its model.safetensors the weights. */
+    const struct mw_net_family *fam = mw_net_family_default();
+    if (c->A.init_hf) {
+        if (c->A.resume) return train_usage_error("--init-hf cannot be combined with --resume%s", "");
+        int err = mw_net_family_for_hf(c->A.init_hf, &fam);
+        if (err) { mw_cli_fail("reading --init-hf", err); return 1; }
+        if ((size_t)snprintf(c->hf_weights, sizeof c->hf_weights, "%s/model.safetensors", c->A.init_hf) >= sizeof c->hf_weights)
+            return train_usage_error("--init-hf %s: path too long", c->A.init_hf);
+        c->A.init_st = c->hf_weights;
+    }
     if (!c->A.init_st) {
         if (c->A.seq > c->A.context) return train_usage_error("--seq is longer than the model's --context%s", "");
         if (c->A.width % c->A.heads) return train_usage_error("--width must be a multiple of --heads%s", "");
@@ -85,7 +96,7 @@ static int train_main(struct train_cli *c, int argc, char **argv)
     /* The model, through its family (memwall/model.h): from the shape options, from a weights file
      * (the files say the shape; a shape flag fills what they do not and must agree), or as the
      * resumed run's record or checkpoint keeps it. */
-    struct mw_net_config nc = {mw_net_family_default(), {0}};
+    struct mw_net_config nc = {fam, {0}};
     struct mw_net_shape sh = {(int)c->A.layers, (int)c->A.heads, (int)c->A.width, (int)c->A.context, (int)c->A.vocab};
     if (c->A.init_st) {
         struct mw_net_shape given = {GIVEN("layers") ? sh.layers : 0, GIVEN("heads") ? sh.heads : 0,

@@ -13,6 +13,7 @@ int mw_cmd_bench_io(int argc, char **argv);      /* cmd_bench_io.c */
 int mw_cmd_bench_adam(int argc, char **argv);    /* cmd_bench_adam.c */
 int mw_cmd_bench_offload(int argc, char **argv); /* cmd_bench_offload.c */
 int mw_cmd_tokenize(int argc, char **argv);      /* cmd_tokenize.c */
+int mw_cmd_eval(int argc, char **argv);          /* cmd_eval.c */
 int mw_cmd_data(int argc, char **argv);          /* cmd_data.c */
 
 /* Prints "memwall: <what> failed: <detail from mw_error_msg()>" to stderr. */

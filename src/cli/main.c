@@ -27,6 +27,7 @@ static const struct mw_command top_cmds[] = {
     {"train", mw_cmd_train, "train a GPT-2-family model, optimizer state on a chosen tier"},
     {"report", mw_cmd_report, "the I/O and memory study of a run, from its trace"},
     {"plan", mw_cmd_plan, "what fits where, and how fast, for a model and cluster"},
+    {"eval", mw_cmd_eval, "the mean next-token loss over a file's consecutive windows (HF directory or checkpoint)"},
     {"tokenize", mw_cmd_tokenize, "token ids of a text under a Hugging Face tokenizer.json (and --decode)"},
     {"data", mw_cmd_data, "tokenize text files into llm.c .bin shards for training"},
     {"bench", NULL, "benchmarks: io, adam, offload"},

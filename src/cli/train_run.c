@@ -324,6 +324,14 @@ static int run_setup(struct train_cli *c, struct run_state *s, const char *data_
         return 1;
     }
     if (c->A.out_dir && (err = mw_mkdir_p(c->A.out_dir, 0777))) { mw_cli_fail("creating --out-dir", err); return 1; }
+    if (c->A.save_hf && c->rank == 0) { /* written at the end: refused now rather than after the run */
+        if ((err = mw_mkdir_p(c->A.save_hf, 0777))) { mw_cli_fail("creating --save-hf", err); return 1; }
+        if (access(c->A.save_hf, W_OK) != 0) {
+            err = mw_error_set(-errno, "--save-hf %s is not writable: %s", c->A.save_hf, strerror(errno));
+            mw_cli_fail("checking --save-hf", err);
+            return 1;
+        }
+    }
     if (c->A.log_json && c->rank == 0) {
         int dropped = 0;
         if ((err = mw_train_log_open(&s->log, c->A.log_json, resume_info || c->resume_dir ? s->tr.step : -1, &dropped))) {
@@ -500,21 +508,30 @@ static int report_streaming(struct train_cli *c, struct run_state *s, const stru
     return 0;
 }
 
+/* The model as a Hugging Face directory: DIR/model.safetensors and, when the family writes one,
+ * DIR/config.json (collective under ZeRO-3: every rank gathers, rank 0 writes). 0 or 1 (printed). */
+static int save_model_dir(struct train_cli *c, struct run_state *s, const char *dir, const char *opt)
+{
+    char path[PATH_MAX], cj[PATH_MAX];
+    int err = 0;
+    if ((size_t)snprintf(path, sizeof path, "%s/model.safetensors", dir) >= sizeof path ||
+        (size_t)snprintf(cj, sizeof cj, "%s/config.json", dir) >= sizeof cj)
+        err = mw_error_set(-ENAMETOOLONG, "%s %s is too long for %s/model.safetensors", opt, dir, dir);
+    if (!err && c->rank == 0) err = mw_mkdir_p(dir, 0777);
+    if (!err) err = mw_trainer_save_safetensors(&s->tr, path, c->rank == 0);
+    const struct mw_net_family *f = s->tr.model.family;
+    if (!err && c->rank == 0 && f->hf_config_write) err = f->hf_config_write(s->tr.model.cfg.raw, cj);
+    if (err) { mw_cli_fail("writing the model", err); return 1; }
+    if (c->rank == 0) printf("model: %s%s\n", path, f->hf_config_write ? " (with config.json: a Hugging Face directory)" : "");
+    return 0;
+}
+
 /* The final outputs, durable, then the NVMe state goes. 0 or 1 (printed). */
 static int finish_outputs(struct train_cli *c, struct run_state *s, const struct mw_train_config *tc)
 {
     int err;
-    if (c->A.out_dir) {
-        char path[PATH_MAX];
-        if ((size_t)snprintf(path, sizeof path, "%s/model.safetensors", c->A.out_dir) >= sizeof path) {
-            err = mw_error_set(-ENAMETOOLONG, "--out-dir %s is too long for %s/model.safetensors", c->A.out_dir, c->A.out_dir);
-            mw_cli_fail("writing the model", err);
-            return 1;
-        }
-        err = mw_trainer_save_safetensors(&s->tr, path, c->rank == 0);
-        if (err) { mw_cli_fail("writing the model", err); return 1; }
-        printf("model: %s\n", path);
-    }
+    if (c->A.out_dir && save_model_dir(c, s, c->A.out_dir, "--out-dir")) return 1;
+    if (c->A.save_hf && save_model_dir(c, s, c->A.save_hf, "--save-hf")) return 1;
     if ((err = mw_train_log_close(&s->log))) { mw_cli_fail("writing --log-json", err); return 1; }
     if (c->A.sample_len > 0) {
         /* A byte tokenizer's end-of-text; pre-tokenised GPT-2 shards' <|endoftext|> (50256). */

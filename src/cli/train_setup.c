@@ -7,7 +7,7 @@
 /* The checkpoint's settings for every option the command line did not give. */
 int train_apply_checkpoint(struct train_cli *c, const struct mw_ckpt_info *ci)
 {
-    static const char *const shape[] = {"layers", "heads", "width", "context", "vocab", "preset", "init-safetensors"};
+    static const char *const shape[] = {"layers", "heads", "width", "context", "vocab", "preset", "init-safetensors", "init-hf"};
     for (size_t i = 0; i < sizeof shape / sizeof shape[0]; i++)
         if (GIVEN(shape[i])) return train_usage_error("--%s cannot be combined with --resume (the checkpoint fixes the model)", shape[i]);
     struct mw_net_shape sh;

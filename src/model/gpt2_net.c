@@ -12,6 +12,9 @@
 #include "memwall/model.h"
 #include "memwall/common.h"
 #include "memwall/plan.h"
+#include "memwall/fsutil.h"
+
+#include <cjson/cJSON.h>
 
 #include <errno.h>
 #include <stdio.h>
@@ -237,6 +240,37 @@ static int save_units(const struct mw_net *n, const char *path, mw_net_weights_f
     return mw_gpt2_save_safetensors_units(CG(n), path, fn, user);
 }
 
+/* config.json as transformers' GPT2Config writes it: what from_pretrained needs to load the
+ * model.safetensors beside it (tied head, GELU tanh, LayerNorm eps 1e-5, no dropout in training's
+ * numbers; the file's wte holds the real vocabulary's rows). */
+static int hf_config_write(const void *cfg, const char *path)
+{
+    const struct mw_gpt2_config *c = cfg;
+    cJSON *j = cJSON_CreateObject(), *arch = cJSON_CreateArray();
+    int ok = j && arch && cJSON_AddItemToArray(arch, cJSON_CreateString("GPT2LMHeadModel")) &&
+             cJSON_AddItemToObject(j, "architectures", arch);
+    if (!ok) cJSON_Delete(arch);
+    ok = ok && cJSON_AddStringToObject(j, "model_type", "gpt2") && cJSON_AddNumberToObject(j, "n_layer", c->n_layer) &&
+         cJSON_AddNumberToObject(j, "n_head", c->n_head) && cJSON_AddNumberToObject(j, "n_embd", c->n_embd) &&
+         cJSON_AddNumberToObject(j, "n_positions", c->max_seq_len) && cJSON_AddNumberToObject(j, "n_ctx", c->max_seq_len) &&
+         cJSON_AddNumberToObject(j, "vocab_size", c->vocab_size) &&
+         /* GPT-2's <|endoftext|> is its last id (50256), as is the byte tokenizer's (256) */
+         cJSON_AddNumberToObject(j, "bos_token_id", c->vocab_size - 1) &&
+         cJSON_AddNumberToObject(j, "eos_token_id", c->vocab_size - 1) &&
+         cJSON_AddStringToObject(j, "activation_function", "gelu_new") &&
+         cJSON_AddNumberToObject(j, "layer_norm_epsilon", 1e-5) && cJSON_AddTrueToObject(j, "tie_word_embeddings") &&
+         cJSON_AddNumberToObject(j, "resid_pdrop", 0) && cJSON_AddNumberToObject(j, "embd_pdrop", 0) &&
+         cJSON_AddNumberToObject(j, "attn_pdrop", 0) && cJSON_AddStringToObject(j, "torch_dtype", "float32");
+    char *text = ok ? cJSON_Print(j) : NULL;
+    cJSON_Delete(j);
+    if (!text) return mw_error_set(-ENOMEM, "no memory for config.json");
+    int err = mw_atomic_write_file(path, text, strlen(text));
+    cJSON_free(text);
+    return err;
+}
+
+static const char *const hf_types[] = {"gpt2", NULL};
+
 const struct mw_net_family mw_net_gpt2 = {
     .name = "gpt2", .id = 0,
     .config_check = config_check, .config_describe = config_describe, .config_summary = config_summary,
@@ -250,6 +284,7 @@ const struct mw_net_family mw_net_gpt2 = {
     .acts_lend = acts_lend, .own_block_bytes = own_block_bytes, .zero_grad = zero_grad,
     .load_safetensors = load_safetensors, .loader_open = loader_open, .loader_unit = loader_unit,
     .loader_close = loader_close, .save_safetensors_units = save_units,
+    .hf_model_types = hf_types, .hf_config_write = hf_config_write,
 };
 
 void mw_net_config_gpt2(struct mw_net_config *out, const struct mw_gpt2_config *g)

@@ -4,16 +4,21 @@
  */
 #include "memwall/model.h"
 #include "memwall/common.h"
+#include "memwall/fsutil.h"
+
+#include <cjson/cJSON.h>
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-extern const struct mw_net_family mw_net_gpt2; /* gpt2_net.c */
+extern const struct mw_net_family mw_net_gpt2;  /* gpt2_net.c */
+extern const struct mw_net_family mw_net_llama; /* llama_net.c */
 
 static const struct mw_net_family *const families[] = {
     &mw_net_gpt2,
+    &mw_net_llama,
 };
 #define N_FAMILIES (int)(sizeof families / sizeof families[0])
 
@@ -34,6 +39,39 @@ const struct mw_net_family *mw_net_family_by_id(uint32_t id)
 const struct mw_net_family *mw_net_family_default(void) { return families[0]; }
 
 const struct mw_net_family *mw_net_family_at(int i) { return i >= 0 && i < N_FAMILIES ? families[i] : NULL; }
+
+int mw_net_family_for_hf(const char *dir, const struct mw_net_family **out)
+{
+    *out = NULL;
+    char path[4096];
+    if ((size_t)snprintf(path, sizeof path, "%s/config.json", dir) >= sizeof path)
+        return mw_error_set(-ENAMETOOLONG, "%s: path too long", dir);
+    char *text = NULL;
+    size_t len = 0;
+    int err = mw_read_small_file(path, "the model's config.json", 1u << 20, &text, &len);
+    if (err) return mw_error_set(err, "%s is not a Hugging Face model directory: %s", dir, mw_error_msg());
+    cJSON *j = cJSON_ParseWithLength(text, len);
+    free(text);
+    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(j, "model_type");
+    if (!j || !cJSON_IsString(mt)) {
+        cJSON_Delete(j);
+        return mw_error_set(MW_EFORMAT, "%s: not a JSON object with a \"model_type\" string", path);
+    }
+    char known[256] = "";
+    for (int i = 0; i < N_FAMILIES; i++)
+        for (const char *const *t = families[i]->hf_model_types; t && *t; t++) {
+            if (!strcmp(*t, mt->valuestring)) {
+                *out = families[i];
+                cJSON_Delete(j);
+                return 0;
+            }
+            size_t l = strlen(known);
+            snprintf(known + l, sizeof known - l, "%s%s", l ? ", " : "", *t);
+        }
+    err = mw_error_set(-ENOTSUP, "%s: model_type \"%.64s\" is not one memwall trains (%s)", path, mt->valuestring, known);
+    cJSON_Delete(j);
+    return err;
+}
 
 int mw_net_config_check(const struct mw_net_config *c)
 {

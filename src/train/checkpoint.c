@@ -386,6 +386,27 @@ static int r_fn(void *user, void *buf, size_t n)
     return 0;
 }
 
+int mw_ckpt_load_weights(const char *path, struct mw_net *m)
+{
+    struct mw_ckpt_info in;
+    FILE *f;
+    int err = open_checked(path, &f, &in);
+    if (err) return err;
+    uint32_t crc = 0;
+    if (!mw_net_config_same(&in.net, &m->cfg))
+        err = mw_error_set(-EINVAL, "checkpoint %s holds another model than the one built for it", path);
+    else if (in.n_params != m->sizes.n_params)
+        err = mw_error_set(MW_EFORMAT, "checkpoint %s holds %llu parameters, the model %llu", path,
+                           (unsigned long long)in.n_params, (unsigned long long)m->sizes.n_params);
+    if (!err) err = verify_body(f, &in, path, &crc);
+    if (!err && fseek(f, (long)(CKPT_HEADER_BYTES + in.spec_bytes), SEEK_SET) != 0)
+        err = mw_error_set(-errno, "cannot seek in %s", path);
+    if (!err && fread(m->params, 4, in.n_params, f) != in.n_params)
+        err = mw_error_set(MW_EFORMAT, "checkpoint %s ended early", path);
+    fclose(f);
+    return err;
+}
+
 int mw_trainer_load(struct mw_trainer *tr, const char *path)
 {
     struct mw_ckpt_info in;
