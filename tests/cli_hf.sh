@@ -60,6 +60,16 @@ near "$a" "$(want llama3_untied)" 1 "the trained model evaluates near the start"
 expect 0 "$cli" train --init-hf "$run/hf" --data "$fx/eval_ids.bin" --batch 2 --seq 16 --steps 1 --val-every 0 \
   --sample-len 0
 
+# --tokenizer: the sample is text, the saved directory gets tokenizer.json (and --init-hf of it finds it)
+expect 0 "$cli" train --init-hf "$fx/qwen2_bias" --tokenizer "$src/tests/fixtures/tok/qwen2" --data "$fx/eval_ids.bin" \
+  --batch 2 --seq 16 --steps 1 --val-every 0 --sample-len 8 --save-hf "$run/q"
+cmp -s "$src/tests/fixtures/tok/qwen2/tokenizer.json" "$run/q/tokenizer.json" || bad "--save-hf did not copy the tokenizer"
+expect 0 "$cli" train --init-hf "$run/q" --data "$fx/eval_ids.bin" --batch 2 --seq 16 --steps 1 --val-every 0 --sample-len 8
+awk '/^sample \(/ { f = 1; next } f && /^----/ { if (++c == 2) exit; next } f' "$tmp/out" >"$tmp/sample"
+[ -s "$tmp/sample" ] || bad "no sample printed"
+grep -Eq '^[0-9]+( [0-9]+)+$' "$tmp/sample" && bad "the sample was printed as ids, not through the tokenizer"
+expect 2 "$cli" train --init-hf "$fx/qwen2_bias" --tokenizer "$tmp/none.json" --data "$fx/eval_ids.bin" --steps 1
+
 # GPT-2 through the same path
 g="$tmp/gpt2"
 expect 0 "$cli" train --preset demo --steps 2 --val-every 0 --sample-len 0 --save-hf "$g"

@@ -88,6 +88,16 @@ static int train_main(struct train_cli *c, int argc, char **argv)
             return train_usage_error("--init-hf %s: path too long", c->A.init_hf);
         c->A.init_st = c->hf_weights;
     }
+    /* The tokenizer: given, or the one beside --init-hf's weights (an HF directory usually has it). */
+    const char *tk = c->A.tokenizer ? c->A.tokenizer : c->A.init_hf;
+    struct stat tst;
+    if (tk && (size_t)snprintf(c->hf_tok, sizeof c->hf_tok, "%s%s", tk,
+                               stat(tk, &tst) == 0 && S_ISDIR(tst.st_mode) ? "/tokenizer.json" : "") >= sizeof c->hf_tok)
+        return train_usage_error("--tokenizer %s: path too long", tk);
+    if (c->hf_tok[0] && access(c->hf_tok, R_OK) != 0) {
+        if (c->A.tokenizer) return train_usage_error("--tokenizer: cannot read %s", c->hf_tok);
+        c->hf_tok[0] = 0; /* --init-hf without a tokenizer.json: ids are printed */
+    }
     if (!c->A.init_st) {
         if (c->A.seq > c->A.context) return train_usage_error("--seq is longer than the model's --context%s", "");
         if (c->A.width % c->A.heads) return train_usage_error("--width must be a multiple of --heads%s", "");

@@ -49,6 +49,7 @@ struct preset {
 struct args {
     const char *preset, *data, *out_dir, *resume, *init_st, *log_json, *trace, *tier, *nvme_dir, *policy, *hier, *comm_sum;
     const char *init_hf, *save_hf; /* Hugging Face model directories in and out */
+    const char *tokenizer;         /* tokenizer.json (or a directory holding one): the sample's text */
     const char *ds_config;
     uint64_t subgroup_size, dram_budget, nvme_budget, aio_block_size;
     int64_t buffer_count, aio_queue_depth;
@@ -80,6 +81,7 @@ struct train_cli {
     struct mw_ds_config ds;             /* --ds-config: string options point into it */
     char last_ckpt[PATH_MAX];           /* the last checkpoint written (named after a failure) */
     char hf_weights[PATH_MAX];          /* --init-hf DIR: DIR/model.safetensors */
+    char hf_tok[PATH_MAX];              /* the tokenizer.json of --tokenizer or --init-hf (empty: none) */
     int64_t last_ckpt_step;
     char path_nvme[PATH_MAX], path_trace[PATH_MAX], path_resume[PATH_MAX]; /* with %r expanded */
 };

@@ -4,6 +4,7 @@
  * final outputs, after which the NVMe state goes.
  */
 #include "cli/train_cli.h"
+#include "memwall/tok.h"
 
 static void fmt_mib(char *b, size_t n, uint64_t bytes, int gib)
 {
@@ -521,6 +522,15 @@ static int save_model_dir(struct train_cli *c, struct run_state *s, const char *
     if (!err) err = mw_trainer_save_safetensors(&s->tr, path, c->rank == 0);
     const struct mw_net_family *f = s->tr.model.family;
     if (!err && c->rank == 0 && f->hf_config_write) err = f->hf_config_write(s->tr.model.cfg.raw, cj);
+    if (!err && c->rank == 0 && c->hf_tok[0]) { /* the tokenizer goes with the model */
+        char tp[PATH_MAX], *text = NULL;
+        size_t len = 0;
+        if ((size_t)snprintf(tp, sizeof tp, "%s/tokenizer.json", dir) >= sizeof tp)
+            err = mw_error_set(-ENAMETOOLONG, "%s %s is too long for tokenizer.json", opt, dir);
+        else if (strcmp(tp, c->hf_tok) && !(err = mw_read_small_file(c->hf_tok, "the tokenizer", (size_t)1 << 30, &text, &len)))
+            err = mw_atomic_write_file(tp, text, len);
+        free(text);
+    }
     if (err) { mw_cli_fail("writing the model", err); return 1; }
     if (c->rank == 0) printf("model: %s%s\n", path, f->hf_config_write ? " (with config.json: a Hugging Face directory)" : "");
     return 0;
@@ -534,16 +544,32 @@ static int finish_outputs(struct train_cli *c, struct run_state *s, const struct
     if (c->A.save_hf && save_model_dir(c, s, c->A.save_hf, "--save-hf")) return 1;
     if ((err = mw_train_log_close(&s->log))) { mw_cli_fail("writing --log-json", err); return 1; }
     if (c->A.sample_len > 0) {
-        /* A byte tokenizer's end-of-text; pre-tokenised GPT-2 shards' <|endoftext|> (50256). */
+        /* A byte tokenizer's end-of-text; a tokenizer.json's document token; else pre-tokenised GPT-2
+         * shards' <|endoftext|> (50256). */
         int32_t prompt = s->data.tokenizer == MW_TOKENIZER_BYTES ? MW_TOK_EOT : (s->tr.model.vocab > 50256 ? 50256 : 0);
+        mw_tok_t *tok = NULL;
+        if (s->data.tokenizer != MW_TOKENIZER_BYTES && c->hf_tok[0]) {
+            if ((err = mw_tok_load(&tok, c->hf_tok, "--tokenizer"))) { mw_cli_fail("reading the tokenizer", err); return 1; }
+            int32_t d = mw_tok_doc_token(tok);
+            if (d >= 0 && d < s->tr.model.vocab) prompt = d;
+        }
         int32_t *out = malloc((size_t)c->A.sample_len * sizeof *out);
         if (!out) { mw_error_set(-ENOMEM, "no memory"); mw_cli_fail("sampling", -ENOMEM); return 1; }
         err = mw_trainer_sample(&s->tr, &prompt, 1, (int)c->A.sample_len, (float)c->A.temperature, (int)c->A.top_k,
                                 (uint64_t)c->A.seed, out);
-        if (err) { free(out); mw_cli_fail("sampling", err); return 1; }
+        if (err) { free(out); mw_tok_free(tok); mw_cli_fail("sampling", err); return 1; }
         printf("sample (%" PRId64 " tokens, temperature %g, top-k %" PRId64 ", seed %" PRId64 "):\n"
                "----------------------------------------\n", c->A.sample_len, c->A.temperature, c->A.top_k, c->A.seed);
-        print_sample(out, (int)c->A.sample_len, s->data.tokenizer);
+        char *text = NULL;
+        size_t tl = 0, tcap = 0;
+        if (tok && !mw_tok_decode_ids(tok, out, (size_t)c->A.sample_len, 0, &text, &tl, &tcap)) {
+            fwrite(text, 1, tl, stdout);
+            putchar('\n');
+        } else {
+            print_sample(out, (int)c->A.sample_len, s->data.tokenizer);
+        }
+        free(text);
+        mw_tok_free(tok);
         printf("----------------------------------------\n");
         free(out);
     }

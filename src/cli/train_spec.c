@@ -34,7 +34,7 @@
 /* Not kept: they say how to start, not what the run is. */
 static const char *const not_kept[] = {"resume", "ds-config", "preset", "init-safetensors", "init-hf", NULL};
 /* Paths (nvme-dir: a ':' list). */
-static const char *const path_opts[] = {"data", "out-dir", "log-json", "trace", "nvme-dir", "save-hf", NULL};
+static const char *const path_opts[] = {"data", "out-dir", "log-json", "trace", "nvme-dir", "save-hf", "tokenizer", NULL};
 /* Given on resume with another value: applied, listed. They do not change a result. (nvme-dir: a
  * checkpoint's run gets a fresh NVMe state where it is told; a commit record's run is where the
  * record is, and cmd_train.c refuses another.) */
