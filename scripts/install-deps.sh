@@ -19,13 +19,15 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # The Python package's tests (python/tests, run by `make test`) need torch, pytest and numpy in
-# the python3 that CMake finds first on PATH. PyPI's torch wheel is the CUDA build (about 3 GB
-# with its nvidia-* dependencies; it runs on the CPU without a GPU). Without network the
-# install fails with a message (exit 1).
-if ! python3 -c "import importlib.util as u, sys; sys.exit(not all(u.find_spec(m) for m in ('torch', 'pytest', 'numpy')))" >/dev/null 2>&1; then
-  echo "memwall: installing torch, pytest and numpy from PyPI for the Python package's tests"
-  PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install -q torch pytest numpy || {
-    echo "memwall: pip could not install torch, pytest and numpy (needed by the Python tests, python_torch)" >&2
+# the python3 that CMake finds first on PATH, and transformers with accelerate (its Trainer) for
+# the test that trains through transformers' Trainer. PyPI's torch wheel is the CUDA build (about
+# 3 GB with its nvidia-* dependencies; it runs on the CPU without a GPU). pip installs only what
+# is missing (a requirement already satisfied is left as it is). Without network the install
+# fails with a message (exit 1).
+if ! python3 -c "import importlib.util as u, sys; sys.exit(not all(u.find_spec(m) for m in ('torch', 'pytest', 'numpy', 'transformers', 'accelerate')))" >/dev/null 2>&1; then
+  echo "memwall: installing torch, pytest, numpy, transformers and accelerate from PyPI for the Python package's tests"
+  PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install -q torch pytest numpy transformers accelerate || {
+    echo "memwall: pip could not install torch, pytest, numpy, transformers and accelerate (needed by the Python tests, python_torch)" >&2
     exit 1
   }
 fi

@@ -163,7 +163,7 @@ static void test_formats(struct dev *d)
                          mw_optim_dtype_name(fmt.weights_out), n);
                 for (int step = 1; step <= 3; step++) {
                     struct mw_adamw_hp hp = hp_of(step);
-                    struct ofl_run all = {0, n, 1};
+                    struct ofl_run all = {0, n, 1, 0};
                     int rc = dev_step(d, &buf, &dev, &hp, offset, &all, 1);
                     CHECK_MSG(rc == 0, "%s: %s", what, mw_error_msg());
                     struct mw_optim_slice s = region_slice(&cpu, NULL, offset);
@@ -189,7 +189,7 @@ static void test_runs(struct dev *d)
         /* decay [0, 300), none [300, 700), decay [700, 1000): at offset 256, the 8-bit blocks
          * [256, 512) and [512, 768) of the region straddle a boundary */
         size_t n = 1000;
-        const struct ofl_run runs[3] = {{0, 300, 1}, {300, 400, 0}, {700, 300, 1}};
+        const struct ofl_run runs[3] = {{0, 300, 1, 0}, {300, 400, 0, 0}, {700, 300, 1, 0}};
         struct region dev, cpu;
         region_init(&dev, fmt, n, 77 + mi);
         region_copy(&cpu, &dev);
@@ -223,7 +223,7 @@ static void test_errors(struct dev *d)
     CHECK(strstr(mw_error_msg(), "outside") != NULL);
     /* late: an 8-bit region that does not start on a block */
     struct mw_adamw_hp hp = hp_of(1);
-    struct ofl_run all = {0, g.n, 1};
+    struct ofl_run all = {0, g.n, 1, 0};
     int rc = dev_step(d, &buf, &g, &hp, 100, &all, 1);
     CHECK_EQ_INT(rc, -EINVAL);
     CHECK_MSG(strstr(mw_error_msg(), "emulated accelerator") != NULL, "%s", mw_error_msg());
@@ -307,8 +307,8 @@ static void test_runner(struct mw_tier *tier, enum mw_offload_mfmt mf)
     for (int i = 0; i < NJOBS; i++) {
         region_init(&dev[i], fmt, 600 + 37 * (size_t)i, 300 + (uint64_t)i);
         region_copy(&cpu[i], &dev[i]);
-        runs[i][0] = (struct ofl_run){0, 500, 1};
-        runs[i][1] = (struct ofl_run){500, dev[i].n - 500, 0};
+        runs[i][0] = (struct ofl_run){0, 500, 1, 0};
+        runs[i][1] = (struct ofl_run){500, dev[i].n - 500, 0, 0};
         REQUIRE(ofl_dev_pin(d, dev[i].a[R_MASTER], dev[i].bytes[R_MASTER]) == 0);
     }
     for (int step = 1; step <= 2; step++) {
@@ -368,7 +368,7 @@ static void test_runner_broken(struct mw_tier *tier)
     struct mw_adamw_hp hp = hp_of(1);
     for (int i = 0; i < NJOBS; i++) {
         region_init(&g[i], fmt, i == 1 ? 5000 : 600, 900 + (uint64_t)i);
-        runs[i] = (struct ofl_run){0, g[i].n, 1};
+        runs[i] = (struct ofl_run){0, g[i].n, 1, 0};
         jobs[i] = (struct ofl_devjob){.sg = (uint32_t)i, .host = region_slice(&g[i], NULL, 0), .fmt = &fmt, .hp = hp,
                                       .runs = &runs[i], .nruns = 1, .done = runner_done, .user = &w};
     }

@@ -331,12 +331,32 @@ int mw_offload_read_state(struct mw_offload *e, enum mw_offload_kind kind, int w
 enum mw_offload_region { MW_OFFLOAD_R_MASTER = 0, MW_OFFLOAD_R_EXP_AVG = 1, MW_OFFLOAD_R_EXP_AVG_SCALE = 2,
                          MW_OFFLOAD_R_EXP_AVG_SQ = 3, MW_OFFLOAD_R_EXP_AVG_SQ_SCALE = 4 };
 int mw_offload_read_raw(struct mw_offload *e, int region, uint64_t first, uint64_t n, void *dst);
+/* The same for nreg distinct regions at once (dst[j] receives regions[j]): each subgroup is read
+ * from NVMe once for all of them (read_raw reads it once per call). */
+int mw_offload_read_regions(struct mw_offload *e, uint64_t first, uint64_t n, int nreg, const int *regions,
+                            void *const *dst);
 
 /* Checkpoint restore: overwrite raw bytes of one region of the committed state (the inverse of
  * mw_offload_read_raw; a MASTER write also refreshes the working copy), and set the number of
  * committed steps (the AdamW step count used for bias correction). Not during a step. */
 int mw_offload_write_raw(struct mw_offload *e, int region, uint64_t first, uint64_t n, const void *src);
+/* The same for nreg distinct regions at once (src[j] holds regions[j]): each subgroup is written
+ * to NVMe once, and not read first when the call covers it whole with every region its state has
+ * (master, moments and, for 8-bit moments, their scales). */
+int mw_offload_write_regions(struct mw_offload *e, uint64_t first, uint64_t n, int nreg, const int *regions,
+                             const void *const *src);
 int mw_offload_set_committed_steps(struct mw_offload *e, uint64_t steps);
+/* Per-tensor AdamW steps (torch.optim keeps a step count per parameter and skips a parameter
+ * without a gradient): steps[t] for tensor t of the registry (n = the registry's count) is 0 to
+ * leave the tensor as it is (master, moments and working copy unchanged; its gradients are still
+ * read, and released with ext_grads_release), or k >= 1 to update it as AdamW step k (its bias
+ * correction) in the coming step, k + 1 in the step after, and so on: its count advances with the
+ * engine's, as a tensor's that gets a gradient at every step. NULL (n ignored): every tensor as
+ * the step's own number, committed + 1 (the default). The table stays until it is set again.
+ * Between steps; during an armed step only entries whose subgroups have not begun their update
+ * may change (-EBUSY otherwise, and nothing changes). 8-bit moments: tensors that share a block
+ * of MW_Q8_BLOCK elements must be stepped alike (-EINVAL). */
+int mw_offload_set_tensor_steps(struct mw_offload *e, uint32_t n, const uint64_t *steps);
 /* Sets cfg.ext_grads_release and cfg.staging_release after init (non-zero: on; staging buffers
  * are unlocked then); -EINVAL when grads is on and the engine does not read the caller's
  * accumulated gradients (ext_grads_accumulate = 1, no stream function), -EBUSY during a step. */

@@ -38,8 +38,10 @@ int mw_pyapi_version(void);
  *   weight_format: "fp32", "bf16" or "fp16" (the working copy; the master is always fp32)
  *   nvme_dir:      directory (or "d1:d2") for NVMe state; may be NULL for an all-DRAM placement;
  *                  the string must outlive the engine
- *   subgroup_size: elements per subgroup, 0 = the engine's default
- *   buffer_count:  staging buffers, 0 = the engine's default
+ *   subgroup_size: elements per subgroup, 0 = the engine's default, balanced: as few subgroups
+ *                  as it allows, of equal size
+ *   buffer_count:  staging buffers, 0 = the engine's default; never more than there are
+ *                  subgroups (so staging stays within what the model needs)
  *   cpu_threads:   optimizer kernel threads, 0 = OpenMP default
  *   budgets:       bytes, 0 = none (the real capacity is still checked)
  *   trace:         optional recorder (memwall/trace.h), may be NULL */

@@ -366,6 +366,7 @@ void mw_offload_free(struct mw_offload *e)
     free(e->sgs);
     free(e->runs);
     free(e->sg_run);
+    free(e->pieces);
     pthread_cond_destroy(&e->cv_pipe);
     pthread_cond_destroy(&e->cv_cpu);
     pthread_cond_destroy(&e->cv_done);

@@ -104,8 +104,14 @@ struct ofl_sg {
 };
 
 struct ofl_range { uint64_t first, n; };
-/* A run of equal weight decay inside a subgroup (elements relative to its start). */
-struct ofl_run { uint64_t off, n; int decay; };
+/* A run of equal weight decay and step inside a subgroup (elements relative to its start).
+ * lag: the run is updated as AdamW step (committed + 1) - lag (0: the step's own number), or not
+ * at all with OFL_LAG_SKIP (mw_offload_set_tensor_steps). A subgroup's runs may end with empty
+ * ones (n = 0). */
+#define OFL_LAG_SKIP INT64_MIN
+struct ofl_run { uint64_t off, n; int decay; int64_t lag; };
+/* One tensor's piece of a subgroup (update.c rebuilds the runs from them). */
+struct ofl_piece { uint64_t off, n; uint32_t tensor; int decay; };
 
 /* update.c: the decay runs of every subgroup, and one subgroup's update over them. */
 int ofl_runs_build(struct mw_offload *e, const struct mw_offload_registry *r);
@@ -124,6 +130,8 @@ struct mw_offload {
     uint32_t nsg;
     struct ofl_run *runs;      /* decay runs; subgroup i has runs[sg_run[i] .. sg_run[i+1]) */
     uint32_t *sg_run;          /* [nsg + 1] */
+    struct ofl_piece *pieces;  /* [sg_run[nsg]]: subgroup i's tensor pieces at the same indices */
+    uint32_t ntensors;
     struct ofl_sg *st;         /* [nsg] */
     int txn;                   /* transactional: two slots per optimizer-state kind */
     struct mw_trace *tr;

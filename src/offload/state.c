@@ -19,35 +19,66 @@ static char *region_base(const struct mw_optim_slice *s, int region)
     return ofl_slice_region(s, (enum ofl_region)region);
 }
 
-int mw_offload_read_raw(struct mw_offload *e, int region, uint64_t first, uint64_t n, void *dst)
+/* The regions of a read or write of [first, first+n): valid, each at most once; *skip[j] for a
+ * scale region of a format that has none (it moves nothing). */
+static int regions_check(const struct mw_offload *e, uint64_t first, int nreg, const int *regions, int write,
+                         int *skip)
 {
-    int rc = ofl_check_range(e, first, n, "read");
-    if (rc) return rc;
-    if (region < 0 || region >= OFL_NREGIONS) return mw_error_set(-EINVAL, "offload read: bad region %d", region);
+    const char *what = write ? "write_raw" : "read";
+    if (nreg < 1 || nreg > OFL_NREGIONS || !regions)
+        return mw_error_set(-EINVAL, "offload %s: %d regions (1 to %d)", what, nreg, OFL_NREGIONS);
+    for (int j = 0; j < nreg; j++) {
+        int region = regions[j];
+        if (region < 0 || region >= OFL_NREGIONS) return mw_error_set(-EINVAL, "offload %s: bad region %d", what, region);
+        for (int k = 0; k < j; k++)
+            if (regions[k] == region) return mw_error_set(-EINVAL, "offload %s: region %d given twice", what, region);
+        int scale = ofl_regions[region].elem == OFL_ELEM_SCALE, q8 = e->cfg.moments == MW_OFFLOAD_M_8BIT;
+        skip[j] = scale && !q8;
+        if (!write && scale && q8 && first % MW_Q8_BLOCK)
+            return mw_error_set(-EINVAL, "offload read: scales start at a block");
+        if (write && q8 && region != OFL_R_MASTER && first % MW_Q8_BLOCK)
+            return mw_error_set(-EINVAL, "offload write_raw: 8-bit moments start at a multiple of %d", MW_Q8_BLOCK);
+    }
+    return 0;
+}
+
+int mw_offload_read_regions(struct mw_offload *e, uint64_t first, uint64_t n, int nreg, const int *regions,
+                            void *const *dst)
+{
+    int skip[OFL_NREGIONS], rc = ofl_check_range(e, first, n, "read");
+    if (rc || (rc = regions_check(e, first, nreg, regions, 0, skip))) return rc;
+    int any = 0;
+    for (int j = 0; j < nreg; j++) any |= !skip[j];
+    if (!any) return 0; /* scales of a format without them */
     if ((rc = ofl_check_quiet(e, "read"))) return rc;
-    enum ofl_region r = (enum ofl_region)region;
-    int scale = ofl_regions[r].elem == OFL_ELEM_SCALE;
-    if (scale && e->cfg.moments != MW_OFFLOAD_M_8BIT) return 0;
-    if (scale && first % MW_Q8_BLOCK) return mw_error_set(-EINVAL, "offload read: scales start at a block");
     int cur = (int)(e->committed % 2);
     uint32_t lo, hi;
     ofl_sg_span(e, first, n, &lo, &hi);
-    char *out = dst;
+    char *out[OFL_NREGIONS];
+    for (int j = 0; j < nreg; j++) out[j] = dst[j];
     for (uint32_t i = lo; i <= hi; i++) {
         const struct mw_offload_subgroup *g = &e->sgs[i];
         uint64_t a = MW_MAX(first, g->first), b = MW_MIN(first + n, g->first + g->n);
         struct mw_optim_slice s;
-        if (e->txn) {
+        if (e->txn) { /* once for all the regions */
             if ((rc = ofl_slot_load(e, i, cur))) return rc;
             ofl_view_staging(e, i, 0, &s);
         } else ofl_view_home(e, i, 0, &s);
-        char *src = region_base(&s, region);
-        uint64_t so = ofl_region_offset(&e->cfg, r, a - g->first);
-        uint64_t nb = ofl_region_bytes(&e->cfg, r, b - g->first) - so;
-        memcpy(out, src + so, nb);
-        out += nb;
+        for (int j = 0; j < nreg; j++) {
+            if (skip[j]) continue;
+            enum ofl_region r = (enum ofl_region)regions[j];
+            uint64_t so = ofl_region_offset(&e->cfg, r, a - g->first);
+            uint64_t nb = ofl_region_bytes(&e->cfg, r, b - g->first) - so;
+            memcpy(out[j], region_base(&s, r) + so, nb);
+            out[j] += nb;
+        }
     }
     return 0;
+}
+
+int mw_offload_read_raw(struct mw_offload *e, int region, uint64_t first, uint64_t n, void *dst)
+{
+    return mw_offload_read_regions(e, first, n, 1, &region, &dst);
 }
 
 int mw_offload_read_state(struct mw_offload *e, enum mw_offload_kind kind, int which, uint64_t first, uint64_t n, float *dst)
@@ -77,37 +108,51 @@ int mw_offload_read_state(struct mw_offload *e, enum mw_offload_kind kind, int w
     return rc;
 }
 
-int mw_offload_write_raw(struct mw_offload *e, int region, uint64_t first, uint64_t n, const void *src)
+int mw_offload_write_regions(struct mw_offload *e, uint64_t first, uint64_t n, int nreg, const int *regions,
+                             const void *const *src)
 {
-    int rc = ofl_check_range(e, first, n, "write_raw");
+    int skip[OFL_NREGIONS], rc = ofl_check_range(e, first, n, "write_raw");
     if (rc || (rc = ofl_check_quiet(e, "write_raw"))) return rc;
-    if (region < 0 || region >= OFL_NREGIONS) return mw_error_set(-EINVAL, "offload write_raw: bad region %d", region);
-    enum ofl_region r = (enum ofl_region)region;
-    int scale = ofl_regions[r].elem == OFL_ELEM_SCALE;
-    if (scale && e->cfg.moments != MW_OFFLOAD_M_8BIT) return 0;
-    if (e->cfg.moments == MW_OFFLOAD_M_8BIT && region != OFL_R_MASTER && first % MW_Q8_BLOCK)
-        return mw_error_set(-EINVAL, "offload write_raw: 8-bit moments start at a multiple of %d", MW_Q8_BLOCK);
-    int cur = (int)(e->committed % 2);
+    if ((rc = regions_check(e, first, nreg, regions, 1, skip))) return rc;
+    int cur = (int)(e->committed % 2), master = 0, given = 0;
+    for (int j = 0; j < nreg; j++) {
+        master |= regions[j] == OFL_R_MASTER;
+        given |= skip[j] ? 0 : 1 << regions[j];
+    }
+    if (!given) return 0; /* scales of a format without them */
+    int present = 0; /* the regions a subgroup's state has: when all are written, nothing is read first */
+    for (int r = 0; r < OFL_NREGIONS; r++)
+        if (ofl_region_bytes(&e->cfg, (enum ofl_region)r, e->sgs[0].n)) present |= 1 << r;
     uint32_t lo, hi;
     ofl_sg_span(e, first, n, &lo, &hi);
-    const char *in = src;
+    const char *in[OFL_NREGIONS];
+    for (int j = 0; j < nreg; j++) in[j] = src[j];
     for (uint32_t i = lo; i <= hi; i++) {
         const struct mw_offload_subgroup *g = &e->sgs[i];
         uint64_t a = MW_MAX(first, g->first), b = MW_MIN(first + n, g->first + g->n);
         struct mw_optim_slice s;
         if (e->txn) {
-            if ((rc = ofl_slot_load(e, i, cur))) return rc;
+            int whole = a == g->first && b == g->first + g->n && (given & present) == present;
+            if (!whole && (rc = ofl_slot_load(e, i, cur))) return rc;
             ofl_view_staging(e, i, 0, &s);
         } else ofl_view_home(e, i, 0, &s);
-        char *dst = region_base(&s, region);
-        uint64_t so = ofl_region_offset(&e->cfg, r, a - g->first);
-        uint64_t nb = ofl_region_bytes(&e->cfg, r, b - g->first) - so;
-        memcpy(dst + so, in, nb);
-        in += nb;
+        for (int j = 0; j < nreg; j++) {
+            if (skip[j]) continue;
+            enum ofl_region r = (enum ofl_region)regions[j];
+            uint64_t so = ofl_region_offset(&e->cfg, r, a - g->first);
+            uint64_t nb = ofl_region_bytes(&e->cfg, r, b - g->first) - so;
+            memcpy(region_base(&s, r) + so, in[j], nb);
+            in[j] += nb;
+        }
         if (e->txn && (rc = ofl_slot_store(e, i, cur))) return rc;
-        if (region == OFL_R_MASTER) ofl_refresh_weights(e, a, b - a, s.master + (a - g->first));
+        if (master) ofl_refresh_weights(e, a, b - a, s.master + (a - g->first));
     }
     return 0;
+}
+
+int mw_offload_write_raw(struct mw_offload *e, int region, uint64_t first, uint64_t n, const void *src)
+{
+    return mw_offload_write_regions(e, first, n, 1, &region, &src);
 }
 
 int mw_offload_set_master(struct mw_offload *e, uint64_t first, uint64_t n, const float *src)

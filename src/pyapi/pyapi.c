@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "memwall/common.h"
+#include "memwall/optim.h"
 
 int mw_pyapi_version(void) { return MW_PYAPI_VERSION; }
 
@@ -32,6 +33,22 @@ static int weights_parse(const char *s, enum mw_offload_wfmt *out)
     for (size_t i = 0; s && i < sizeof tab / sizeof tab[0]; i++)
         if (!strcmp(s, tab[i].name)) { *out = tab[i].f; return 0; }
     return mw_error_set(-EINVAL, "weight format '%s' is not one of fp32, bf16, fp16", s ? s : "(null)");
+}
+
+/* Staging no larger than the model needs: the default subgroup size is balanced (as few subgroups
+ * as it allows, of equal size, so no buffer is sized for a subgroup larger than any there is),
+ * and there are no more staging buffers than subgroups (a buffer beyond that is never used).
+ * A 4.19M-parameter model had 8 x 48 MiB of buffers for its two subgroups; now one of 48 MiB. */
+static void staging_fit(struct mw_offload_config *c, uint64_t total, int size_given)
+{
+    uint64_t g = c->moments == MW_OFFLOAD_M_8BIT ? MW_Q8_BLOCK : 1;
+    uint64_t whole = MW_ALIGN_UP(total, g);
+    if (!size_given && c->subgroup_size < whole) {
+        uint64_t k = (total + c->subgroup_size - 1) / c->subgroup_size;
+        c->subgroup_size = MW_ALIGN_UP((total + k - 1) / k, g);
+    }
+    uint64_t sg = MW_ALIGN_UP(MW_MIN(c->subgroup_size, whole), g), nsg = (total + sg - 1) / sg;
+    if ((uint64_t)c->buffer_count > nsg) c->buffer_count = (int)nsg;
 }
 
 int mw_pyapi_create(struct mw_offload **out, uint32_t n, const uint64_t *numel, const unsigned *flags,
@@ -78,6 +95,7 @@ int mw_pyapi_create(struct mw_offload **out, uint32_t n, const uint64_t *numel, 
         rc = mw_offload_registry_add_ex(&reg, name, 1, shape, flags ? flags[i] : 0);
         if (rc) { mw_offload_registry_free(&reg); return rc; }
     }
+    staging_fit(&c, reg.total, subgroup_size != 0);
     rc = mw_offload_init(out, &reg, &c);
     mw_offload_registry_free(&reg);
     return rc;
