@@ -163,6 +163,16 @@ struct mw_net_family {
     /* Writes config.json for cfg (atomically) so that transformers' from_pretrained loads the
      * directory with the model.safetensors beside it. */
     int (*hf_config_write)(const void *cfg, const char *path);
+    /* ---- incremental decoding with a key/value cache (optional: all three NULL, a family that
+     * generates only by full forwards; mw_net_kv_init then says -ENOTSUP) ---- */
+    /* A cache for max_tokens positions (<= context) of one sequence, empty: *kv is the family's. */
+    int (*kv_init)(const struct mw_net *n, int max_tokens, void **kv);
+    /* Runs tokens[0..n_tokens) at positions pos.. (pos = the tokens the cache holds: a prompt
+     * prefilled at 0, then one token at a time), appends their keys and values, and writes the
+     * logits of the last one to logits_last[0..vocab). The same numbers as a full forward over
+     * the sequence (to rounding: tests/test_generate.c). */
+    int (*decode)(struct mw_net *n, void *kv, const int32_t *tokens, int n_tokens, int pos, float *logits_last);
+    void (*kv_free)(void *kv); /* NULL-safe */
 };
 
 /* ---- the registry (src/model/net.c) ---- */
@@ -236,6 +246,11 @@ static inline int mw_net_sched_unit(const struct mw_net_sched *sc, int layer_maj
     int lm = !!layer_major, end = sc->nf[lm] + (training ? sc->nb[lm] : 0);
     return p >= 0 && p < end ? sc->seq[lm][p] : -1;
 }
+
+/* ---- incremental decoding (src/model/net.c): the family's KV cache, -ENOTSUP without one ---- */
+int mw_net_kv_init(const struct mw_net *n, int max_tokens, void **kv);
+int mw_net_decode(struct mw_net *n, void *kv, const int32_t *tokens, int n_tokens, int pos, float *logits_last);
+void mw_net_kv_free(const struct mw_net *n, void *kv); /* NULL kv: nothing */
 
 /* Two configs of the same model (family and every field, by their checkpoint encoding)? */
 int mw_net_config_same(const struct mw_net_config *a, const struct mw_net_config *b);

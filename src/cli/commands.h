@@ -15,6 +15,7 @@ int mw_cmd_bench_offload(int argc, char **argv); /* cmd_bench_offload.c */
 int mw_cmd_tokenize(int argc, char **argv);      /* cmd_tokenize.c */
 int mw_cmd_eval(int argc, char **argv);          /* cmd_eval.c */
 int mw_cmd_data(int argc, char **argv);          /* cmd_data.c */
+int mw_cmd_generate(int argc, char **argv);      /* cmd_generate.c */
 
 /* Prints "memwall: <what> failed: <detail from mw_error_msg()>" to stderr. */
 void mw_cli_fail(const char *what, int err);

@@ -28,6 +28,7 @@ static const struct mw_command top_cmds[] = {
     {"report", mw_cmd_report, "the I/O and memory study of a run, from its trace"},
     {"plan", mw_cmd_plan, "what fits where, and how fast, for a model and cluster"},
     {"eval", mw_cmd_eval, "the mean next-token loss over a file's consecutive windows (HF directory or checkpoint)"},
+    {"generate", mw_cmd_generate, "text after a prompt, sampled with a KV cache (HF directory or checkpoint)"},
     {"tokenize", mw_cmd_tokenize, "token ids of a text under a Hugging Face tokenizer.json (and --decode)"},
     {"data", mw_cmd_data, "tokenize text files into llm.c .bin shards for training"},
     {"bench", NULL, "benchmarks: io, adam, offload"},

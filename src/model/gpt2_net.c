@@ -23,6 +23,11 @@
 
 _Static_assert(sizeof(struct mw_gpt2_config) <= MW_NET_CONFIG_BYTES, "GPT-2's config fits mw_net_config.raw");
 
+/* gpt2_decode.c: the KV cache */
+int mw_gpt2_kv_init(const struct mw_gpt2 *m, int max_tokens, void **kv);
+int mw_gpt2_decode(struct mw_gpt2 *m, void *kv, const int32_t *tokens, int n_tokens, int pos, float *logits_last);
+void mw_gpt2_kv_free(void *kv);
+
 #define G(n) ((struct mw_gpt2 *)(n)->impl)
 #define CG(n) ((const struct mw_gpt2 *)(n)->impl)
 
@@ -209,6 +214,11 @@ static int forward(struct mw_net *n, const int32_t *in, const int32_t *tg, int B
     return err;
 }
 static const float *logits(const struct mw_net *n) { return mw_gpt2_logits(CG(n)); }
+static int kv_init(const struct mw_net *n, int max_tokens, void **kv) { return mw_gpt2_kv_init(CG(n), max_tokens, kv); }
+static int decode(struct mw_net *n, void *kv, const int32_t *tok, int nt, int pos, float *lg)
+{
+    return mw_gpt2_decode(G(n), kv, tok, nt, pos, lg);
+}
 static int backward(struct mw_net *n, float s, mw_net_grad_ready_fn cb, void *user) { return mw_gpt2_backward(G(n), s, cb, user); }
 static int accum_set(struct mw_net *n, int index, int count) { return mw_gpt2_accum_set(G(n), index, count); }
 static size_t defer_bytes(const struct mw_net *n, int count) { return mw_gpt2_defer_bytes(CG(n), count); }
@@ -285,6 +295,7 @@ const struct mw_net_family mw_net_gpt2 = {
     .load_safetensors = load_safetensors, .loader_open = loader_open, .loader_unit = loader_unit,
     .loader_close = loader_close, .save_safetensors_units = save_units,
     .hf_model_types = hf_types, .hf_config_write = hf_config_write,
+    .kv_init = kv_init, .decode = decode, .kv_free = mw_gpt2_kv_free,
 };
 
 void mw_net_config_gpt2(struct mw_net_config *out, const struct mw_gpt2_config *g)

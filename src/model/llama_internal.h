@@ -112,4 +112,9 @@ int llama_loader_unit(void *loader, struct mw_net *n, int unit);
 void llama_loader_close(void *loader);
 int llama_save_safetensors_units(const struct mw_net *n, const char *path, mw_net_weights_fn fn, void *user);
 
+/* llama_decode.c: the KV cache (model.h's kv_init / decode / kv_free) */
+int llama_kv_init(const struct mw_net *n, int max_tokens, void **kv);
+int llama_decode(struct mw_net *n, void *kv, const int32_t *tokens, int n_tokens, int pos, float *logits_last);
+void llama_kv_free(void *kv);
+
 #endif

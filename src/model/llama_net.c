@@ -484,6 +484,7 @@ const struct mw_net_family mw_net_llama = {
     .loader_unit = llama_loader_unit, .loader_close = llama_loader_close,
     .save_safetensors_units = llama_save_safetensors_units,
     .hf_model_types = hf_types, .hf_config_write = hf_config_write,
+    .kv_init = llama_kv_init, .decode = llama_decode, .kv_free = llama_kv_free,
 };
 
 void mw_net_config_llama(struct mw_net_config *out, const struct mw_llama_config *c)

@@ -149,3 +149,29 @@ void mw_net_sched_free(struct mw_net_sched *sc)
     free(sc->seq[1]);
     memset(sc, 0, sizeof *sc);
 }
+
+int mw_net_kv_init(const struct mw_net *n, int max_tokens, void **kv)
+{
+    *kv = NULL;
+    if (!n->family->kv_init || !n->family->decode)
+        return mw_error_set(-ENOTSUP, "the %s family has no incremental decoding (no KV cache)", n->family->name);
+    if (max_tokens < 1 || max_tokens > n->context)
+        return mw_error_set(-EINVAL, "a KV cache for %d positions: the model's context is %d", max_tokens, n->context);
+    return n->family->kv_init(n, max_tokens, kv);
+}
+
+int mw_net_decode(struct mw_net *n, void *kv, const int32_t *tokens, int n_tokens, int pos, float *logits_last)
+{
+    if (!n->family->decode || !kv) return mw_error_set(-EINVAL, "decode without a KV cache (mw_net_kv_init)");
+    if (n_tokens < 1 || pos < 0) return mw_error_set(-EINVAL, "decode of %d tokens at position %d", n_tokens, pos);
+    for (int i = 0; i < n_tokens; i++)
+        if (tokens[i] < 0 || tokens[i] >= n->vocab)
+            return mw_error_set(-EINVAL, "decode: token %d (%d of %d) is outside the vocabulary 0..%d", (int)tokens[i], i,
+                                n_tokens, n->vocab - 1);
+    return n->family->decode(n, kv, tokens, n_tokens, pos, logits_last);
+}
+
+void mw_net_kv_free(const struct mw_net *n, void *kv)
+{
+    if (kv && n->family->kv_free) n->family->kv_free(kv);
+}
