@@ -589,7 +589,7 @@ int train_run(struct train_cli *c, const char *data_path, const struct mw_net_co
     memset(&s, 0, sizeof s);
     int rc = run_setup(c, &s, data_path, nc, tc, resume_info);
     if (rc) goto out;
-    print_header(c, &s, nc, tc, resume_info);
+    print_header(c, &s, nc, &s.tr.cfg, resume_info); /* what the run uses: --dram-budget may have chosen knobs */
     uint64_t t_run = mw_now_ns();
     if ((rc = train_steps(c, &s, tc, resume_info))) goto out;
     double secs = (double)(mw_now_ns() - t_run) / 1e9;
