@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Step-time ratios of training variants against the all-DRAM run, in interleaved rounds: every
-# round runs the DRAM run and each variant once, in that order, and each ratio is taken within
-# its round (the median of steps 2..N-1 of each run: step 1 pays first touches, and on NVMe the
+# round runs the DRAM run and each variant once, in an order rotated by one each round, and each
+# ratio is taken within its round (the median of steps 2..N-1 of each run: step 1 pays first touches, and on NVMe the
 # last step also waits for its own update). Prints the ratio of every round and their median.
 # Rounds, because on a shared machine the speed drifts by 20-40 % within minutes: a single pass
 # can put two runs minutes apart (the figures of issue 12's optimizer-only target come from this).
@@ -45,15 +45,19 @@ run() { # name round args...
     || { echo "bench/train_rounds.sh: the $name run (round $r) failed:" >&2; tail -3 "$dir/$name.$r.out" >&2; exit 1; }
 }
 names=(dram)
+for v in "${variants[@]}"; do names+=("${v%%=*}"); done
+# The order rotates by one each round (the run after a streamed one pays its page-cache write-back:
+# a fixed order biased one run by 2-4 %), so every run takes every place once in ${#names[@]} rounds.
 for r in $(seq 1 "$rounds"); do
-  run dram "$r"
-  for v in "${variants[@]}"; do
-    name=${v%%=*}
+  n=${#names[@]}
+  for k in $(seq 0 $((n - 1))); do
+    i=$(( (k + r - 1) % n ))
+    if [ "$i" = 0 ]; then run dram "$r"; continue; fi
+    v=${variants[$((i - 1))]}
     read -r -a args <<< "${v#*=}"
     args=("${args[@]//%D/$dir/nvme}")
-    run "$name" "$r" "${args[@]}"
+    run "${names[$i]}" "$r" "${args[@]}"
     rm -rf "$dir/nvme"
-    [ "$r" = 1 ] && names+=("$name")
   done
   echo "round $r/$rounds done" >&2
 done
