@@ -21,32 +21,6 @@
 #include <stdio.h>
 #include <string.h>
 
-/* The model's config from a Hugging Face directory or a checkpoint. 0, 1 (printed) or 2 (usage). */
-static int model_config(const char *hf, const char *ckpt, struct mw_net_config *nc, char *weights, size_t n)
-{
-    int err;
-    if (hf) {
-        const struct mw_net_family *f;
-        if ((err = mw_net_family_for_hf(hf, &f))) { mw_cli_fail("reading --init-hf", err); return 1; }
-        if ((size_t)snprintf(weights, n, "%s/model.safetensors", hf) >= n) {
-            fprintf(stderr, "memwall eval: --init-hf %s: path too long\n", hf);
-            return 2;
-        }
-        struct mw_net_shape none = {0, 0, 0, 0, 0};
-        char note[2048];
-        nc->family = f;
-        if ((err = f->config_from_file(weights, &none, nc->raw, note, sizeof note))) {
-            mw_cli_fail("reading --init-hf", err);
-            return 1;
-        }
-        return 0;
-    }
-    struct mw_ckpt_info ci;
-    if ((err = mw_ckpt_read_info(ckpt, &ci))) { mw_cli_fail("reading the checkpoint", err); return 1; }
-    *nc = ci.net;
-    return 0;
-}
-
 int mw_cmd_eval(int argc, char **argv)
 {
     const char *hf = NULL, *ckpt = NULL, *data = NULL;
@@ -77,7 +51,7 @@ int mw_cmd_eval(int argc, char **argv)
     struct mw_net_config nc;
     memset(&nc, 0, sizeof nc);
     char weights[PATH_MAX];
-    if ((rc = model_config(hf, ckpt, &nc, weights, sizeof weights))) return rc;
+    if ((rc = mw_cli_model_config("eval", hf, ckpt, &nc, weights, sizeof weights))) return rc;
     struct mw_net_shape sh;
     nc.family->config_shape(nc.raw, &sh);
     if (seq > sh.context) {

@@ -94,39 +94,6 @@ static int parse_ids(const char *s, struct mw_tok_ids *ids)
     return 0;
 }
 
-/* The model's config and where its weights are (as cmd_eval.c). 0, 1 (printed) or 2 (usage). */
-static int model_config(const char *hf, const char *ckpt, struct mw_net_config *nc, char *weights, size_t n)
-{
-    int err;
-    if (hf) {
-        const struct mw_net_family *f;
-        if ((err = mw_net_family_for_hf(hf, &f))) { mw_cli_fail("reading --init-hf", err); return 1; }
-        if ((size_t)snprintf(weights, n, "%s/model.safetensors", hf) >= n) {
-            fprintf(stderr, "memwall generate: --init-hf %s: path too long\n", hf);
-            return 2;
-        }
-        struct mw_net_shape none = {0, 0, 0, 0, 0};
-        char note[2048];
-        nc->family = f;
-        if ((err = f->config_from_file(weights, &none, nc->raw, note, sizeof note))) {
-            mw_cli_fail("reading --init-hf", err);
-            return 1;
-        }
-        return 0;
-    }
-    struct mw_ckpt_info ci;
-    if ((err = mw_ckpt_read_info(ckpt, &ci))) { mw_cli_fail("reading the checkpoint", err); return 1; }
-    *nc = ci.net;
-    return 0;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static int32_t tok_eos(const mw_tok_t *t)
 {
     static const char *const names[] = {"<|endoftext|>", "<|end_of_text|>", "</s>"};
@@ -184,7 +151,7 @@ int mw_cmd_generate(int argc, char **argv)
     struct mw_net_config nc;
     memset(&nc, 0, sizeof nc);
     char weights[PATH_MAX];
-    if ((rc = model_config(hf, ckpt, &nc, weights, sizeof weights))) { mw_tok_ids_free(&pids); return rc; }
+    if ((rc = mw_cli_model_config("generate", hf, ckpt, &nc, weights, sizeof weights))) { mw_tok_ids_free(&pids); return rc; }
 
     /* The tokenizer. */
     struct out_state o = {.ids = ids, .eos = -1};
@@ -245,9 +212,9 @@ int mw_cmd_generate(int argc, char **argv)
     gp.seed = (uint64_t)seed;
     gp.eos = o.eos;
     struct mw_gen_result r;
-    double t0 = now_s();
+    double t0 = (double)mw_now_ns() / 1e9;
     err = mw_net_generate(&m, pids.v, (int)pids.n, &gp, on_token, &o, NULL, &r);
-    double dt = now_s() - t0;
+    double dt = (double)mw_now_ns() / 1e9 - t0;
     if (r.n_new) putchar('\n');
     fflush(stdout);
     if (err) { mw_cli_fail("generating", err); rc = 1; goto out; }

@@ -6,6 +6,8 @@
 #ifndef MEMWALL_CLI_COMMANDS_H
 #define MEMWALL_CLI_COMMANDS_H
 
+#include <stddef.h>
+
 int mw_cmd_train(int argc, char **argv);         /* cmd_train.c */
 int mw_cmd_report(int argc, char **argv);        /* cmd_report.c */
 int mw_cmd_plan(int argc, char **argv);          /* cmd_plan.c */
@@ -21,6 +23,13 @@ int mw_cmd_generate(int argc, char **argv);      /* cmd_generate.c */
 void mw_cli_fail(const char *what, int err);
 /* Multi-rank runs: failure messages name the rank ("memwall (rank 1 of 2): ..."). */
 void mw_cli_set_rank(int rank, int world);
+
+/* The model of `--init-hf DIR` (hf) or `--resume CKPT` (ckpt; one of the two): its config into nc,
+ * and for a directory the weights' path (DIR/model.safetensors) into weights[n]. 0, 1 (runtime
+ * failure, printed) or 2 (usage, printed, naming cmd). model_source.c */
+struct mw_net_config;
+int mw_cli_model_config(const char *cmd, const char *hf, const char *ckpt, struct mw_net_config *nc, char *weights,
+                        size_t n);
 
 /* SIGINT/SIGTERM (signals.c): blocked in every thread from here on and watched by one; the first
  * sets the stop signal (polled between steps), a second SIGINT or SIGTERM exits at once with
