@@ -12,6 +12,8 @@ each written into tests/fixtures/llama/<name>/:
     expected.bin         "MWLLFX01", u32 B, T, V, nsteps; f64 lr, beta1, beta2, eps, weight_decay;
                          i32 inputs [B*T], i32 targets [B*T], f32 logits [B*T*V], f32 loss,
                          f32 losses [nsteps] (torch.optim.AdamW on the same batch), "END!"
+tests/fixtures/llama/sharded/ is llama3_untied saved again by save_pretrained(max_shard_size="50KB"):
+a sharded checkpoint (model.safetensors.index.json + three shards) for the index reader.
 The reference runs in float64 on the fp32 weights (so it is far more precise than the fp32 C code
 it checks). The C suite never needs Python: the files are committed.
 
@@ -125,10 +127,28 @@ def gen(name, cfg, seed):
           % (os.path.relpath(d, ROOT), transformers.__version__, loss.item(), losses[0], losses[-1]))
 
 
+def sharded():
+    """tests/fixtures/llama/sharded: llama3_untied's weights as transformers shards them
+    (save_pretrained(max_shard_size="50KB"): model.safetensors.index.json and three shards), for
+    the sharded-checkpoint reader (tests/cli_hf_sharded.sh: the same loss as llama3_untied)."""
+    import shutil
+
+    from transformers import AutoModelForCausalLM
+
+    d = os.path.join(OUT, "sharded")
+    shutil.rmtree(d, ignore_errors=True)
+    model = AutoModelForCausalLM.from_pretrained(os.path.join(OUT, "llama3_untied"), dtype=torch.float32)
+    model.save_pretrained(d, max_shard_size="50KB")
+    if os.path.exists(os.path.join(d, "generation_config.json")):
+        os.remove(os.path.join(d, "generation_config.json"))
+    print("wrote %s: %s" % (os.path.relpath(d, ROOT), " ".join(sorted(os.listdir(d)))))
+
+
 def main():
     torch.set_num_threads(1)
     for i, (name, cfg) in enumerate(configs()):
         gen(name, cfg, 100 + 10 * i)
+    sharded()
     return 0
 
 

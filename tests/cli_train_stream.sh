@@ -6,7 +6,8 @@
 # batch-major schedules, subgroups cut inside units (and one subgroup for the
 # whole model), the update overlapped with the next forward pass or not; --init-safetensors a unit at a time; a streamed checkpoint resumes bitwise; a --dram-budget below the plan is
 # refused before the first step with the numbers, one above it holds (VmHWM <= budget, on a
-# model whose resident run would not fit); bad combinations are usage errors.
+# model whose resident run would not fit); `memwall plan --stream` gives the trainer's figures, for
+# GPT-2 and for a Llama directory (both schedules); bad combinations are usage errors.
 set -u
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 cli=${MW_CLI:?}
@@ -133,8 +134,24 @@ parts() { grep -o 'activations [0-9.]* [KMG]iB + optimizer staging [0-9.]* [KMG]
 grep -q -- '--dram-budget 320.00 MiB: fits' "$dir/plan.out" && ok || bad "plan --stream does not check the budget"
 "$cli" plan --model "$cfgj" --stream --micro-batch 1 --seq 32 --dram-budget 1M >"$dir/plan2.out" 2>&1
 [ $? = 1 ] && grep -q 'does not fit' "$dir/plan2.out" && ok || bad "plan --stream: a short budget is not reported (exit 1)"
-"$cli" plan --model llama-2-7b --stream >"$dir/plan3.out" 2>&1
-[ $? = 2 ] && grep -q 'GPT-2' "$dir/plan3.out" && ok || bad "plan --stream accepted a non-GPT-2 model"
+"$cli" plan --model mixtral-8x7b --stream >"$dir/plan3.out" 2>&1
+[ $? = 2 ] && grep -q 'mixture of experts is not implemented' "$dir/plan3.out" && ok \
+  || bad "plan --stream accepted a model memwall does not train (mixture of experts)"
+# ... and for the Llama family: a directory's config.json, planned as the trainer plans it (its
+# units and their order from the model table; layer-major with the blocks' activations on NVMe,
+# and batch-major)
+fx="$MW_SOURCE_DIR/tests/fixtures/llama"
+for sched in layer-major batch-major; do
+  "$cli" plan --model "$fx/llama3_untied" --stream --micro-batch 2 --seq 16 --grad-accum 2 --threads 2 \
+    --subgroup-size 4096 --buffer-count 3 --prefetch-depth 1 --schedule $sched >"$dir/lp_$sched.out" 2>&1 \
+    || { bad "plan --stream of a Llama directory failed"; cat "$dir/lp_$sched.out"; }
+  "$cli" train --init-hf "$fx/llama3_untied" --data "$fx/eval_ids.bin" --batch 2 --seq 16 --grad-accum 2 --steps 2 \
+    --val-every 0 --sample-len 0 --threads 2 --offload-params nvme --subgroup-size 4096 --buffer-count 3 \
+    --prefetch-depth 1 --schedule $sched --nvme-dir "$dir/lnv_$sched" >"$dir/lt_$sched.out" 2>&1 \
+    || { bad "streamed Llama run failed"; tail -5 "$dir/lt_$sched.out"; }
+  [ -n "$(parts "$dir/lp_$sched.out")" ] && [ "$(parts "$dir/lp_$sched.out")" = "$(parts "$dir/lt_$sched.out")" ] && ok \
+    || { bad "Llama $sched: memwall plan --stream differs from the trainer's plan"; parts "$dir/lp_$sched.out"; parts "$dir/lt_$sched.out"; }
+done
 
 # 4. Usage errors (exit 2) with a message.
 "$cli" train "${small[@]}" --steps 1 --offload-params nvme --optimizer-tier dram >"$dir/u1.out" 2>&1

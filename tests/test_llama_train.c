@@ -1,7 +1,8 @@
 /*
  * test_llama_train.c — the Llama family trained by the trainer through the table (as
  * tests/test_net_toy.c trains its toy): resident, with the optimizer state on NVMe, and with its
- * weights and gradients streamed from NVMe batch-major and layer-major (2 micro-batches a step):
+ * weights and gradients streamed from NVMe batch-major and layer-major (2 micro-batches a step),
+ * layer-major with the blocks' activations written to NVMe and read back instead of recomputed:
  * every run's losses and final state (weights and moments, read back through a checkpoint)
  * bitwise the resident run's, for a tied model with grouped heads and q/k/v biases and an untied
  * one with llama3 rope; and it learns (the loss falls).
@@ -35,8 +36,9 @@ static void run(const struct mw_net_config *nc, const struct mw_data *d, const c
     snprintf(nv, sizeof nv, "%s/%s", g_dir, how);
     c.nvme_dir = nv;
     if (strcmp(how, "dram")) c.tier = MW_TIER_NVME;
-    if (!strcmp(how, "stream-bm") || !strcmp(how, "stream-lm")) c.offload_params = MW_TIER_NVME;
-    if (!strcmp(how, "stream-lm")) c.layer_major = 1;
+    if (!strncmp(how, "stream", 6)) c.offload_params = MW_TIER_NVME;
+    if (!strcmp(how, "stream-lm") || !strcmp(how, "stream-acts")) c.layer_major = 1;
+    if (!strcmp(how, "stream-acts")) c.acts_nvme = 1; /* blocks' activations on NVMe, not recomputed */
     if (!strcmp(how, "stream-bm")) c.sync_update = 1; /* either way: same results */
     struct mw_trainer tr;
     int err = mw_trainer_init(&tr, nc, &c, d);
@@ -89,20 +91,20 @@ int main(void)
         }
         struct mw_net_config nc;
         mw_net_config_llama(&nc, &lc);
-        const char *how[] = {"dram", "nvme", "stream-bm", "stream-lm"};
-        struct result r[4];
+        const char *how[] = {"dram", "nvme", "stream-bm", "stream-lm", "stream-acts"};
+        struct result r[5];
         memset(r, 0, sizeof r);
-        for (int i = 0; i < 4; i++) run(&nc, &d, how[i], &r[i]);
+        for (int i = 0; i < 5; i++) run(&nc, &d, how[i], &r[i]);
         printf("%s: loss %.4f -> %.4f\n", v ? "untied" : "tied", r[0].loss[0], r[0].loss[11]);
         CHECK_MSG(r[0].loss[11] < r[0].loss[0] - 0.5f, "llama does not learn: %g -> %g", r[0].loss[0], r[0].loss[11]);
-        for (int i = 1; i < 4; i++) {
+        for (int i = 1; i < 5; i++) {
             if (memcmp(r[i].loss, r[0].loss, sizeof r[0].loss))
                 for (int s = 0; s < 12; s++) printf("  %s step %d: %.9g vs resident %.9g\n", how[i], s, r[i].loss[s], r[0].loss[s]);
             CHECK_MSG(!memcmp(r[i].loss, r[0].loss, sizeof r[0].loss), "%s: losses differ from the resident run's", how[i]);
             CHECK_MSG(r[i].state && r[0].state && r[i].n == r[0].n && r[0].n > 0 && !memcmp(r[i].state, r[0].state, r[0].n),
                       "%s: final weights or moments differ from the resident run's", how[i]);
         }
-        for (int i = 0; i < 4; i++) free(r[i].state);
+        for (int i = 0; i < 5; i++) free(r[i].state);
     }
     mw_data_free(&d);
     tu_rm_rf(g_dir);

@@ -78,6 +78,48 @@ int main(void)
     }
     CHECK(p.params == 124475904);
 
+    /* Another family's units and order (the model table's): given GPT-2's own, the same plan in
+     * every schedule, depth and accumulation. */
+    for (int lm = 0; lm < 2; lm++)
+        for (int d = 0; d <= 3; d++)
+            for (int acc = 1; acc <= 2; acc++) {
+                struct mw_plan_stream a, b;
+                in = shape(2, 64, 64, 64, 4096, d, acc);
+                in.layer_major = lm;
+                in.overlap = d & 1;
+                CHECK(mw_plan_stream_dram(&in, &a) == 0);
+                uint64_t un[4] = {64 * 64 + 64 * 64, 12 * 64 * 64 + 13 * 64, 12 * 64 * 64 + 13 * 64, 2 * 64};
+                int order[16], k = 0;
+                for (int p = 0; mw_plan_stream_unit(2, lm, p) >= 0; p++) order[k++] = mw_plan_stream_unit(2, lm, p);
+                in.unit_n = un;
+                in.order = order;
+                in.n_fwd = 5;
+                in.n_bwd = k - 5;
+                in.tied = 1;
+                CHECK(mw_plan_stream_dram(&in, &b) == 0);
+                CHECK_MSG(!memcmp(&a, &b, sizeof a), "lm %d depth %d accum %d: the table's units plan differently", lm, d, acc);
+            }
+    /* An untied head (Llama's: the final norm and the head one unit, the forward ends there):
+     * layer-major's head phase holds that unit alone, not the embedding too, and its gradients
+     * (not the embedding's) are resident then. Units: 16384 + 3 x 8192 + 12288 elements. */
+    {
+        uint64_t un[5] = {16384, 8192, 8192, 8192, 12288};
+        int order[] = {0, 1, 2, 3, 4, 3, 2, 1}; /* forward 0..4, backward (layer-major) 3..1 */
+        in = shape(3, 64, 64, 64, 4096, 0, 2);
+        in.layer_major = 1;
+        in.unit_n = un; in.order = order; in.n_fwd = 5; in.n_bwd = 3; in.tied = 0;
+        CHECK(mw_plan_stream_dram(&in, &p) == 0);
+        CHECK(p.params == 53248);
+        CHECK(p.weights_peak == 4 * 16384);             /* the embedding, or the head: 4 subgroups each */
+        in.n_fwd = 1; in.n_bwd = 7; /* a forward that does not cover 3 blocks: refused */
+        CHECK(mw_plan_stream_dram(&in, &p) == -EINVAL);
+        in.n_bwd = 3;
+        int bad_unit[] = {0, 1, 2, 3, 9, 3, 2, 1};
+        in.order = bad_unit; in.n_fwd = 5;
+        CHECK(mw_plan_stream_dram(&in, &p) == -EINVAL);
+        CHECK(strstr(mw_error_msg(), "unit 9") != NULL);
+    }
+
     /* Bad input: refused with a message, nothing computed. */
     in = shape(0, 64, 64, 64, 4096, 1, 1);
     CHECK(mw_plan_stream_dram(&in, &p) == -EINVAL);

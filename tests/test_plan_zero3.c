@@ -2,12 +2,15 @@
  * test_plan_zero3.c — the planner's ZeRO-3 weight memory, the figure `memwall train --zero 3`
  * is checked against: shard + the two largest gathered units, with every unit computed here
  * from the GPT-2 dims on its own (E = (Vp + maxT) C, B = 12C^2 + 13C, F = 2C); the parameter
- * count against the model's own mw_gpt2_num_params; pipeline stages and TP; and `memwall plan`
- * printing the same numbers for the same config.json.
+ * count against the model's own mw_gpt2_num_params; the same for a Llama model from its family's
+ * description; pipeline stages and TP; and `memwall plan` printing the same numbers for the same
+ * config.json.
  */
 #include "testutil.h"
 #include "memwall/common.h"
 #include "memwall/gpt2.h"
+#include "memwall/llama.h"
+#include "memwall/model.h"
 #include "memwall/plan.h"
 
 #include <cjson/cJSON.h>
@@ -81,6 +84,47 @@ static void test_gpt2_figures(void)
     CHECK_EQ_INT(mw_plan_gpt2_zero3_weights(12, 768, 12, 50304, 1024, 2, 3, &z), -EINVAL);
     CHECK_EQ_INT(mw_plan_gpt2_zero3_weights(12, 768, 7, 50304, 1024, 2, 4, &z), -EINVAL);
     CHECK_EQ_INT(mw_plan_gpt2_zero3_weights(12, 768, 12, 50304, 1024, 0, 4, &z), -EINVAL);
+    CHECK_EQ_INT(z.total_bytes, 0);
+}
+
+/* A rotary model (no position rows, max_pos 0) through the family's own description, as
+ * `memwall train --zero 3` asks for it: the Llama fixture llama3_untied (L=3, C=32, 2 heads of 16,
+ * ffn 48, vocab 71, untied) and a tied one whose embedding outweighs a block. This once failed
+ * (the GPT-2 entry refused 0 positions) after the last step of every Llama ZeRO-3 run. */
+static void test_llama_figures(void)
+{
+    const struct mw_net_family *f = mw_net_family_find("llama");
+    REQUIRE(f != NULL);
+    struct mw_llama_config c = {.n_layer = 3, .n_head = 2, .n_kv_head = 2, .head_dim = 16, .dim = 32, .ffn = 48,
+                                .vocab = 71, .context = 64, .tied = 0, .rms_eps = 1e-5f, .rope_theta = 5e5f};
+    REQUIRE(mw_llama_config_check(&c) == 0);
+    struct mw_net_config nc;
+    mw_net_config_llama(&nc, &c);
+    struct mw_model md;
+    f->config_describe(nc.raw, &md);
+    CHECK_EQ_INT(md.max_pos, 0);
+    struct mw_plan_zero3_weights z;
+    int err = mw_plan_zero3_weights(&md, 2, 4, &z);
+    CHECK_MSG(err == 0, "%s", mw_error_msg());
+    const uint64_t E = 71 * 32, B = 4 * 32 * 32 + 3 * 32 * 48 + 2 * 32, P = 2 * E + 3 * B + 32;
+    struct mw_net_options one = {1, 1, 0, 1};
+    struct mw_net_sizes ns;
+    REQUIRE(mw_net_sizes(&nc, &one, &ns) == 0);
+    CHECK_EQ_INT(z.params, P);
+    CHECK_EQ_INT(z.params, ns.n_params);
+    CHECK(!strcmp(z.largest_unit, "block") && !strcmp(z.second_unit, "block"));
+    CHECK_EQ_INT(z.gathered_bytes, 2 * B * 4);
+    CHECK_EQ_INT(z.shard_bytes, (P + 1) / 2 * 4);
+    /* tied, a vocabulary of 4096: the embedding (which is the head) and a block */
+    c.tied = 1;
+    c.vocab = 4096;
+    mw_net_config_llama(&nc, &c);
+    f->config_describe(nc.raw, &md);
+    REQUIRE(mw_plan_zero3_weights(&md, 4, 2, &z) == 0);
+    CHECK_EQ_INT(z.params, 4096 * 32 + 3 * B + 32);
+    CHECK(!strcmp(z.largest_unit, "embedding") && !strcmp(z.second_unit, "block"));
+    CHECK_EQ_INT(z.gathered_bytes, (4096 * 32 + B) * 2);
+    CHECK_EQ_INT(mw_plan_zero3_weights(&md, 0, 4, &z), -EINVAL);
     CHECK_EQ_INT(z.total_bytes, 0);
 }
 
@@ -180,6 +224,7 @@ int main(void)
     struct mw_plan_result *r = malloc(sizeof *r);
     REQUIRE(r != NULL);
     test_gpt2_figures();
+    test_llama_figures();
     test_stages_and_tp(r);
     test_cli();
     free(r);

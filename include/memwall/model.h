@@ -126,6 +126,10 @@ struct mw_net_family {
     int (*config_from_shape)(const struct mw_net_shape *sh, void *cfg);
     int (*config_from_file)(const char *path, const struct mw_net_shape *given, void *cfg, char *note, size_t n);
     void (*config_shape)(const void *cfg, struct mw_net_shape *sh);
+    /* Optional: a config from the planner's description (config_describe's inverse; context:
+     * the positions to build for when d has none); -ENOTSUP (no message) when d is not this
+     * family's, -EINVAL (message) when it is but uses what the family does not implement. */
+    int (*config_from_model)(const struct mw_model *d, int context, void *cfg);
     /* ---- an instance ---- */
     int (*init)(struct mw_net *n, const struct mw_net_options *o); /* n->cfg set; fills the rest */
     void (*free)(struct mw_net *n);
@@ -181,9 +185,20 @@ const struct mw_net_family *mw_net_family_default(void);
 const struct mw_net_family *mw_net_family_find(const char *name); /* NULL: unknown */
 const struct mw_net_family *mw_net_family_by_id(uint32_t id);     /* NULL: unknown */
 const struct mw_net_family *mw_net_family_at(int i);               /* NULL past the last */
+/* The model memwall trains for the planner's description d (memwall plan --stream): the first
+ * family whose config_from_model takes it; -ENOTSUP naming the families otherwise. */
+int mw_net_config_from_model(const struct mw_model *d, int context, struct mw_net_config *out);
 /* The family of a Hugging Face model directory, from DIR/config.json's "model_type"; -ENOENT,
  * MW_EFORMAT or -ENOTSUP (naming the model_type and the ones memwall reads) otherwise. */
 int mw_net_family_for_hf(const char *dir, const struct mw_net_family **out);
+/* The weights of a Hugging Face model directory, as the path a family's loaders take
+ * (src/model/tensor_source.h): DIR/model.safetensors when it exists (preferred even beside an
+ * index, as transformers' from_pretrained does), else DIR itself when it holds
+ * model.safetensors.index.json (a sharded checkpoint: each tensor is read from the shard the
+ * index names). The files' headers and the index are checked here (no weights read), so a bad
+ * directory fails before a model is built, naming the file and the key. 0, -ENOENT (neither
+ * file), MW_EFORMAT, or -errno; message set. */
+int mw_net_hf_weights(const char *dir, char *path, size_t n);
 
 /* ---- calls through the table (src/model/net.c) ---- */
 int mw_net_config_check(const struct mw_net_config *c);

@@ -298,6 +298,11 @@ struct mw_plan_zero3_weights {
  * planner rejects (non-positive, n_embd % n_head). */
 int mw_plan_gpt2_zero3_weights(int n_layer, int n_embd, int n_head, int padded_vocab, int max_seq,
                                int ranks, double weight_bytes, struct mw_plan_zero3_weights *out);
+/* The same for any model the planner describes (a family's config_describe: GPT-2, Llama, ...):
+ * `memwall train --zero 3` prints this for the model it trains. -EINVAL (message set) on a
+ * description the planner rejects or ranks <= 0. */
+int mw_plan_zero3_weights(const struct mw_model *m, int ranks, double weight_bytes,
+                          struct mw_plan_zero3_weights *out);
 
 /* ---- streamed training on the CPU (stream.c) --------------------------------------------- */
 
@@ -320,6 +325,14 @@ struct mw_plan_stream_in {
      * ZeRO stage decides: the whole array for stages 0-1, the owned shard plus the buckets being
      * reduced for 2-3) and its collectives' whole-shard buffers (receive, accumulate). */
     uint64_t dp_grads_bytes, dp_buffer_bytes;
+    /* Another family's units (the model table's, memwall/model.h), NULL: GPT-2's from the shape
+     * above. unit_n[n_layer + 2]: elements of each unit in flat order (0 the embedding, 1..L the
+     * blocks, L+1 the final norm with an untied head); order[n_fwd + n_bwd]: the units a forward
+     * then a backward pass acquire (mw_net_unit_order); tied: the forward ends on the embedding
+     * again (the head), whose gradient then takes the head's share. */
+    const uint64_t *unit_n;
+    const int *order;
+    int n_fwd, n_bwd, tied;
 };
 struct mw_plan_stream {
     uint64_t params;              /* elements */

@@ -1,7 +1,10 @@
 """memwall's Hugging Face directories in transformers: `memwall train --save-hf DIR` writes a
 directory that transformers' from_pretrained loads and that gives the loss `memwall eval` gives
 over the same consecutive windows (GPT-2 and the Llama family: Llama with GQA, Qwen2 with q/k/v
-bias, llama3 RoPE with an untied head). The CLI is the build's (MW_CLI, set by CTest)."""
+bias, llama3 RoPE with an untied head); and a sharded checkpoint transformers writes
+(save_pretrained(max_shard_size=...): model.safetensors.index.json and its shards, bf16) evaluates
+exactly as the same model saved as one file (GPT-2 and Llama). The CLI is the build's (MW_CLI, set
+by CTest)."""
 import json
 import os
 import subprocess
@@ -68,3 +71,40 @@ def test_gpt2_round_trip(tmp_path):
     ids = np.concatenate([[256], np.frombuffer(raw, dtype=np.uint8).astype(np.int64)])
     a, b = mw_loss(out, text, 64), hf_loss(out, ids, 64)
     assert abs(a - b) <= 1e-4, (a, b)
+
+
+def gpt2_bf16():
+    torch.manual_seed(20261205)
+    cfg = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=32, n_positions=64, vocab_size=257, bos_token_id=256,
+                                 eos_token_id=256)
+    return transformers.GPT2LMHeadModel(cfg).to(torch.bfloat16).eval()
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_sharded_bf16(tmp_path, family):
+    """save_pretrained(max_shard_size=...) in bf16 (model.safetensors.index.json and its shards):
+    memwall eval gives the loss of the same model saved as one file, bit for bit, and transformers'
+    loss on the sharded directory."""
+    if family == "llama":
+        m = transformers.AutoModelForCausalLM.from_pretrained(os.path.join(FX, "llama3_untied"), dtype=torch.bfloat16)
+        data, T = os.path.join(FX, "eval_ids.bin"), 16
+        ids = np.frombuffer(open(data, "rb").read()[1024:], dtype=np.uint16).astype(np.int64)
+    else:
+        m = gpt2_bf16()
+        data, T = str(tmp_path / "text.txt"), 64
+        with open(os.path.join(ROOT, "data", "kjv_excerpt.txt"), "rb") as f:
+            raw = f.read(6000)
+        with open(data, "wb") as f:
+            f.write(raw)
+        ids = np.concatenate([[256], np.frombuffer(raw, dtype=np.uint8).astype(np.int64)])
+    one, sharded = str(tmp_path / "one"), str(tmp_path / "sharded")
+    m.save_pretrained(one)
+    m.save_pretrained(sharded, max_shard_size="20KB")
+    files = sorted(os.listdir(sharded))
+    assert "model.safetensors" not in files and "model.safetensors.index.json" in files, files
+    assert len([f for f in files if f.endswith(".safetensors")]) >= 3, files
+    with open(os.path.join(sharded, "model.safetensors.index.json")) as f:
+        assert {v for v in json.load(f)["weight_map"].values()} <= set(files)
+    a, b = mw_loss(one, data, T), mw_loss(sharded, data, T)
+    assert a == b, (a, b)
+    assert abs(b - hf_loss(sharded, ids, T)) <= 1e-4, (b, hf_loss(sharded, ids, T))

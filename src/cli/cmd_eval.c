@@ -27,7 +27,7 @@ int mw_cmd_eval(int argc, char **argv)
     int64_t seq = 256, batch = 4, threads = 0;
     int json = 0;
     const struct mw_opt opts[] = {
-        {"init-hf", MW_OPT_STRING, &hf, "DIR", "the model: a Hugging Face directory (config.json, model.safetensors)", 0, 0, NULL},
+        {"init-hf", MW_OPT_STRING, &hf, "DIR", "the model: a Hugging Face directory (config.json, and model.safetensors or a sharded checkpoint's model.safetensors.index.json)", 0, 0, NULL},
         {"resume", MW_OPT_STRING, &ckpt, "CKPT", "the model: a memwall checkpoint (.mwck)", 0, 0, NULL},
         {"data", MW_OPT_STRING, &data, "FILE|DIR", "the tokens: a text file (bytes), an llm.c .bin shard or a directory of "
          "either (required)", 0, 0, NULL},

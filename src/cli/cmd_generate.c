@@ -111,7 +111,7 @@ int mw_cmd_generate(int argc, char **argv)
     double temperature = 1.0, top_p = 1.0;
     int ids = 0;
     const struct mw_opt opts[] = {
-        {"init-hf", MW_OPT_STRING, &hf, "DIR", "the model: a Hugging Face directory (config.json, model.safetensors)", 0, 0, NULL},
+        {"init-hf", MW_OPT_STRING, &hf, "DIR", "the model: a Hugging Face directory (config.json, and model.safetensors or a sharded checkpoint's model.safetensors.index.json)", 0, 0, NULL},
         {"resume", MW_OPT_STRING, &ckpt, "CKPT", "the model: a memwall checkpoint (.mwck)", 0, 0, NULL},
         {"prompt", MW_OPT_STRING, &prompt, "TEXT", "the text to continue (encoded with the tokenizer)", 0, 0, NULL},
         {"prompt-ids", MW_OPT_STRING, &prompt_ids, "IDS", "the prompt as token ids, separated by commas or spaces "

@@ -57,30 +57,30 @@ static int is_config_path(const char *s)
 
 /* --stream: the plan of `memwall train --offload-params nvme` (mw_train_plan_stream: the very
  * code the trainer runs before its first step). */
-static int plan_stream(const struct mw_model *m, int64_t micro, int64_t seq, int recompute, int64_t accum,
+static int plan_stream(const struct mw_model *m, const char *model_arg, int64_t micro, int64_t seq, int recompute, int64_t accum,
                        int64_t depth, int64_t buffers, int64_t threads, uint64_t budget, uint64_t sg,
                        const char *schedule, const char *dir, int json)
 {
-    if (m->arch != MW_ARCH_GPT || m->n_dec_layer || !m->max_pos || !m->tied_embeddings) {
-        fprintf(stderr, "memwall plan: --stream plans memwall's own GPT-2 trainer: give a GPT-2 --model (gpt2, gpt2-xl, "
-                        "or a GPT-2 config.json); %s is not one\n", m->name);
-        return 2;
-    }
-    if (m->n_layer > (1u << 20) || m->n_head > (1u << 20) || m->hidden > (1u << 20) || m->max_pos > (1u << 30) ||
-        m->vocab > (1u << 30)) {
-        fprintf(stderr, "memwall plan: --stream: %s is larger than memwall's trainer takes (layers, heads and width up "
-                        "to 2^20, context and vocabulary up to 2^30)\n", m->name);
-        return 2;
-    }
-    if (seq > (int64_t)m->max_pos) {
+    if (m->max_pos && seq > (int64_t)m->max_pos) {
         fprintf(stderr, "memwall plan: --seq %lld is longer than %s's context %llu\n", (long long)seq, m->name,
                 (unsigned long long)m->max_pos);
         return 2;
     }
-    /* The model as memwall train builds it from these shapes (its family pads the output rows). */
-    struct mw_net_config nc = {mw_net_family_default(), {0}};
-    struct mw_net_shape sh = {(int)m->n_layer, (int)m->n_head, (int)m->hidden, (int)m->max_pos, (int)m->vocab};
-    if (nc.family->config_from_shape(&sh, nc.raw)) {
+    /* The model as memwall train builds it (GPT-2 pads its output rows; a rotary model is built
+     * for --seq positions: its tables are all that depends on the context). */
+    struct mw_net_config nc;
+    int ferr = mw_net_config_from_model(m, (int)seq, &nc);
+    if (ferr) {
+        fprintf(stderr, "memwall plan: --stream plans memwall's own trainer (GPT-2 and the Llama family: give such a "
+                        "--model, a name from 'memwall plan --list-models' or a config.json): %s\n", mw_error_msg());
+        return 2;
+    }
+    /* A Llama-family config file is read as the trainer reads it (--init-hf): its context and
+     * RoPE exact, not the planner's description of its shape. */
+    char note[1024];
+    struct mw_net_shape none = {0};
+    if (model_arg && is_config_path(model_arg) && nc.family != mw_net_family_default() &&
+        nc.family->config_from_file(model_arg, &none, nc.raw, note, sizeof note)) {
         fprintf(stderr, "memwall plan: --stream: %s\n", mw_error_msg());
         return 2;
     }
@@ -277,7 +277,7 @@ int mw_cmd_plan(int argc, char **argv)
         {"search", MW_OPT_FLAG, &search, NULL, "list the layouts that fit --gpus, fastest first", 0, 0, NULL},
         {"top", MW_OPT_INT, &top, "N", "with --search: how many layouts to list", 1, 1000, NULL},
         {"emit", MW_OPT_CHOICE, &emit, NULL, "print a Kubernetes pod resources block", 0, 0, emits},
-        {"stream", MW_OPT_FLAG, &stream, NULL, "describe 'memwall train --offload-params nvme' of a GPT-2 --model on this CPU (one rank): its planned DRAM peak, the same figures the trainer prints and checks; uses --micro-batch, --seq and the options below (--recompute full: the blocks recomputed, not kept on NVMe)", 0, 0, NULL},
+        {"stream", MW_OPT_FLAG, &stream, NULL, "describe 'memwall train --offload-params nvme' of a GPT-2 or Llama-family --model on this CPU (one rank): its planned DRAM peak, the same figures the trainer prints and checks; uses --micro-batch, --seq and the options below (--recompute full: the blocks recomputed, not kept on NVMe)", 0, 0, NULL},
         {"grad-accum", MW_OPT_INT, &s_accum, "N", "--stream: micro-batches per step", 1, 1 << 20, NULL},
         {"dram-budget", MW_OPT_SIZE, &s_budget, "BYTES", "--stream: DRAM budget to check the plan against; 0 = none", 0, 0, NULL},
         {"prefetch-depth", MW_OPT_INT, &s_depth, "N", "--stream: weight units read ahead of use", 0, 8, NULL},
@@ -319,7 +319,7 @@ int mw_cmd_plan(int argc, char **argv)
     struct mw_model m;
     if ((r = resolve_model(model, params, largest, &m))) return r;
 
-    if (stream) return plan_stream(&m, micro, seq, !strcmp(rc, "full"), s_accum, s_depth, s_buffers, s_threads, s_budget,
+    if (stream) return plan_stream(&m, model, micro, seq, !strcmp(rc, "full"), s_accum, s_depth, s_buffers, s_threads, s_budget,
                                    s_sg, s_schedule, s_dir, json);
 
     struct mw_hw hw = *mw_hw_lookup(hwname);

@@ -78,14 +78,16 @@ static int train_main(struct train_cli *c, int argc, char **argv)
     if (c->A.ckpt_every > 0 && !c->A.out_dir) return train_usage_error("--ckpt-every needs --out-dir%s", "");
     if (c->A.resume && c->A.init_st) return train_usage_error("--init-safetensors cannot be combined with --resume%s", "");
     if (c->A.init_hf && c->A.init_st) return train_usage_error("give --init-hf DIR or --init-safetensors FILE, not both%s", "");
-    /* A Hugging Face directory: its config.json names the family, its model.safetensors the weights. */
+    /* A Hugging Face directory: its config.json names the family, its model.safetensors (or a
+     * sharded checkpoint's index and shards: mw_net_hf_weights) the weights. */
     const struct mw_net_family *fam = mw_net_family_default();
     if (c->A.init_hf) {
         if (c->A.resume) return train_usage_error("--init-hf cannot be combined with --resume%s", "");
         int err = mw_net_family_for_hf(c->A.init_hf, &fam);
         if (err) { mw_cli_fail("reading --init-hf", err); return 1; }
-        if ((size_t)snprintf(c->hf_weights, sizeof c->hf_weights, "%s/model.safetensors", c->A.init_hf) >= sizeof c->hf_weights)
+        if ((err = mw_net_hf_weights(c->A.init_hf, c->hf_weights, sizeof c->hf_weights)) == -ENAMETOOLONG)
             return train_usage_error("--init-hf %s: path too long", c->A.init_hf);
+        if (err) { mw_cli_fail("reading --init-hf", err); return 1; }
         c->A.init_st = c->hf_weights;
     }
     /* The tokenizer: given, or the one beside --init-hf's weights (an HF directory usually has it). */

@@ -25,7 +25,8 @@ void mw_cli_fail(const char *what, int err);
 void mw_cli_set_rank(int rank, int world);
 
 /* The model of `--init-hf DIR` (hf) or `--resume CKPT` (ckpt; one of the two): its config into nc,
- * and for a directory the weights' path (DIR/model.safetensors) into weights[n]. 0, 1 (runtime
+ * and for a directory the weights' path (DIR/model.safetensors, or DIR for a sharded checkpoint:
+ * mw_net_hf_weights) into weights[n]. 0, 1 (runtime
  * failure, printed) or 2 (usage, printed, naming cmd). model_source.c */
 struct mw_net_config;
 int mw_cli_model_config(const char *cmd, const char *hf, const char *ckpt, struct mw_net_config *nc, char *weights,

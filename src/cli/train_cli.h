@@ -80,7 +80,7 @@ struct train_cli {
     char *ckpt_spec;
     struct mw_ds_config ds;             /* --ds-config: string options point into it */
     char last_ckpt[PATH_MAX];           /* the last checkpoint written (named after a failure) */
-    char hf_weights[PATH_MAX];          /* --init-hf DIR: DIR/model.safetensors */
+    char hf_weights[PATH_MAX];          /* --init-hf DIR: DIR/model.safetensors, or DIR when sharded */
     char hf_tok[PATH_MAX];              /* the tokenizer.json of --tokenizer or --init-hf (empty: none) */
     int64_t last_ckpt_step;
     char path_nvme[PATH_MAX], path_trace[PATH_MAX], path_resume[PATH_MAX]; /* with %r expanded */

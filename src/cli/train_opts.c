@@ -51,7 +51,7 @@ void train_opts_init(struct train_cli *c)
         {"ckpt-every", MW_OPT_INT, &c->A.ckpt_every, "N", "checkpoint every N steps (and at the end) into --out-dir; 0 = never", 0, 1e12, NULL},
         {"out-dir", MW_OPT_STRING, &c->A.out_dir, "DIR", "checkpoints and the final model.safetensors go here (none if unset)", 0, 0, NULL},
         {"resume", MW_OPT_STRING, &c->A.resume, "FILE|DIR", "continue a run: alone, it finishes what the run was started to do (every setting, the out-dir, log and trace are kept with the run; a flag given differs as listed in docs/resume.md: allowed, announced or refused). FILE: a checkpoint (several ranks: ckpt_N.r%r.mwck); DIR: the --nvme-dir of a run that stopped (--optimizer-tier nvme, one rank), from its last committed step", 0, 0, NULL},
-        {"init-hf", MW_OPT_STRING, &c->A.init_hf, "DIR", "start from a Hugging Face model directory (config.json and model.safetensors, fp32/bf16/fp16 as the family reads them): its model_type picks the model family, its files set the shape", 0, 0, NULL},
+        {"init-hf", MW_OPT_STRING, &c->A.init_hf, "DIR", "start from a Hugging Face model directory (config.json, and model.safetensors or a sharded checkpoint's model.safetensors.index.json and shards; fp32/bf16/fp16 as the family reads them): its model_type picks the model family, its files set the shape", 0, 0, NULL},
         {"save-hf", MW_OPT_STRING, &c->A.save_hf, "DIR", "at the end, write the model as a Hugging Face directory (config.json + model.safetensors) that transformers' from_pretrained loads; --out-dir gets the same two files", 0, 0, NULL},
         {"tokenizer", MW_OPT_STRING, &c->A.tokenizer, "FILE|DIR", "a Hugging Face tokenizer.json (or a directory holding one) for the end-of-run sample's text and --save-hf's directory (default: --init-hf's, when it has one)", 0, 0, NULL},
         {"init-safetensors", MW_OPT_STRING, &c->A.init_st, "FILE", "start from these weights (HF gpt2 model.safetensors, with the config.json beside it when present); the files set the model shape, shape flags fill what they do not say", 0, 0, NULL},
@@ -90,7 +90,7 @@ void train_opts_init(struct train_cli *c)
     memcpy(c->opts, t, sizeof t);
     c->spec = (struct mw_cmd_spec){
         "train", "",
-        "Train a GPT-2-family model on the CPU: micro-batches with gradient accumulation, AdamW with "
+        "Train a GPT-2 (--preset, shape flags) or a Hugging Face model directory (--init-hf: GPT-2, Llama, Qwen2) on the CPU: micro-batches with gradient accumulation, AdamW with "
         "warm-up + cosine learning rate and global-norm clipping, validation, checkpoints that resume "
         "bitwise, and a generated sample at the end. Defaults follow --preset ('--preset tiny --help' "
         "shows tiny's). Data parallel over MPI: 'mpirun -np N memwall train --zero S ...' (--batch is the "

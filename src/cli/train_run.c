@@ -155,8 +155,7 @@ static int report_zero_memory(struct train_cli *c, struct run_state *s, const st
     struct mw_plan_zero3_weights pz;
     struct mw_model md; /* the family's description, as the planner reads it */
     nc->family->config_describe(nc->raw, &md);
-    if ((err = mw_plan_gpt2_zero3_weights((int)md.n_layer, (int)md.hidden, (int)md.n_head, (int)md.vocab, (int)md.max_pos,
-                                          zi.shard_ranks, 4.0, &pz))) {
+    if ((err = mw_plan_zero3_weights(&md, zi.shard_ranks, 4.0, &pz))) {
         mw_cli_fail("the planner's ZeRO-3 prediction", err);
         return 1;
     }

@@ -199,7 +199,8 @@ int mw_gpt2_sizes(const struct mw_gpt2_config *cfg, const struct mw_gpt2_options
 /* Page-aligned whole pages, mapped fresh: a caller that keeps only some units resident (ZeRO-3,
  * streaming) releases pages with madvise, which must not touch another allocation, and the
  * array is zero without being touched (an untouched page costs no memory: a streamed 1.5 B
- * parameter model never has its 6 GB of weights resident at once). */
+ * parameter model never has its 6 GB of weights resident at once; MAP_NORESERVE lets a model
+ * larger than DRAM be mapped at all, and the trainer checks what it will touch up front). */
 static size_t map_bytes(size_t n) { return n ? MW_ALIGN_UP(n * sizeof(float), 4096) : 4096; }
 
 /* Arrays of 2 MiB and more start on a 2 MiB boundary, so a caller may back whole-2-MiB ranges
@@ -207,11 +208,11 @@ static size_t map_bytes(size_t n) { return n ? MW_ALIGN_UP(n * sizeof(float), 40
  * twice as fast: docs/io.md). */
 #define HUGE_ALIGN ((size_t)2 << 20)
 
-static void *alloc_floats(size_t n)
+void *mw_net_floats_alloc(size_t n)
 {
     if (n > (SIZE_MAX - 8 * HUGE_ALIGN) / sizeof(float)) return NULL;
     size_t bytes = map_bytes(n), extra = bytes >= HUGE_ALIGN ? HUGE_ALIGN : 0;
-    char *p = mmap(NULL, bytes + extra, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    char *p = mmap(NULL, bytes + extra, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) return NULL;
     if (!extra) return p;
     size_t head = (HUGE_ALIGN - (uintptr_t)p % HUGE_ALIGN) % HUGE_ALIGN;
@@ -220,7 +221,7 @@ static void *alloc_floats(size_t n)
     return p + head;
 }
 
-static void free_floats(void *p, size_t n)
+void mw_net_floats_free(void *p, size_t n)
 {
     if (p) munmap(p, map_bytes(n));
 }
@@ -290,9 +291,9 @@ int mw_gpt2_init(struct mw_gpt2 *m, const struct mw_gpt2_config *cfg, const stru
 #undef ADD
     MW_ASSERT(n == m->n_tensors && off == m->sizes.n_params);
 
-    m->params = alloc_floats(m->sizes.n_params);
-    m->grads = alloc_floats(m->sizes.n_params);
-    m->acts = alloc_floats(m->sizes.acts_bytes / sizeof(float));
+    m->params = mw_net_floats_alloc(m->sizes.n_params);
+    m->grads = mw_net_floats_alloc(m->sizes.n_params);
+    m->acts = mw_net_floats_alloc(m->sizes.acts_bytes / sizeof(float));
     if (!m->params || !m->grads || !m->acts) goto nomem;
     int ovf = 0;
     size_t used = carve(cfg, &m->opts, m->acts, im, m->opts.recompute, &ovf);
@@ -319,9 +320,9 @@ void mw_gpt2_free(struct mw_gpt2 *m)
         free(m->impl);
     }
     free(m->tensors);
-    free_floats(m->params, m->sizes.n_params);
-    free_floats(m->grads, m->sizes.n_params);
-    free_floats(m->acts, m->sizes.acts_bytes / sizeof(float));
+    mw_net_floats_free(m->params, m->sizes.n_params);
+    mw_net_floats_free(m->grads, m->sizes.n_params);
+    mw_net_floats_free(m->acts, m->sizes.acts_bytes / sizeof(float));
     struct mw_gpt2_sizes s = m->sizes;
     memset(m, 0, sizeof *m);
     m->sizes = s; /* keep the sizes readable for error messages */
@@ -413,42 +414,52 @@ const float *mw_gpt2_losses(const struct mw_gpt2 *m) { return m->impl->losses; }
 
 void mw_gpt2_warm_runtime(const struct mw_gpt2 *m)
 {
+    const struct mw_gpt2_impl *im = m->impl;
+    int C = m->cfg.n_embd, Vp = m->cfg.padded_vocab_size ? m->cfg.padded_vocab_size : m->cfg.vocab_size;
+    const int lin[4][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}}; /* (in, out) of each linear */
+    mw_net_warm_products(lin, 4, m->opts.max_batch * m->opts.max_seq, C, Vp, m->opts.n_threads, im->logits,
+                         (size_t)m->opts.max_batch * (size_t)m->opts.max_seq * (size_t)Vp);
+}
+
+void mw_net_warm_products(const int (*lin)[2], int nlin, int N, int C, int V, int nt, float *out, size_t out_n)
+{
     /* The matrix library keeps per-thread packing buffers for the life of the process, touched as
      * far as each product shape's panels reach. Run every product shape of a training step once
      * (forward, both backward products of each linear layer, the LM head's three), on inputs that
      * are a fresh zero mapping (read, never written: it costs no memory) into the logits buffer,
      * whose pages are returned afterwards (the first forward pass writes them anyway), so the
      * buffers are resident before the caller measures its baseline. */
-    const struct mw_gpt2_impl *im = m->impl;
-    int C = m->cfg.n_embd, Vp = m->cfg.padded_vocab_size ? m->cfg.padded_vocab_size : m->cfg.vocab_size;
-    int N = m->opts.max_batch * m->opts.max_seq, nt = m->opts.n_threads;
+    int widest = 4 * C;
+    long long key = 0;
+    for (int i = 0; i < nlin; i++) {
+        widest = MW_MAX(widest, MW_MAX(lin[i][0], lin[i][1]));
+        key = key * 1000003 + lin[i][0] * 31 + lin[i][1];
+    }
     /* The same shapes again (a planner trying knobs on one model) touch nothing new: done once. */
-    static _Atomic long long warmed[4];
-    if (warmed[0] == N && warmed[1] == C && warmed[2] == Vp && warmed[3] == nt) return;
-    size_t out_n = (size_t)N * (size_t)Vp; /* the logits buffer */
-    size_t in_bytes = map_bytes(MW_MAX((size_t)N, (size_t)4 * (size_t)C) * (size_t)MW_MAX(Vp, 4 * C) +
-                                (size_t)Vp * (size_t)C);
+    static _Atomic long long warmed[5];
+    if (warmed[0] == N && warmed[1] == C && warmed[2] == V && warmed[3] == nt && warmed[4] == key) return;
+    size_t in_bytes = map_bytes(MW_MAX((size_t)N, (size_t)widest) * (size_t)MW_MAX(V, widest) + (size_t)V * (size_t)C);
     float *in = mmap(NULL, in_bytes, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (in == MAP_FAILED) return;
-    float *out = im->logits;
     openblas_set_num_threads(1);
-    const int lin[4][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}}; /* (in, out) of each linear */
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < nlin; i++) {
         int IC = lin[i][0], OC = lin[i][1];
+        if ((size_t)N * (size_t)MW_MAX(IC, OC) > out_n) continue; /* no room in out: skipped */
         mw_k_sgemm(0, 0, N, OC, IC, 1.0f, in, IC, in, OC, 0.0f, out, OC, nt); /* forward */
         mw_k_sgemm(0, 1, N, IC, OC, 1.0f, in, OC, in, OC, 0.0f, out, IC, nt); /* dinp */
         if ((size_t)IC * (size_t)OC <= out_n)
             mw_k_sgemm(1, 0, IC, OC, N, 1.0f, in, IC, in, OC, 0.0f, out, OC, nt); /* dw */
     }
-    int rows = (int)MW_MIN((size_t)Vp, out_n / (size_t)C);
-    mw_k_sgemm(0, 1, N, Vp, C, 1.0f, in, C, in, C, 0.0f, out, Vp, nt);        /* logits */
-    mw_k_sgemm(0, 0, N, C, Vp, 1.0f, in, Vp, in, C, 0.0f, out, C, nt);        /* dlogits @ wte */
-    mw_k_sgemm(1, 0, rows, C, N, 1.0f, in, Vp, in, C, 0.0f, out, C, nt);      /* wte's share (rows of it) */
+    int rows = (int)MW_MIN((size_t)V, out_n / (size_t)C);
+    mw_k_sgemm(0, 1, N, V, C, 1.0f, in, C, in, C, 0.0f, out, V, nt);        /* logits */
+    mw_k_sgemm(0, 0, N, C, V, 1.0f, in, V, in, C, 0.0f, out, C, nt);        /* dlogits @ embedding */
+    mw_k_sgemm(1, 0, rows, C, N, 1.0f, in, V, in, C, 0.0f, out, C, nt);    /* the embedding's share (rows of it) */
     munmap(in, in_bytes);
     size_t page = 4096, lo = MW_ALIGN_UP((uintptr_t)out, page), hi = ((uintptr_t)(out + out_n)) / page * page;
     if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED); /* contents are rewritten before use */
     warmed[0] = N;
     warmed[1] = C;
-    warmed[2] = Vp;
+    warmed[2] = V;
     warmed[3] = nt;
+    warmed[4] = key;
 }

@@ -58,6 +58,15 @@ static inline float *mw_gpt2_p(const struct mw_gpt2 *m, const float *base, int l
     return (float *)base + m->impl->off[(size_t)layer * MW_GPT2_BLOCK_KINDS + (kind - MW_GPT2_LN1_W)];
 }
 
+/* Whole pages mapped fresh, zero and untouched, for any family's flat arrays (gpt2.c says why:
+ * streaming and ZeRO-3 release pages of them with madvise). NULL: no memory. */
+void *mw_net_floats_alloc(size_t n);
+void mw_net_floats_free(void *p, size_t n);
+/* Runs each product shape of a training step once (lin[i] = {in, out} of each linear layer; the
+ * LM head's over vocabulary V) into out[out_n] (returned to the system after), so the matrix
+ * library's per-thread buffers are resident before a caller measures its baseline (gpt2.c). */
+void mw_net_warm_products(const int (*lin)[2], int nlin, int N, int C, int V, int nt, float *out, size_t out_n);
+
 /* C[M, N] = alpha * op(A) @ op(B) + beta * C, row-major, split over nt OpenMP threads by
  * rows or columns of C, each piece a single-threaded OpenBLAS sgemm (gpt2_layers.c). */
 void mw_k_sgemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,

@@ -90,6 +90,18 @@ static int config_from_shape(const struct mw_net_shape *sh, void *cfg)
     return mw_gpt2_config_check(c);
 }
 
+static int config_from_model(const struct mw_model *d, int context, void *cfg)
+{
+    (void)context; /* GPT-2's positions are rows of its own */
+    if (d->arch != MW_ARCH_GPT || d->n_dec_layer || !d->max_pos || !d->tied_embeddings) return -ENOTSUP;
+    if (d->n_layer > (1u << 20) || d->n_head > (1u << 20) || d->hidden > (1u << 20) || d->max_pos > (1u << 30) ||
+        d->vocab > (1u << 30))
+        return mw_error_set(-EINVAL, "%s is larger than memwall's GPT-2 takes (layers, heads and width up to 2^20, "
+                            "context and vocabulary up to 2^30)", d->name);
+    struct mw_net_shape sh = {(int)d->n_layer, (int)d->n_head, (int)d->hidden, (int)d->max_pos, (int)d->vocab};
+    return config_from_shape(&sh, cfg);
+}
+
 static int config_from_file(const char *path, const struct mw_net_shape *given, void *cfg, char *note, size_t n)
 {
     struct mw_gpt2_config flags = {given->layers, given->heads, given->width, given->context, given->vocab, 0}, *c = cfg;
@@ -286,6 +298,7 @@ const struct mw_net_family mw_net_gpt2 = {
     .config_check = config_check, .config_describe = config_describe, .config_summary = config_summary,
     .config_encode = config_encode, .config_decode = config_decode, .sizes = sizes,
     .config_from_shape = config_from_shape, .config_from_file = config_from_file, .config_shape = config_shape,
+    .config_from_model = config_from_model,
     .init = init, .free = net_free, .init_weights = init_weights, .init_weights_unit = init_weights_unit,
     .warm_runtime = warm_runtime, .unit_range = unit_range, .unit_name = unit_name, .unit_order = unit_order,
     .n_tensors = n_tensors, .tensor = tensor, .set_weights_hook = set_weights_hook,

@@ -1,6 +1,9 @@
 /*
  * gpt2_safetensors.c — GPT-2 weights in and out of safetensors with Hugging Face's names.
  *
+ * Where the tensors come from: a tensor source (tensor_source.h), so `path` may be one file, a
+ * directory, or a sharded checkpoint's index, and each tensor is read from the file that holds it.
+ *
  * Why no transposes: memwall stores linear weights [in, out] exactly like HF's Conv1D, so each
  * HF tensor is one contiguous read into its place in the flat parameter array. HF files carry
  * buffers that are not parameters (h.N.attn.bias / masked_bias: the causal mask) and may carry
@@ -29,6 +32,7 @@
  */
 #include "gpt2_internal.h"
 #include "safetensors.h"
+#include "tensor_source.h"
 #include "memwall/common.h"
 
 #include <cjson/cJSON.h>
@@ -56,15 +60,15 @@ static int ignored(const char *n)
 
 /* The one entry for a model tensor name; an error when two entries strip to it (e.g. both
  * "wte.weight" and "transformer.wte.weight"). */
-static int find_one(const struct mw_st_file *f, const char *name, const struct mw_st_entry **out)
+static int find_one(const struct mw_ts *s, const char *name, const struct mw_ts_entry **out)
 {
     *out = NULL;
-    for (int i = 0; i < f->n; i++) {
-        if (strcmp(strip_prefix(f->e[i].name), name)) continue;
+    for (int i = 0; i < s->n; i++) {
+        if (strcmp(strip_prefix(s->e[i].st->name), name)) continue;
         if (*out)
-            return mw_error_set(MW_EFORMAT, "%s: tensor \"%s\" is given twice (\"%s\" and \"%s\")", f->path, name,
-                                (*out)->name, f->e[i].name);
-        *out = &f->e[i];
+            return mw_error_set(MW_EFORMAT, "%s: tensor \"%s\" is given twice (\"%s\" and \"%s\")", s->path, name,
+                                (*out)->st->name, s->e[i].st->name);
+        *out = &s->e[i];
     }
     return 0;
 }
@@ -82,9 +86,9 @@ static int layer_of(const char *n)
     return k && *n == '.' ? l : -1;
 }
 
-static int meta_int(const struct mw_st_file *f, const char *key, int *out)
+static int meta_int(const struct mw_ts *f, const char *key, int *out)
 {
-    const char *v = mw_st_meta(f, key);
+    const char *v = mw_ts_meta(f, key);
     if (!v) return 0;
     char *end;
     errno = 0;
@@ -220,11 +224,15 @@ int mw_gpt2_config_resolve(const char *path, const struct mw_gpt2_config *flags,
     struct mw_gpt2_provenance pv;
     memset(&pv, 0, sizeof pv);
     memset(cfg, 0, sizeof *cfg);
-    struct mw_st_file f;
-    int rc = mw_st_open(&f, path);
+    struct mw_ts f;
+    int rc = mw_ts_open(&f, path);
     if (rc) return rc;
-    const struct mw_st_entry *wte, *wpe;
-    if ((rc = find_one(&f, "wte.weight", &wte)) || (rc = find_one(&f, "wpe.weight", &wpe))) goto out;
+    path = f.path; /* the file, or the index, in messages */
+    const struct mw_ts_entry *wte_e, *wpe_e;
+    const struct mw_st_entry *wte = NULL, *wpe = NULL;
+    if ((rc = find_one(&f, "wte.weight", &wte_e)) || (rc = find_one(&f, "wpe.weight", &wpe_e))) goto out;
+    if (wte_e) wte = wte_e->st;
+    if (wpe_e) wpe = wpe_e->st;
     if (!wte || !wpe || wte->ndim != 2 || wpe->ndim != 2 || wte->shape[1] != wpe->shape[1]) {
         rc = mw_error_set(MW_EFORMAT, "%s: not a GPT-2 checkpoint (needs 2-D wte.weight and wpe.weight of "
                           "the same width)", path);
@@ -240,11 +248,11 @@ int mw_gpt2_config_resolve(const char *path, const struct mw_gpt2_config *flags,
     }
     int maxl = -1;
     for (int i = 0; i < f.n; i++) {
-        const char *n = strip_prefix(f.e[i].name);
+        const char *n = strip_prefix(f.e[i].st->name);
         int l = layer_of(n);
         if (l > maxl) maxl = l;
         if (l < 0 && !strncmp(n, "h.", 2)) {
-            rc = mw_error_set(MW_EFORMAT, "%s: tensor \"%s\": no block index (h.0 .. h.99999)", path, f.e[i].name);
+            rc = mw_error_set(MW_EFORMAT, "%s: tensor \"%s\": no block index (h.0 .. h.99999)", path, f.e[i].st->name);
             goto out;
         }
     }
@@ -255,10 +263,7 @@ int mw_gpt2_config_resolve(const char *path, const struct mw_gpt2_config *flags,
     cfg->max_seq_len = (int)wpe->shape[0];
 
     /* config.json beside the weights (Hugging Face save_pretrained). */
-    const char *slash = strrchr(path, '/');
-    int dl = slash ? (int)(slash - path) : 1;
-    if (snprintf(pv.config_json, sizeof pv.config_json, "%.*s/config.json", dl, slash ? path : ".") >=
-        (int)sizeof pv.config_json) {
+    if (snprintf(pv.config_json, sizeof pv.config_json, "%s/config.json", f.dir) >= (int)sizeof pv.config_json) {
         rc = mw_error_set(-ENAMETOOLONG, "%s: path too long to look for config.json beside it", path);
         goto out;
     }
@@ -311,7 +316,7 @@ int mw_gpt2_config_resolve(const char *path, const struct mw_gpt2_config *flags,
     rc = mw_gpt2_config_check(cfg);
     if (rc) rc = mw_error_set(MW_EFORMAT, "%s: %s", path, mw_error_msg());
 out:
-    mw_st_close(&f);
+    mw_ts_close(&f);
     if (!rc && prov) *prov = pv;
     return rc;
 }
@@ -323,16 +328,17 @@ int mw_gpt2_config_from_safetensors(const char *path, struct mw_gpt2_config *cfg
 
 /* Pass 1 of a load: every model tensor present once, with its shape and a convertible dtype;
  * no tensor the model does not have. Fills ents[i] (the entry of model tensor i) and rows[i]. */
-static int check_tensors(const struct mw_gpt2 *m, const struct mw_st_file *f, const struct mw_st_entry **ents,
+static int check_tensors(const struct mw_gpt2 *m, const struct mw_ts *f, const struct mw_ts_entry **ents,
                          uint64_t *rows_out)
 {
     const char *path = f->path;
     int rc;
     for (int i = 0; i < m->n_tensors; i++) {
         const struct mw_gpt2_tensor *t = &m->tensors[i];
-        const struct mw_st_entry *e;
-        if ((rc = find_one(f, t->name, &e))) return rc;
-        if (!e) return mw_error_set(MW_EFORMAT, "%s: tensor \"%s\" is missing", path, t->name);
+        const struct mw_ts_entry *te;
+        if ((rc = find_one(f, t->name, &te))) return rc;
+        if (!te) return mw_error_set(MW_EFORMAT, "%s: tensor \"%s\" is missing", path, t->name);
+        const struct mw_st_entry *e = te->st;
         uint64_t rows = t->shape[0], cols = t->shape[1];
         int ok;
         if (t->kind == MW_GPT2_WTE) {
@@ -358,22 +364,24 @@ static int check_tensors(const struct mw_gpt2 *m, const struct mw_st_file *f, co
         if (e->dtype < 0)
             return mw_error_set(MW_EFORMAT, "%s: tensor \"%s\" has a dtype memwall cannot convert to fp32 (F32, "
                                 "F16 or BF16)", path, e->name);
-        ents[i] = e;
+        ents[i] = te;
         rows_out[i] = rows * cols;
     }
     for (int i = 0; i < f->n; i++) {
-        const char *n = strip_prefix(f->e[i].name);
+        const char *n = strip_prefix(f->e[i].st->name);
         if (!ignored(n) && !mw_gpt2_find_tensor(m, n))
             return mw_error_set(MW_EFORMAT, "%s: unexpected tensor \"%s\" (a different model or config?)",
-                                path, f->e[i].name);
+                                path, f->e[i].st->name);
     }
     return 0;
 }
 
 /* The refusal of element idx of e, value v: the tensor as the file names it, the element (with
  * its row and column for a matrix), the value, why, and what to do. */
-static int bad_value(const struct mw_st_file *f, const struct mw_st_entry *e, uint64_t idx, float v)
+static int bad_value(const struct mw_ts_entry *te, uint64_t idx, float v)
 {
+    const struct mw_st_file *f = te->file; /* the shard that holds it */
+    const struct mw_st_entry *e = te->st;
     char at[64] = "";
     if (e->ndim == 2 && e->shape[1])
         snprintf(at, sizeof at, " (row %llu, column %llu)", (unsigned long long)(idx / e->shape[1]),
@@ -390,7 +398,7 @@ static int bad_value(const struct mw_st_file *f, const struct mw_st_entry *e, ui
 
 /* Pass 2: reads each tensor through a bounded buffer: every byte readable, every value finite
  * and at most MW_GPT2_MAX_ABS_WEIGHT in magnitude. */
-static int check_data(const struct mw_gpt2 *m, const struct mw_st_file *f, const struct mw_st_entry **ents,
+static int check_data(const struct mw_gpt2 *m, const struct mw_ts *f, const struct mw_ts_entry **ents,
                       const uint64_t *numel)
 {
     enum { CH = 1 << 18 };
@@ -400,10 +408,10 @@ static int check_data(const struct mw_gpt2 *m, const struct mw_st_file *f, const
     for (int i = 0; i < m->n_tensors && !rc; i++)
         for (uint64_t a = 0; a < numel[i] && !rc; a += CH) {
             uint64_t k = MW_MIN((uint64_t)CH, numel[i] - a);
-            if ((rc = mw_st_read_f32(f, ents[i], a, k, buf))) break;
+            if ((rc = mw_ts_read_f32(ents[i], a, k, buf))) break;
             for (uint64_t j = 0; j < k; j++)
                 if (!(fabsf(buf[j]) <= (float)MW_GPT2_MAX_ABS_WEIGHT)) { /* NaN fails this too */
-                    rc = bad_value(f, ents[i], a + j, buf[j]);
+                    rc = bad_value(ents[i], a + j, buf[j]);
                     break;
                 }
         }
@@ -413,8 +421,8 @@ static int check_data(const struct mw_gpt2 *m, const struct mw_st_file *f, const
 
 /* A verified file, loaded a weight unit at a time (streamed weights: never all in DRAM). */
 struct mw_gpt2_st_loader {
-    struct mw_st_file f;
-    const struct mw_st_entry **ents; /* [n_tensors] */
+    struct mw_ts f;
+    const struct mw_ts_entry **ents; /* [n_tensors] */
     uint64_t *numel;                 /* [n_tensors] elements in the file (wte may have fewer rows) */
 };
 
@@ -423,7 +431,7 @@ void mw_gpt2_st_loader_close(struct mw_gpt2_st_loader *l)
     if (!l) return;
     free(l->ents);
     free(l->numel);
-    mw_st_close(&l->f);
+    mw_ts_close(&l->f);
     free(l);
 }
 
@@ -432,7 +440,7 @@ int mw_gpt2_st_loader_open(struct mw_gpt2_st_loader **out, const struct mw_gpt2 
     *out = NULL;
     struct mw_gpt2_st_loader *l = calloc(1, sizeof *l);
     if (!l) return mw_error_set(-ENOMEM, "%s: no memory", path);
-    int rc = mw_st_open(&l->f, path);
+    int rc = mw_ts_open(&l->f, path);
     if (rc) { free(l); return rc; }
     l->ents = calloc((size_t)m->n_tensors, sizeof *l->ents);
     l->numel = calloc((size_t)m->n_tensors, sizeof *l->numel);
@@ -453,7 +461,7 @@ int mw_gpt2_st_loader_unit(struct mw_gpt2_st_loader *l, struct mw_gpt2 *m, int u
         const struct mw_gpt2_tensor *t = &m->tensors[i];
         if (t->offset < a || t->offset >= a + n) continue;
         float *dst = m->params + t->offset;
-        if ((rc = mw_st_read_f32(&l->f, l->ents[i], 0, l->numel[i], dst)))
+        if ((rc = mw_ts_read_f32(l->ents[i], 0, l->numel[i], dst)))
             return mw_error_set(rc, "%s (while applying the verified file: the model's weights are now partly "
                                 "loaded)", mw_error_msg());
         if (l->numel[i] < t->numel) memset(dst + l->numel[i], 0, (t->numel - l->numel[i]) * sizeof(float));

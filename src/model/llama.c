@@ -1,6 +1,6 @@
 /*
- * llama.c — the Llama family's instance: layout, sizes, initialisation, forward, backward, and the
- * layer-major step (memwall/llama.h; the table that exposes them is llama_net.c).
+ * llama.c — the Llama family's instance: layout, sizes, initialisation, forward and backward (the
+ * layer-major step is llama_layer_major.c; the table that exposes them, llama_net.c).
  *
  * Memory, sized first (llama_acts_floats) and allocated once: parameters and gradients (flat,
  * page-aligned), one activation allocation for (max_batch, max_seq): each block's activations
@@ -57,6 +57,20 @@ static float *take(float **p, size_t *count, size_t n)
     return r;
 }
 
+/* One block's activations from *p (advanced; NULL: only counted). Returns the floats taken. */
+size_t llama_carve_block(const struct mw_llama_config *c, int B, int T, float **p, struct llama_acts *a)
+{
+    size_t N = (size_t)B * (size_t)T, C = (size_t)c->dim, QD = (size_t)c->n_head * (size_t)c->head_dim;
+    size_t KD = (size_t)c->n_kv_head * (size_t)c->head_dim, F = (size_t)c->ffn, TT = (size_t)T * (size_t)T, cnt = 0;
+    a->xn1 = take(p, &cnt, N * C); a->rstd1 = take(p, &cnt, N);
+    a->q = take(p, &cnt, N * QD); a->k = take(p, &cnt, N * KD); a->v = take(p, &cnt, N * KD);
+    a->att = take(p, &cnt, (size_t)B * (size_t)c->n_head * TT);
+    a->atty = take(p, &cnt, N * QD); a->res2 = take(p, &cnt, N * C);
+    a->xn2 = take(p, &cnt, N * C); a->rstd2 = take(p, &cnt, N);
+    a->gate = take(p, &cnt, N * F); a->up = take(p, &cnt, N * F); a->h = take(p, &cnt, N * F);
+    return cnt;
+}
+
 static size_t carve(const struct mw_llama_config *c, int B, int T, int recompute, int nt, float *base,
                     struct llama *m)
 {
@@ -67,12 +81,7 @@ static size_t carve(const struct mw_llama_config *c, int B, int T, int recompute
     int L = c->n_layer, sets = recompute ? 1 : L;
     for (int s = 0; s < sets; s++) {
         struct llama_acts a;
-        a.xn1 = take(&p, &cnt, N * C); a.rstd1 = take(&p, &cnt, N);
-        a.q = take(&p, &cnt, N * QD); a.k = take(&p, &cnt, N * KD); a.v = take(&p, &cnt, N * KD);
-        a.att = take(&p, &cnt, (size_t)B * (size_t)c->n_head * TT);
-        a.atty = take(&p, &cnt, N * QD); a.res2 = take(&p, &cnt, N * C);
-        a.xn2 = take(&p, &cnt, N * C); a.rstd2 = take(&p, &cnt, N);
-        a.gate = take(&p, &cnt, N * F); a.up = take(&p, &cnt, N * F); a.h = take(&p, &cnt, N * F);
+        cnt += llama_carve_block(c, B, T, &p, &a);
         if (m)
             for (int l = s; l < L; l += sets) m->layer[l] = a;
     }
@@ -100,7 +109,7 @@ size_t llama_acts_floats(const struct mw_llama_config *c, int B, int T, int reco
 
 /* ------------------------------------------------------------------ the passes */
 
-static int hook(struct llama *m, int event, int unit, int backward)
+int llama_hook(struct llama *m, int event, int unit, int backward)
 {
     return m->hook ? m->hook(m->hook_user, event, unit, backward) : 0;
 }
@@ -154,16 +163,16 @@ void llama_block_bwd(struct llama *m, const float *p, float *g, int l, const flo
 #undef GW
 }
 
-static const float *head_w(const struct llama *m, const float *p) { return p + (m->c.tied ? m->off_embed : m->off_head); }
+const float *llama_head_w(const struct llama *m, const float *p) { return p + (m->c.tied ? m->off_embed : m->off_head); }
 
 /* The head of one micro-batch: the final norm of res_last (unless done: a tied head's norm runs
  * in its own unit), logits, loss (mean, returned). */
-static float head_fwd(struct llama *m, const float *p, const float *res_last, int norm_done, const int32_t *targets, int N)
+float llama_head_fwd(struct llama *m, const float *p, const float *res_last, int norm_done, const int32_t *targets, int N)
 {
     const struct mw_llama_config *c = &m->c;
     int C = c->dim, V = c->vocab, nt = m->nt;
     if (!norm_done) lk_rmsnorm_fwd(m->xnf, m->rstdf, res_last, p + m->off_norm, c->rms_eps, N, C, nt);
-    lk_linear_fwd(m->logits, m->xnf, head_w(m, p), NULL, NULL, N, C, V, m->ref, nt);
+    lk_linear_fwd(m->logits, m->xnf, llama_head_w(m, p), NULL, NULL, N, C, V, m->ref, nt);
     if (!targets) return -1.0f;
     mw_k_crossentropy_fwd(m->losses, m->lse, m->logits, targets, N, V, V, nt);
     double s = 0.0;
@@ -171,7 +180,7 @@ static float head_fwd(struct llama *m, const float *p, const float *res_last, in
     return (float)(s / (double)N);
 }
 
-static int check_tokens(const int32_t *tok, size_t n, int V, const char *what)
+int llama_check_tokens(const int32_t *tok, size_t n, int V, const char *what)
 {
     for (size_t i = 0; i < n; i++)
         if (tok[i] < 0 || tok[i] >= V)
@@ -191,7 +200,7 @@ int llama_forward(struct mw_net *n, const int32_t *inputs, const int32_t *target
         return mw_error_set(-EINVAL, "llama forward: B=%d T=%d outside the sizes the model was built for "
                             "(max_batch=%d, max_seq=%d)", B, T, m->max_batch, m->max_seq);
     size_t N = (size_t)B * (size_t)T;
-    if ((rc = check_tokens(inputs, N, c->vocab, "inputs")) || (targets && (rc = check_tokens(targets, N, c->vocab, "targets"))))
+    if ((rc = llama_check_tokens(inputs, N, c->vocab, "inputs")) || (targets && (rc = llama_check_tokens(targets, N, c->vocab, "targets"))))
         return rc;
     memcpy(m->inputs, inputs, N * sizeof(int32_t));
     if (targets) memcpy(m->targets, targets, N * sizeof(int32_t));
@@ -199,21 +208,21 @@ int llama_forward(struct mw_net *n, const int32_t *inputs, const int32_t *target
     m->T = T;
     openblas_set_num_threads(1); /* products are split over our own threads: mw_k_sgemm */
     const float *p = n->params;
-    if ((rc = hook(m, MW_NET_UNIT_ACQUIRE, 0, 0))) return rc;
+    if ((rc = llama_hook(m, MW_NET_UNIT_ACQUIRE, 0, 0))) return rc;
     lk_embed_fwd(m->res[0], m->inputs, p + m->off_embed, (int)N, c->dim, m->nt);
-    if ((rc = hook(m, MW_NET_UNIT_RELEASE, 0, 0))) return rc;
+    if ((rc = llama_hook(m, MW_NET_UNIT_RELEASE, 0, 0))) return rc;
     for (int l = 0; l < L; l++) {
-        if ((rc = hook(m, MW_NET_UNIT_ACQUIRE, l + 1, 0))) return rc;
+        if ((rc = llama_hook(m, MW_NET_UNIT_ACQUIRE, l + 1, 0))) return rc;
         llama_block_fwd(m, p, l, m->res[l], m->res[l + 1], B, T);
-        if ((rc = hook(m, MW_NET_UNIT_RELEASE, l + 1, 0))) return rc;
+        if ((rc = llama_hook(m, MW_NET_UNIT_RELEASE, l + 1, 0))) return rc;
     }
-    if ((rc = hook(m, MW_NET_UNIT_ACQUIRE, L + 1, 0))) return rc;
+    if ((rc = llama_hook(m, MW_NET_UNIT_ACQUIRE, L + 1, 0))) return rc;
     if (c->tied) { /* the norm's unit, then the embedding's for the head */
         lk_rmsnorm_fwd(m->xnf, m->rstdf, m->res[L], p + m->off_norm, c->rms_eps, (int)N, c->dim, m->nt);
-        if ((rc = hook(m, MW_NET_UNIT_RELEASE, L + 1, 0)) || (rc = hook(m, MW_NET_UNIT_ACQUIRE, 0, 0))) return rc;
+        if ((rc = llama_hook(m, MW_NET_UNIT_RELEASE, L + 1, 0)) || (rc = llama_hook(m, MW_NET_UNIT_ACQUIRE, 0, 0))) return rc;
     }
-    float loss = head_fwd(m, p, m->res[L], c->tied, targets, (int)N);
-    if ((rc = hook(m, MW_NET_UNIT_RELEASE, c->tied ? 0 : L + 1, 0))) return rc;
+    float loss = llama_head_fwd(m, p, m->res[L], c->tied, targets, (int)N);
+    if ((rc = llama_hook(m, MW_NET_UNIT_RELEASE, c->tied ? 0 : L + 1, 0))) return rc;
     if (!targets) return 0;
     n->loss = loss;
     m->have_targets = 1;
@@ -223,14 +232,14 @@ int llama_forward(struct mw_net *n, const int32_t *inputs, const int32_t *target
 
 /* Head backward of one micro-batch whose logits hold dlogits: dC, the head's weight gradient
  * (untied: here; tied: the caller adds it to the embedding), the norm's, and dres = d(res_last). */
-static void head_bwd_norm(struct llama *m, const float *p, float *g, const float *res_last, int N)
+void llama_head_bwd_norm(struct llama *m, const float *p, float *g, const float *res_last, int N)
 {
     const struct mw_llama_config *c = &m->c;
     memset(m->dres, 0, (size_t)N * (size_t)c->dim * sizeof(float));
     lk_rmsnorm_bwd(m->dres, g + m->off_norm, m->dC, res_last, p + m->off_norm, m->rstdf, N, c->dim, m->nt);
 }
 
-static size_t head_grad_numel(const struct llama *m)
+size_t llama_head_grad_numel(const struct llama *m)
 {
     return (size_t)m->c.dim + (m->c.tied ? 0 : (size_t)m->c.vocab * (size_t)m->c.dim);
 }
@@ -302,22 +311,22 @@ int llama_backward(struct mw_net *n, float grad_scale, mw_net_grad_ready_fn cb, 
     m->have_targets = 0;
     mw_k_crossentropy_bwd(m->logits, m->lse, m->targets, grad_scale / (float)N, N, V, V, nt);
     if (c->tied) {
-        if ((rc = hook(m, MW_NET_UNIT_ACQUIRE, 0, 1))) return rc;
-        lk_linear_bwd(m->dC, 0, NULL, NULL, m->logits, m->xnf, head_w(m, p), N, C, V, m->ref, nt);
-        if ((rc = hook(m, MW_NET_UNIT_RELEASE, 0, 1))) return rc;
-        if ((rc = hook(m, MW_NET_UNIT_ACQUIRE, L + 1, 1))) return rc;
+        if ((rc = llama_hook(m, MW_NET_UNIT_ACQUIRE, 0, 1))) return rc;
+        lk_linear_bwd(m->dC, 0, NULL, NULL, m->logits, m->xnf, llama_head_w(m, p), N, C, V, m->ref, nt);
+        if ((rc = llama_hook(m, MW_NET_UNIT_RELEASE, 0, 1))) return rc;
+        if ((rc = llama_hook(m, MW_NET_UNIT_ACQUIRE, L + 1, 1))) return rc;
     } else {
-        if ((rc = hook(m, MW_NET_UNIT_ACQUIRE, L + 1, 1))) return rc;
-        lk_linear_bwd(m->dC, 0, g + m->off_head, NULL, m->logits, m->xnf, head_w(m, p), N, C, V, m->ref, nt);
+        if ((rc = llama_hook(m, MW_NET_UNIT_ACQUIRE, L + 1, 1))) return rc;
+        lk_linear_bwd(m->dC, 0, g + m->off_head, NULL, m->logits, m->xnf, llama_head_w(m, p), N, C, V, m->ref, nt);
     }
-    head_bwd_norm(m, p, g, m->res[L], N);
-    if ((rc = hook(m, MW_NET_UNIT_RELEASE, L + 1, 1))) return rc;
-    if (cb) cb(m->off_norm, head_grad_numel(m), user);
+    llama_head_bwd_norm(m, p, g, m->res[L], N);
+    if ((rc = llama_hook(m, MW_NET_UNIT_RELEASE, L + 1, 1))) return rc;
+    if (cb) cb(m->off_norm, llama_head_grad_numel(m), user);
     for (int l = L - 1; l >= 0; l--) {
-        if ((rc = hook(m, MW_NET_UNIT_ACQUIRE, l + 1, 1))) return rc;
+        if ((rc = llama_hook(m, MW_NET_UNIT_ACQUIRE, l + 1, 1))) return rc;
         if (n->opts.recompute && !(l == L - 1 && m->last_live)) llama_block_fwd(m, p, l, m->res[l], NULL, B, T);
         llama_block_bwd(m, p, g, l, m->res[l], B, T);
-        if ((rc = hook(m, MW_NET_UNIT_RELEASE, l + 1, 1))) return rc;
+        if ((rc = llama_hook(m, MW_NET_UNIT_RELEASE, l + 1, 1))) return rc;
         if (cb) cb(m->off[0] + (size_t)l * m->block_numel, m->block_numel, user);
     }
     m->last_live = 0;
@@ -329,139 +338,8 @@ int llama_backward(struct mw_net *n, float grad_scale, mw_net_grad_ready_fn cb, 
     return 0;
 }
 
-/* ------------------------------------------------------------------ layer-major */
-
-/* What a micro-batch keeps between units: its block inputs res[0..L], dres, tokens. */
-static size_t lm_per_mb_floats(const struct llama *m)
-{
-    size_t BT = (size_t)m->max_batch * (size_t)m->max_seq, C = (size_t)m->c.dim;
-    return ((size_t)m->c.n_layer + 2) * MW_ALIGN_UP(BT * C, 16) + 2 * MW_ALIGN_UP(BT, 16);
-}
-
-size_t llama_lm_bytes(const struct mw_net *n, int nmb, int acts)
-{
-    (void)acts; /* the caller's activation slots are not used: blocks recompute from their inputs */
-    return nmb > 0 ? MW_ALIGN_UP(lm_per_mb_floats(CLL(n)) * sizeof(float) * (size_t)nmb, 4096) : 0;
-}
-
-struct lm_mb { float **res, *dres; int32_t *inputs, *targets; };
-
-static void lm_mb_at(const struct llama *m, float *base, int k, float **res, struct lm_mb *mb)
-{
-    size_t BT = (size_t)m->max_batch * (size_t)m->max_seq, C = (size_t)m->c.dim, S = MW_ALIGN_UP(BT * C, 16);
-    float *p = base + lm_per_mb_floats(m) * (size_t)k;
-    mb->res = res;
-    for (int l = 0; l <= m->c.n_layer; l++) res[l] = p + S * (size_t)l;
-    p += S * ((size_t)m->c.n_layer + 1);
-    mb->dres = p; p += S;
-    mb->inputs = (int32_t *)p; p += MW_ALIGN_UP(BT, 16);
-    mb->targets = (int32_t *)p;
-}
-
-int llama_step_layer_major(struct mw_net *n, int nmb, const int32_t *inputs, const int32_t *targets, int B, int T,
-                           float grad_scale, const struct mw_net_lm_calls *calls, float *losses)
-{
-    struct llama *m = LL(n);
-    const struct mw_llama_config *c = &m->c;
-    int L = c->n_layer, C = c->dim, V = c->vocab, nt = m->nt, rc = 0;
-    if (nmb < 1 || B <= 0 || T <= 0 || B > m->max_batch || T > m->max_seq)
-        return mw_error_set(-EINVAL, "llama layer-major step: %d micro-batches of B=%d T=%d outside the sizes the model "
-                            "was built for (max_batch=%d, max_seq=%d)", nmb, B, T, m->max_batch, m->max_seq);
-    size_t N = (size_t)B * (size_t)T, bytes = llama_lm_bytes(n, nmb, 0);
-    if ((rc = check_tokens(inputs, N * (size_t)nmb, V, "inputs")) || (rc = check_tokens(targets, N * (size_t)nmb, V, "targets")))
-        return rc;
-    float *base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    float **res = malloc(((size_t)L + 1) * sizeof *res);
-    if (base == MAP_FAILED || !res) {
-        if (base != MAP_FAILED) munmap(base, bytes);
-        free(res);
-        return mw_error_set(-ENOMEM, "llama layer-major step: no memory for %d micro-batches' block inputs (%zu bytes)",
-                            nmb, bytes);
-    }
-    float *own_dres = m->dres;
-    const float *p = n->params;
-    float *g = n->grads;
-    struct lm_mb mb;
-    m->have_targets = 0;
-    m->last_live = 0;
-    m->B = B;
-    m->T = T;
-    openblas_set_num_threads(1);
-    uint64_t t0 = mw_now_ns();
-    for (int k = 0; k < nmb; k++) {
-        lm_mb_at(m, base, k, res, &mb);
-        memcpy(mb.inputs, inputs + (size_t)k * N, N * sizeof(int32_t));
-        memcpy(mb.targets, targets + (size_t)k * N, N * sizeof(int32_t));
-    }
-    if ((rc = hook(m, MW_NET_UNIT_ACQUIRE, 0, 0))) goto out;
-    for (int k = 0; k < nmb; k++) {
-        lm_mb_at(m, base, k, res, &mb);
-        lk_embed_fwd(mb.res[0], mb.inputs, p + m->off_embed, (int)N, C, nt);
-    }
-    if ((rc = hook(m, MW_NET_UNIT_RELEASE, 0, 0))) goto out;
-    for (int l = 0; l < L; l++) {
-        if ((rc = hook(m, MW_NET_UNIT_ACQUIRE, l + 1, 0))) goto out;
-        for (int k = 0; k < nmb; k++) {
-            lm_mb_at(m, base, k, res, &mb);
-            llama_block_fwd(m, p, l, mb.res[l], mb.res[l + 1], B, T);
-        }
-        if ((rc = hook(m, MW_NET_UNIT_RELEASE, l + 1, 0))) goto out;
-    }
-    if (calls && calls->before_grads && (rc = calls->before_grads(calls->user))) goto out;
-    if (calls && calls->forward_done) calls->forward_done(calls->user, mw_now_ns() - t0);
-    t0 = mw_now_ns();
-    /* The head: loss, and backward down to each micro-batch's residual gradient. */
-    if ((rc = hook(m, MW_NET_UNIT_ACQUIRE, L + 1, 0))) goto out;
-    if (c->tied && (rc = hook(m, MW_NET_UNIT_ACQUIRE, 0, 0))) goto out;
-    for (int k = 0; k < nmb; k++) {
-        lm_mb_at(m, base, k, res, &mb);
-        losses[k] = head_fwd(m, p, mb.res[L], 0, mb.targets, (int)N);
-        mw_k_crossentropy_bwd(m->logits, m->lse, mb.targets, grad_scale / (float)N, (int)N, V, V, nt);
-        lk_linear_bwd(m->dC, 0, c->tied ? g + m->off_embed : g + m->off_head, NULL, m->logits, m->xnf, head_w(m, p),
-                      (int)N, C, V, m->ref, nt);
-        m->dres = mb.dres;
-        head_bwd_norm(m, p, g, mb.res[L], (int)N);
-        m->dres = own_dres;
-    }
-    if (c->tied && (rc = hook(m, MW_NET_UNIT_RELEASE, 0, 0))) goto out;
-    if ((rc = hook(m, MW_NET_UNIT_RELEASE, L + 1, 0))) goto out;
-    if (calls && calls->grad_ready) calls->grad_ready(m->off_norm, head_grad_numel(m), calls->user);
-    for (int l = L - 1; l >= 0; l--) {
-        if ((rc = hook(m, MW_NET_UNIT_ACQUIRE, l + 1, 1))) goto out;
-        for (int k = 0; k < nmb; k++) {
-            lm_mb_at(m, base, k, res, &mb);
-            llama_block_fwd(m, p, l, mb.res[l], NULL, B, T);
-            m->dres = mb.dres;
-            llama_block_bwd(m, p, g, l, mb.res[l], B, T);
-            m->dres = own_dres;
-        }
-        if ((rc = hook(m, MW_NET_UNIT_RELEASE, l + 1, 1))) goto out;
-        if (calls && calls->grad_ready) calls->grad_ready(m->off[0] + (size_t)l * m->block_numel, m->block_numel, calls->user);
-    }
-    for (int k = 0; k < nmb; k++) {
-        lm_mb_at(m, base, k, res, &mb);
-        lk_embed_bwd(g + m->off_embed, mb.dres, mb.inputs, (int)N, C, nt);
-    }
-    if (calls && calls->grad_ready) calls->grad_ready(m->off_embed, (size_t)V * (size_t)C, calls->user);
-    if (calls && calls->backward_done) calls->backward_done(calls->user, mw_now_ns() - t0);
-out:
-    m->dres = own_dres;
-    n->loss = -1.0f;
-    munmap(base, bytes);
-    free(res);
-    return rc;
-}
-
 /* ------------------------------------------------------------------ instance */
 
-static float *pages(size_t nfloats)
-{
-    size_t bytes = MW_ALIGN_UP((nfloats ? nfloats : 1) * sizeof(float), 4096);
-    float *p = NULL;
-    if (posix_memalign((void **)&p, 4096, bytes)) return NULL;
-    memset(p, 0, bytes);
-    return p;
-}
 
 static const char *kind_name[LK_N] = {
     "self_attn.q_proj.weight", "self_attn.q_proj.bias", "self_attn.k_proj.weight", "self_attn.k_proj.bias",
@@ -501,9 +379,9 @@ void llama_free(struct mw_net *n)
 {
     struct llama *m = LL(n);
     if (!m) return;
-    free(n->params);
-    free(n->grads);
-    free(m->acts_mem);
+    mw_net_floats_free(n->params, m->n_params);
+    mw_net_floats_free(n->grads, m->n_params);
+    mw_net_floats_free(m->acts_mem, m->acts_floats);
     free(m->layer);
     free(m->res);
     free(m->cos);
@@ -552,9 +430,10 @@ int llama_init(struct mw_net *n, const struct mw_net_options *o)
     llama_tensor_layout(c, m->off, &m->block_numel, &m->off_norm, &m->off_head, &m->n_params);
     m->off_embed = 0;
     size_t BT = (size_t)m->max_batch * (size_t)m->max_seq, half = (size_t)c->head_dim / 2;
-    n->params = pages(m->n_params);
-    n->grads = pages(m->n_params);
-    m->acts_mem = pages(n->sizes.acts_bytes / sizeof(float));
+    m->acts_floats = llama_acts_floats(c, m->max_batch, m->max_seq, n->opts.recompute, m->nt);
+    n->params = mw_net_floats_alloc(m->n_params); /* fresh pages: untouched, they cost nothing */
+    n->grads = mw_net_floats_alloc(m->n_params);
+    m->acts_mem = mw_net_floats_alloc(m->acts_floats);
     m->layer = calloc((size_t)c->n_layer, sizeof *m->layer);
     m->res = calloc((size_t)c->n_layer + 1, sizeof *m->res);
     m->cos = malloc((size_t)c->context * half * sizeof(float));

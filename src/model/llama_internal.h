@@ -43,7 +43,8 @@ struct llama {
     struct mw_net_tensor *tensors;
     char *names;                      /* the tensors' names */
     float *cos, *sin;                 /* [context, hd/2] rotary tables */
-    float *acts_mem;                  /* the one activation allocation */
+    float *acts_mem;                  /* the one activation allocation (acts_floats) */
+    size_t acts_floats;
     struct llama_acts *layer;         /* [L] (recompute: all alias one set) */
     float **res;                      /* [L + 1] block inputs; res[L] the last block's output */
     float *xnf, *rstdf;               /* [N, C], [N] final norm */
@@ -77,6 +78,23 @@ void llama_tensor_layout(const struct mw_llama_config *c, size_t *off, size_t *b
                          size_t *off_head, size_t *n_params);
 
 int llama_unit_range(const struct mw_net *n, int unit, size_t *first, size_t *count);
+/* One block's activations carved from *p (advanced; *p NULL: counted only); returns floats. */
+size_t llama_carve_block(const struct mw_llama_config *c, int B, int T, float **p, struct llama_acts *a);
+int llama_hook(struct llama *m, int event, int unit, int backward);
+int llama_check_tokens(const int32_t *tok, size_t n, int V, const char *what);
+const float *llama_head_w(const struct llama *m, const float *p);
+/* The head of one micro-batch (llama.c): final norm unless norm_done, logits, mean loss. */
+float llama_head_fwd(struct llama *m, const float *p, const float *res_last, int norm_done, const int32_t *targets, int N);
+void llama_head_bwd_norm(struct llama *m, const float *p, float *g, const float *res_last, int N);
+size_t llama_head_grad_numel(const struct llama *m);
+
+/* llama_layer_major.c: the layer-major step and the caller's activation slots (model.h) */
+int llama_step_layer_major(struct mw_net *n, int nmb, const int32_t *inputs, const int32_t *targets, int B, int T,
+                           float grad_scale, const struct mw_net_lm_calls *calls, float *losses);
+size_t llama_lm_bytes(const struct mw_net *n, int nmb, int acts);
+size_t llama_act_slot_bytes(const struct mw_net *n);
+void llama_acts_lend(struct mw_net *n, float *slot);
+size_t llama_own_block_bytes(const struct mw_net *n);
 
 /* llama_layers.c. N rows; nt threads. */
 void lk_embed_fwd(float *out, const int32_t *tok, const float *E, int N, int C, int nt);

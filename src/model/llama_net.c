@@ -9,10 +9,12 @@
  * bits; the rest zero. A decoded config passes config_check or is refused.
  */
 #include "llama_internal.h"
+#include "gpt2_internal.h"
 #include "memwall/common.h"
 #include "memwall/fsutil.h"
 #include "memwall/plan.h"
 #include "safetensors.h"
+#include "tensor_source.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -29,9 +31,6 @@ int llama_forward(struct mw_net *n, const int32_t *inputs, const int32_t *target
 int llama_backward(struct mw_net *n, float grad_scale, mw_net_grad_ready_fn cb, void *user);
 int llama_accum_set(struct mw_net *n, int index, int count);
 size_t llama_defer_bytes(const struct mw_net *n, int count);
-int llama_step_layer_major(struct mw_net *n, int nmb, const int32_t *inputs, const int32_t *targets, int B, int T,
-                           float grad_scale, const struct mw_net_lm_calls *calls, float *losses);
-size_t llama_lm_bytes(const struct mw_net *n, int nmb, int acts);
 void llama_free(struct mw_net *n);
 int llama_sizes(const void *cfg, const struct mw_net_options *o, struct mw_net_sizes *out);
 int llama_init(struct mw_net *n, const struct mw_net_options *o);
@@ -158,6 +157,27 @@ static int config_from_shape(const struct mw_net_shape *sh, void *cfg)
     c->tied = 1;
     c->rms_eps = 1e-5f;
     c->rope_theta = 10000.0f;
+    return mw_llama_config_check(c);
+}
+
+static int config_from_model(const struct mw_model *d, int context, void *cfg)
+{
+    if (d->arch != MW_ARCH_LLAMA) return -ENOTSUP;
+    const char *why = d->n_routed_experts ? "mixture of experts" : d->kv_lora_rank ? "latent attention"
+                      : !d->gated_mlp || d->norm != MW_NORM_RMS ? "not a SwiGLU/RMSNorm block"
+                      : d->bias_linear ? "biases on every linear" : NULL;
+    if (why) return mw_error_set(-EINVAL, "%s: %s is not implemented in memwall's Llama family", d->name, why);
+    uint64_t hd = d->head_dim ? d->head_dim : d->n_head ? d->hidden / d->n_head : 0;
+    if (d->n_layer > (1u << 20) || d->n_head > (1u << 20) || d->n_kv_head > (1u << 20) || d->hidden > (1u << 20) ||
+        hd > (1u << 20) || d->ffn > (1u << 24) || d->vocab > (1u << 30) || context <= 0)
+        return mw_error_set(-EINVAL, "%s is larger than memwall's Llama family takes", d->name);
+    struct mw_llama_config *c = cfg;
+    memset(c, 0, sizeof *c);
+    *c = (struct mw_llama_config){.n_layer = (int)d->n_layer, .n_head = (int)d->n_head,
+                                  .n_kv_head = (int)(d->n_kv_head ? d->n_kv_head : d->n_head), .head_dim = (int)hd,
+                                  .dim = (int)d->hidden, .ffn = (int)d->ffn, .vocab = (int)d->vocab, .context = context,
+                                  .tied = d->tied_embeddings, .qkv_bias = d->bias_qkv, .rms_eps = 1e-5f,
+                                  .rope_theta = 10000.0f}; /* RoPE's constants do not change sizes */
     return mw_llama_config_check(c);
 }
 
@@ -345,7 +365,8 @@ static int config_from_file(const char *path, const struct mw_net_shape *given, 
     char js[1024];
     struct stat st;
     size_t pl = strlen(path);
-    int is_dir = !stat(path, &st) && S_ISDIR(st.st_mode), is_json = pl >= 5 && !strcmp(path + pl - 5, ".json");
+    int is_dir = !stat(path, &st) && S_ISDIR(st.st_mode), is_index = pl >= 11 && !strcmp(path + pl - 11, ".index.json");
+    int is_json = !is_index && pl >= 5 && !strcmp(path + pl - 5, ".json"); /* a config; an index is weights */
     if (is_dir) snprintf(js, sizeof js, "%s/config.json", path);
     else if (is_json) snprintf(js, sizeof js, "%s", path);
     else {
@@ -366,14 +387,15 @@ static int config_from_file(const char *path, const struct mw_net_shape *given, 
     for (int i = 0; i < 5; i++)
         if (gv[i] && gv[i] != fv[i])
             return mw_error_set(-EINVAL, "llama: %s %d given, but %s says %d", nm[i], gv[i], js, fv[i]);
-    if (!is_dir && !is_json) { /* the weights file's embedding must be this config's */
-        struct mw_st_file f;
-        if ((err = mw_st_open(&f, path))) return err;
-        const struct mw_st_entry *e = mw_st_find(&f, "model.embed_tokens.weight");
+    if (!is_dir && !is_json) { /* the weights' embedding (a file or a sharded index) must be this config's */
+        struct mw_ts f;
+        if ((err = mw_ts_open(&f, path))) return err;
+        const struct mw_ts_entry *te = mw_ts_find(&f, "model.embed_tokens.weight");
+        const struct mw_st_entry *e = te ? te->st : NULL;
         if (!e || e->ndim != 2 || e->shape[0] != (uint64_t)c.vocab || e->shape[1] != (uint64_t)c.dim)
             err = mw_error_set(MW_EFORMAT, "%s: model.embed_tokens.weight is missing or not [%d, %d] as %s says", path,
                                c.vocab, c.dim, js);
-        mw_st_close(&f);
+        mw_ts_close(&f);
         if (err) return err;
     }
     *(struct mw_llama_config *)cfg = c;
@@ -417,11 +439,15 @@ static int n_tensors(const struct mw_net *n) { return CLL(n)->n_tensors; }
 static void tensor(const struct mw_net *n, int i, struct mw_net_tensor *out) { *out = CLL(n)->tensors[i]; }
 static void set_weights_hook(struct mw_net *n, mw_net_weights_fn fn, void *user) { LL(n)->hook = fn; LL(n)->hook_user = user; }
 static const float *logits(const struct mw_net *n) { return CLL(n)->logits; }
-static void warm_runtime(const struct mw_net *n) { (void)n; }
-/* Layer-major keeps block inputs and recomputes; it does not use the caller's activation slots. */
-static size_t act_slot_bytes(const struct mw_net *n) { (void)n; return 4096; }
-static void acts_lend(struct mw_net *n, float *slot) { (void)n; (void)slot; }
-static size_t own_block_bytes(const struct mw_net *n) { (void)n; return 0; }
+static void warm_runtime(const struct mw_net *n)
+{
+    const struct llama *m = CLL(n);
+    const struct mw_llama_config *c = &m->c;
+    int C = c->dim, QD = c->n_head * c->head_dim, KD = c->n_kv_head * c->head_dim, F = c->ffn;
+    const int lin[5][2] = {{C, QD}, {C, KD}, {QD, C}, {C, F}, {F, C}}; /* q, k and v, o, gate and up, down */
+    mw_net_warm_products(lin, 5, m->max_batch * m->max_seq, C, c->vocab, m->nt, m->logits,
+                         (size_t)m->max_batch * (size_t)m->max_seq * (size_t)c->vocab);
+}
 
 /* A float as the decimal it was written as (1e-06, not 9.99999997e-07): what config.json says. */
 static double dec(float f)
@@ -474,12 +500,13 @@ const struct mw_net_family mw_net_llama = {
     .config_check = config_check, .config_describe = config_describe, .config_summary = config_summary,
     .config_encode = config_encode, .config_decode = config_decode, .sizes = llama_sizes,
     .config_from_shape = config_from_shape, .config_from_file = config_from_file, .config_shape = config_shape,
+    .config_from_model = config_from_model,
     .init = llama_init, .free = llama_free, .init_weights = llama_init_weights, .init_weights_unit = llama_init_weights_unit,
     .warm_runtime = warm_runtime, .unit_range = llama_unit_range, .unit_name = unit_name, .unit_order = unit_order,
     .n_tensors = n_tensors, .tensor = tensor, .set_weights_hook = set_weights_hook,
     .forward = llama_forward, .logits = logits, .backward = llama_backward, .accum_set = llama_accum_set,
     .defer_bytes = llama_defer_bytes, .step_layer_major = llama_step_layer_major, .lm_bytes = llama_lm_bytes,
-    .act_slot_bytes = act_slot_bytes, .acts_lend = acts_lend, .own_block_bytes = own_block_bytes,
+    .act_slot_bytes = llama_act_slot_bytes, .acts_lend = llama_acts_lend, .own_block_bytes = llama_own_block_bytes,
     .zero_grad = llama_zero_grad, .load_safetensors = llama_load_safetensors, .loader_open = llama_loader_open,
     .loader_unit = llama_loader_unit, .loader_close = llama_loader_close,
     .save_safetensors_units = llama_save_safetensors_units,

@@ -1,8 +1,9 @@
 /*
  * llama_safetensors.c — the Llama family's weights in safetensors files with HF names
  * (model.embed_tokens.weight, model.layers.N.self_attn.q_proj.weight, ..., model.norm.weight,
- * lm_head.weight when untied), over the reader/writer of safetensors.c (F32, F16 and BF16 read
- * as fp32; written as F32).
+ * lm_head.weight when untied), read through a tensor source (tensor_source.h: one file, or a
+ * sharded checkpoint's index and its shards; F32, F16 and BF16 read as fp32) and written by
+ * safetensors.c as one F32 file.
  *
  * Verify, then apply: opening checks that every tensor the model has is in the file with its
  * shape, and that the file has nothing else (a tied model's lm_head.weight, which some writers
@@ -13,6 +14,7 @@
 #include "llama_internal.h"
 #include "memwall/common.h"
 #include "safetensors.h"
+#include "tensor_source.h"
 
 #include <errno.h>
 #include <math.h>
@@ -20,21 +22,23 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct llama_loader { struct mw_st_file f; };
+struct llama_loader { struct mw_ts s; };
 
-static int check_file(const struct mw_st_file *f, const struct llama *m, const char *path)
+static int check_file(const struct mw_ts *s, const struct llama *m)
 {
+    const char *path = s->path;
     for (int i = 0; i < m->n_tensors; i++) {
         const struct mw_net_tensor *t = &m->tensors[i];
-        const struct mw_st_entry *e = mw_st_find(f, t->name);
-        if (!e) return mw_error_set(MW_EFORMAT, "%s: tensor %s is missing", path, t->name);
+        const struct mw_ts_entry *te = mw_ts_find(s, t->name);
+        if (!te) return mw_error_set(MW_EFORMAT, "%s: tensor %s is missing", path, t->name);
+        const struct mw_st_entry *e = te->st;
         int ok = e->dtype >= 0 && e->ndim == t->ndim && e->shape[0] == t->shape[0] && (t->ndim == 1 || e->shape[1] == t->shape[1]);
         if (!ok)
             return mw_error_set(MW_EFORMAT, "%s: tensor %s is not fp32/fp16/bf16 [%zu%s%zu] as the model's", path,
                                 t->name, t->shape[0], t->ndim == 2 ? ", " : "", t->ndim == 2 ? t->shape[1] : (size_t)0);
     }
-    for (int i = 0; i < f->n; i++) {
-        const char *nm = f->e[i].name;
+    for (int i = 0; i < s->n; i++) {
+        const char *nm = s->e[i].st->name;
         int known = m->c.tied && !strcmp(nm, "lm_head.weight");
         for (int k = 0; !known && k < m->n_tensors; k++) known = !strcmp(nm, m->tensors[k].name);
         if (!known) return mw_error_set(MW_EFORMAT, "%s: tensor %s is not part of this model (%s)", path, nm,
@@ -47,10 +51,10 @@ int llama_loader_open(void **loader, const struct mw_net *n, const char *path)
 {
     struct llama_loader *l = calloc(1, sizeof *l);
     if (!l) return mw_error_set(-ENOMEM, "no memory");
-    int err = mw_st_open(&l->f, path);
+    int err = mw_ts_open(&l->s, path);
     if (err) { free(l); return err; }
-    if ((err = check_file(&l->f, CLL(n), path))) {
-        mw_st_close(&l->f);
+    if ((err = check_file(&l->s, CLL(n)))) {
+        mw_ts_close(&l->s);
         free(l);
         return err;
     }
@@ -62,21 +66,22 @@ void llama_loader_close(void *loader)
 {
     struct llama_loader *l = loader;
     if (!l) return;
-    mw_st_close(&l->f);
+    mw_ts_close(&l->s);
     free(l);
 }
 
 /* The tensors inside [first, first + count) into dst (dst[0] = element `first`). */
-static int read_range(const struct mw_st_file *f, const struct llama *m, size_t first, size_t count, float *dst)
+static int read_range(const struct mw_ts *s, const struct llama *m, size_t first, size_t count, float *dst)
 {
     for (int i = 0; i < m->n_tensors; i++) {
         const struct mw_net_tensor *t = &m->tensors[i];
         if (t->offset < first || t->offset + t->numel > first + count) continue;
-        int err = mw_st_read_f32(f, mw_st_find(f, t->name), 0, t->numel, dst + (t->offset - first));
+        const struct mw_ts_entry *e = mw_ts_find(s, t->name); /* present: check_file */
+        int err = mw_ts_read_f32(e, 0, t->numel, dst + (t->offset - first));
         if (err) return err;
         for (size_t j = 0; j < t->numel; j++)
             if (!isfinite(dst[t->offset - first + j]))
-                return mw_error_set(MW_EFORMAT, "%s: %s[%zu] is not finite", f->path, t->name, j);
+                return mw_error_set(MW_EFORMAT, "%s: %s[%zu] is not finite", e->file->path, t->name, j);
     }
     return 0;
 }
@@ -89,7 +94,7 @@ int llama_loader_unit(void *loader, struct mw_net *n, int unit)
     if (err) return err;
     float *tmp = malloc(count * sizeof(float));
     if (!tmp) return mw_error_set(-ENOMEM, "no memory for unit %d (%zu floats)", unit, count);
-    if (!(err = read_range(&l->f, CLL(n), first, count, tmp))) memcpy(n->params + first, tmp, count * sizeof(float));
+    if (!(err = read_range(&l->s, CLL(n), first, count, tmp))) memcpy(n->params + first, tmp, count * sizeof(float));
     free(tmp);
     return err;
 }
@@ -102,7 +107,7 @@ int llama_load_safetensors(struct mw_net *n, const char *path)
     size_t np = CLL(n)->n_params;
     float *tmp = malloc(np * sizeof(float));
     if (!tmp) err = mw_error_set(-ENOMEM, "no memory for %zu floats", np);
-    else if (!(err = read_range(&((struct llama_loader *)l)->f, CLL(n), 0, np, tmp))) memcpy(n->params, tmp, np * sizeof(float));
+    else if (!(err = read_range(&((struct llama_loader *)l)->s, CLL(n), 0, np, tmp))) memcpy(n->params, tmp, np * sizeof(float));
     free(tmp);
     llama_loader_close(l);
     return err;

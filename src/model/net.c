@@ -5,6 +5,7 @@
 #include "memwall/model.h"
 #include "memwall/common.h"
 #include "memwall/fsutil.h"
+#include "memwall/plan.h"
 
 #include <cjson/cJSON.h>
 
@@ -39,6 +40,23 @@ const struct mw_net_family *mw_net_family_by_id(uint32_t id)
 const struct mw_net_family *mw_net_family_default(void) { return families[0]; }
 
 const struct mw_net_family *mw_net_family_at(int i) { return i >= 0 && i < N_FAMILIES ? families[i] : NULL; }
+
+int mw_net_config_from_model(const struct mw_model *d, int context, struct mw_net_config *out)
+{
+    memset(out, 0, sizeof *out);
+    char names[128] = "";
+    for (int i = 0; i < N_FAMILIES; i++) {
+        const struct mw_net_family *f = families[i];
+        size_t k = strlen(names);
+        snprintf(names + k, sizeof names - k, "%s%s", k ? ", " : "", f->name);
+        if (!f->config_from_model) continue;
+        int err = f->config_from_model(d, context, out->raw);
+        if (err == -ENOTSUP) continue;
+        if (!err) out->family = f;
+        return err;
+    }
+    return mw_error_set(-ENOTSUP, "%s is not a model memwall trains (its families: %s)", d->name, names);
+}
 
 int mw_net_family_for_hf(const char *dir, const struct mw_net_family **out)
 {

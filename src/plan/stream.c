@@ -20,16 +20,34 @@
 
 #define CHUNK MW_OFFLOAD_NORM_CHUNK /* the gradient norm's chunks (memwall/offload.h) */
 
-/* GPT-2's weight units: embeddings (wte + wpe), blocks, ln_f, as memwall lays them out. */
+/* The weight units: the model table's (in->unit_n), or GPT-2's as memwall lays them out
+ * (embeddings wte + wpe, blocks, ln_f). */
 static int units_of(const struct mw_plan_stream_in *in, uint64_t *first, uint64_t *n)
 {
     uint64_t C = (uint64_t)in->n_embd, L = (uint64_t)in->n_layer;
-    n[0] = (uint64_t)in->padded_vocab * C + (uint64_t)in->max_seq * C;
-    for (uint64_t l = 0; l < L; l++) n[1 + l] = 12 * C * C + 13 * C;
-    n[L + 1] = 2 * C;
+    if (in->unit_n) {
+        memcpy(n, in->unit_n, (L + 2) * sizeof *n);
+    } else {
+        n[0] = (uint64_t)in->padded_vocab * C + (uint64_t)in->max_seq * C;
+        for (uint64_t l = 0; l < L; l++) n[1 + l] = 12 * C * C + 13 * C;
+        n[L + 1] = 2 * C;
+    }
     uint64_t off = 0;
-    for (uint64_t u = 0; u < L + 2; u++) { first[u] = off; off += n[u]; }
+    for (uint64_t u = 0; u < L + 2; u++) {
+        if (!n[u] || off + n[u] < off)
+            return mw_error_set(-EINVAL, "stream plan: unit %llu has %llu elements", (unsigned long long)u,
+                                (unsigned long long)n[u]);
+        first[u] = off;
+        off += n[u];
+    }
     return 0;
+}
+
+/* The unit at position p of the pass (forward then backward), -1 past its end. */
+static int unit_at(const struct mw_plan_stream_in *in, int p)
+{
+    if (!in->order) return mw_plan_stream_unit(in->n_layer, in->layer_major, p);
+    return p >= 0 && p < in->n_fwd + in->n_bwd ? in->order[p] : -1;
 }
 
 int mw_plan_stream_unit(int L, int layer_major, int p)
@@ -52,7 +70,8 @@ static uint64_t sg_bytes(uint64_t g, uint64_t S, uint64_t N, uint64_t page)
 int mw_plan_stream_dram(const struct mw_plan_stream_in *in, struct mw_plan_stream *out)
 {
     memset(out, 0, sizeof *out);
-    if (in->n_layer < 1 || in->n_embd < 1 || in->padded_vocab < 1 || in->max_seq < 1 || in->prefetch_depth < 0 ||
+    int gpt = !in->order; /* else the model table's units (n_layer may be 0: embedding and head only) */
+    if (in->n_layer < !!gpt || (gpt && (in->n_embd < 1 || in->padded_vocab < 1 || in->max_seq < 1)) || in->prefetch_depth < 0 ||
         in->prefetch_depth > 8 || in->grad_accum < 1 || !in->subgroup_size)
         return mw_error_set(-EINVAL, "stream plan: bad shape (layers %d, width %d, vocab %d, context %d, depth %d, "
                             "accumulation %d, subgroup %llu)", in->n_layer, in->n_embd, in->padded_vocab, in->max_seq,
@@ -64,7 +83,23 @@ int mw_plan_stream_dram(const struct mw_plan_stream_in *in, struct mw_plan_strea
         free(n);
         return mw_error_set(-ENOMEM, "stream plan: out of memory");
     }
-    units_of(in, first, n);
+    int tied = in->order ? in->tied : 1;
+    if (in->order && (in->n_fwd < L + 2 || in->n_fwd > L + 3 || in->n_bwd < L || in->n_bwd > L + 2)) {
+        free(first);
+        free(n);
+        return mw_error_set(-EINVAL, "stream plan: a pass of %d + %d units for %d blocks", in->n_fwd, in->n_bwd, L);
+    }
+    for (int p = 0; in->order && p < in->n_fwd + in->n_bwd; p++)
+        if (in->order[p] < 0 || in->order[p] > L + 1) {
+            free(first);
+            free(n);
+            return mw_error_set(-EINVAL, "stream plan: unit %d at position %d of %d units", in->order[p], p, L + 2);
+        }
+    if (units_of(in, first, n)) {
+        free(first);
+        free(n);
+        return -EINVAL;
+    }
     uint64_t N = first[nu - 1] + n[nu - 1], S = MW_MIN(in->subgroup_size, N), page = 4096;
     uint64_t nsg = (N + S - 1) / S;
     unsigned char *mark = calloc((size_t)nsg, 1);
@@ -82,38 +117,40 @@ int mw_plan_stream_dram(const struct mw_plan_stream_in *in, struct mw_plan_strea
      * The LM head (backward position 0) and the blocks write
      * nothing below them; the embeddings' gradients come last, after every weight is gone.
      * Layer-major adds wte's head share in the forward's head phase: the embeddings' gradients
-     * are resident from there to the end. */
-    int lm = in->layer_major, nf = L + 3, npos = nf + (lm ? L : L + 2);
+     * are resident from there to the end (an untied head's own gradients are written then).
+     * Another family's pass (in->order) walks the same way over its own units. */
+    int lm = in->layer_major, nf = in->order ? in->n_fwd : L + 3, npos = nf + (in->order ? in->n_bwd : lm ? L : L + 2);
     uint64_t emb_hi = (n[0] - 1) / S; /* the last subgroup holding embedding gradients */
     uint64_t full = MW_ALIGN_UP(N * 4, page);
     for (int p = 0; p <= npos; p++) {
         memset(mark, 0, (size_t)nsg);
         uint64_t wbytes = 0, gbytes = 0;
         for (int k = 0; k <= in->prefetch_depth && p < npos; k++) {
-            int u = mw_plan_stream_unit(L, lm, p + k);
+            int u = unit_at(in, p + k);
             if (u < 0) break;
             for (uint64_t g = first[u] / S; g <= (first[u] + n[u] - 1) / S; g++)
                 if (!mark[g]) { mark[g] = 1; wbytes += sg_bytes(g, S, N, page); }
         }
-        if (lm && p == L + 2) /* layer-major's head holds ln_f and the embeddings together */
+        if (lm && tied && p == nf - 1) /* layer-major's tied head holds ln_f and the embeddings together */
             for (uint64_t g = first[L + 1] / S; g <= (N - 1) / S; g++)
                 if (!mark[g]) { mark[g] = 1; wbytes += sg_bytes(g, S, N, page); }
-        int backward = p >= nf, u = p < npos ? mw_plan_stream_unit(L, lm, p) : 0;
+        int backward = p >= nf, u = p < npos ? unit_at(in, p) : 0;
         if (in->dp_grads_bytes) { /* data parallel: as the ZeRO stage keeps them (the trainer's figure) */
             gbytes = in->dp_grads_bytes;
         } else if (in->grad_accum > 1 && !lm) {
             gbytes = full;
-        } else if (backward && (lm || p != nf)) { /* batch-major's LM head (position nf) writes none */
+        } else if (backward && (lm || p != nf || !tied)) { /* batch-major's tied LM head (position nf) writes none */
             /* The writes of the previous unit's subgroups are still in flight during this unit's
              * backward (their pages go at its end): the window reaches two marks back. */
             uint64_t prev2 = u + 2 <= L + 1 ? first[u + 2] : N;
             memset(mark, 0, (size_t)nsg);
             for (uint64_t g = first[u] / S; g < nsg; g++)
                 if ((g * S) / CHUNK * CHUNK < prev2) { mark[g] = 1; gbytes += sg_bytes(g, S, N, page); }
-            for (uint64_t g = 0; lm && g <= emb_hi; g++)
+            for (uint64_t g = 0; lm && tied && g <= emb_hi; g++)
                 if (!mark[g]) gbytes += sg_bytes(g, S, N, page);
-        } else if (lm && p == L + 2) {
-            for (uint64_t g = 0; g <= emb_hi; g++) gbytes += sg_bytes(g, S, N, page);
+        } else if (lm && p == nf - 1) { /* the head's gradients: the embedding's (tied) or its own */
+            for (uint64_t g = tied ? 0 : first[L + 1] / S; g <= (tied ? emb_hi : (N - 1) / S); g++)
+                gbytes += sg_bytes(g, S, N, page);
         }
         /* The update of the step before runs behind the forward pass: its subgroups' gradients
          * (one per staging buffer) are in DRAM beside the forward's weights. */

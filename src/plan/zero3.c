@@ -94,18 +94,27 @@ int mw_plan_gpt2_zero3_weights(int n_layer, int n_embd, int n_head, int padded_v
     m.norm = MW_NORM_LAYER;
     m.bias_linear = 1;
     m.tied_embeddings = 1;
+    return mw_plan_zero3_weights(&m, ranks, weight_bytes, out);
+}
 
+int mw_plan_zero3_weights(const struct mw_model *m, int ranks, double weight_bytes,
+                          struct mw_plan_zero3_weights *out)
+{
+    memset(out, 0, sizeof *out);
+    if (ranks <= 0) return mw_error_set(-EINVAL, "ZeRO-3 weights: ranks %d must be positive", ranks);
     struct mw_layout l;
     mw_layout_default(&l);
     l.gpus = l.dp = (uint64_t)ranks;
     l.zero = 3;
-    l.seq = (uint64_t)max_seq;
+    /* Only the weights are read from the plan: the sequence sizes activations, not them. A
+     * rotary model (max_pos 0) keeps the default. */
+    if (m->max_pos) l.seq = m->max_pos;
     int err = dtype_of_bytes(weight_bytes, &l.weight);
     if (err) return err;
 
     struct mw_plan_result *r = malloc(sizeof *r);
     if (!r) return mw_error_set(-ENOMEM, "ZeRO-3 weights: out of memory");
-    err = mw_plan_compute(&m, &l, NULL, r);
+    err = mw_plan_compute(m, &l, NULL, r);
     if (!err) {
         const struct mw_stage *s = &r->stage[0];
         out->params = r->count.total;

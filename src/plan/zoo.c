@@ -18,6 +18,13 @@
     .n_head = A, .n_kv_head = KV, .head_dim = (H) / (A), .ffn = F, .vocab = V, .gated_mlp = 1, \
     .norm = MW_NORM_RMS }
 
+#define LLAMA_TIED(nm, L, H, A, KV, F, V) { .name = nm, .arch = MW_ARCH_LLAMA, .n_layer = L, .hidden = H, \
+    .n_head = A, .n_kv_head = KV, .head_dim = (H) / (A), .ffn = F, .vocab = V, .gated_mlp = 1, \
+    .norm = MW_NORM_RMS, .tied_embeddings = 1 }
+#define QWEN2(nm, L, H, A, KV, F, TIED) { .name = nm, .arch = MW_ARCH_LLAMA, .n_layer = L, .hidden = H, \
+    .n_head = A, .n_kv_head = KV, .head_dim = (H) / (A), .ffn = F, .vocab = 151936, .gated_mlp = 1, \
+    .norm = MW_NORM_RMS, .bias_qkv = 1, .tied_embeddings = TIED }
+
 static const struct mw_model zoo[] = {
     GPT("gpt2", 12, 768, 12, 50257, 1024),
     GPT("gpt2-medium", 24, 1024, 16, 50257, 1024),
@@ -36,6 +43,17 @@ static const struct mw_model zoo[] = {
       .n_kv_head = 8, .head_dim = 128, .ffn = 14336, .vocab = 32000, .gated_mlp = 1,
       .norm = MW_NORM_RMS, .n_routed_experts = 8, .experts_per_tok = 2, .moe_ffn = 14336,
       .moe_layer_freq = 1 },
+    /* The small models people fine-tune on one machine (their config.json files): tied heads. */
+    LLAMA_TIED("smollm2-135m", 30, 576, 9, 3, 1536, 49152),
+    LLAMA_TIED("smollm2-360m", 32, 960, 15, 5, 2560, 49152),
+    LLAMA_TIED("smollm2-1.7b", 24, 2048, 32, 32, 8192, 49152),
+    LLAMA_TIED("llama-3.2-1b", 16, 2048, 32, 8, 8192, 128256),
+    LLAMA_TIED("llama-3.2-3b", 28, 3072, 24, 8, 8192, 128256),
+    LLAMA("tinyllama-1.1b", 22, 2048, 32, 4, 5632, 32000),
+    QWEN2("qwen2.5-0.5b", 24, 896, 14, 2, 4864, 1),
+    QWEN2("qwen2.5-1.5b", 28, 1536, 12, 2, 8960, 1),
+    QWEN2("qwen2.5-3b", 36, 2048, 16, 2, 11008, 1),
+    QWEN2("qwen2.5-7b", 28, 3584, 28, 4, 18944, 0),
     { .name = "qwen2.5-72b", .arch = MW_ARCH_LLAMA, .n_layer = 80, .hidden = 8192, .n_head = 64,
       .n_kv_head = 8, .head_dim = 128, .ffn = 29568, .vocab = 152064, .gated_mlp = 1,
       .norm = MW_NORM_RMS, .bias_qkv = 1 },

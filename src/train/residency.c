@@ -226,20 +226,33 @@ int mw_residency_stream_plan(const struct mw_net *m, const struct mw_train_opt *
         .staging_bytes = o->plan.tier_bytes[MW_TIER_DRAM],
         .runtime_bytes = mw_proc_mem("VmRSS"),
     };
+    /* Another family: its units and their order from the model table (GPT-2's are the
+     * planner's own; both ways give the same for it). */
+    int L = m->n_layer, lm = cfg->layer_major, nf = 0, nb = 0, err = 0;
+    uint64_t *un = NULL;
+    int *order = NULL;
     if (d.arch != MW_ARCH_GPT) {
-        /* The planner simulates GPT-2's schedule only (src/plan/stream.c); for another family the
-         * bound with every weight and gradient resident at once stands in (never below the run). */
-        memset(out, 0, sizeof *out);
-        out->params = m->sizes.n_params;
-        out->subgroup_size = o->plan.subgroup_size;
-        out->weights_peak = m->sizes.params_bytes;
-        out->grads_peak = m->sizes.grads_bytes;
-        out->passes = m->sizes.params_bytes + m->sizes.grads_bytes;
-        out->acts = pi.acts_bytes;
-        out->staging = pi.staging_bytes;
-        out->runtime = pi.runtime_bytes;
-        out->total = out->runtime + out->acts + out->staging + out->passes;
-        return 0;
+        nf = mw_net_unit_order(m, MW_NET_FORWARD, lm, NULL, 0);
+        nb = mw_net_unit_order(m, MW_NET_BACKWARD, lm, NULL, 0);
+        un = calloc((size_t)L + 2, sizeof *un);
+        order = nf > 0 && nb > 0 ? calloc((size_t)nf + (size_t)nb, sizeof *order) : NULL;
+        if (!un || !order) {
+            free(un);
+            free(order);
+            return mw_error_set(-ENOMEM, "no memory for the stream plan's units");
+        }
+        for (int u = 0; u < L + 2; u++) {
+            size_t first, count;
+            if ((err = mw_net_unit_range(m, u, &first, &count))) break;
+            un[u] = count;
+        }
+        mw_net_unit_order(m, MW_NET_FORWARD, lm, order, nf);
+        mw_net_unit_order(m, MW_NET_BACKWARD, lm, order + nf, nb);
+        pi.unit_n = un;
+        pi.order = order;
+        pi.n_fwd = nf;
+        pi.n_bwd = nb;
+        pi.tied = order[nf - 1] == 0;
     }
     if (z) { /* data parallel: zero.c's gradient arrays and buffers (zero.h) */
         uint64_t page = 4096, full = MW_ALIGN_UP(m->sizes.grads_bytes, page), own = MW_ALIGN_UP(z->own.n * 4, page);
@@ -251,7 +264,10 @@ int mw_residency_stream_plan(const struct mw_net *m, const struct mw_train_opt *
         pi.dp_buffer_bytes = (z->stage >= 1 ? own : 0) + (z->stage >= 2 ? own : 0) +
                              unit * (uint64_t)(z->world - 1) / (uint64_t)z->world;
     }
-    return mw_plan_stream_dram(&pi, out);
+    if (!err) err = mw_plan_stream_dram(&pi, out);
+    free(un);
+    free(order);
+    return err;
 }
 
 int mw_train_plan_stream(const struct mw_net_config *mcfg, const struct mw_train_config *cfg,
