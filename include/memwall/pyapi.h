@@ -10,6 +10,9 @@
  * as is, since its arguments are already scalars and pointers. mw_pyapi_version() lets the
  * binding refuse a library it was not written for.
  *
+ * The session (mw_pysession_*, below) is the same idea one level up: the C trainer's step taken
+ * apart into flat calls, for a model whose passes run in the caller (memwall.torch.offload).
+ *
  * Errors: 0 or a negative errno / MW_E* code with the message in mw_error_msg(), as the rest
  * of the library.
  */
@@ -18,13 +21,14 @@
 
 #include <stdint.h>
 
+#include "memwall/foreign.h"
 #include "memwall/offload.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-#define MW_PYAPI_VERSION 1
+#define MW_PYAPI_VERSION 2 /* 2: the whole-state session (mw_pysession_*) */
 
 int mw_pyapi_version(void);
 
@@ -67,6 +71,98 @@ int mw_pyapi_step(struct mw_offload *e, int armed, double lr, double beta1, doub
  *   10 nvme bytes (plan), 11 staging bytes (plan) */
 #define MW_PYAPI_NSTATS 12
 int mw_pyapi_stats(const struct mw_offload *e, double *out, int n);
+
+/* ---- whole-state offload: a session (src/pyapi/pysession.c; docs/python.md, "Whole-state offload:
+ * the C session"; issue 25) ----
+ *
+ * A model whose passes run in the caller (PyTorch) gets memwall's residency machine: its weights
+ * and gradients are one flat fp32 array each (params, grads: fresh mappings, untouched pages cost
+ * nothing), cut into units; with weights = "nvme" they live on NVMe as the optimizer's fp32
+ * master and a unit is fetched ahead of its use and released after it, its gradients written out
+ * as they finish, exactly as `memwall train --offload-params nvme` does (the same factory, source
+ * and optimizer: src/train). A step, in the trainer's order (src/train/trainer.c, batch-major):
+ *
+ *     for each micro-batch a (last = a == accum - 1):
+ *         pass_begin(1)
+ *         forward:  unit(ACQUIRE, u, 0) ... use params[unit u] ... unit(RELEASE, u, 0)   in fwd_order
+ *         backward_begin(a, last)
+ *         backward: unit(ACQUIRE, u, 1) ... add to grads[unit u] ... unit(RELEASE, u, 1)  in bwd_order
+ *                   grad_ready(u) once u's gradients of this micro-batch are complete, units in
+ *                   decreasing order (each unit's range lies above the next one's); u's gradients
+ *                   are not written after it (streamed: they may be on their way to NVMe)
+ *         backward_end()
+ *     grad_norm(&norm)            (optional: the global L2 norm, as clip_grad_norm_ returns it)
+ *     step(lr, betas, eps, weight_decay, clip)
+ *
+ * Each acquire is checked against the order given at open (resident or streamed: one machine,
+ * src/train/units.c); a unit out of order is refused naming both units. Between an acquire and
+ * its release the unit's params are valid; outside, streamed pages read as zeros. Gradients are
+ * summed by the caller into grads (zero at the first micro-batch of a step); the loss scale
+ * (1/accum) is the caller's. With the optimizer on NVMe the update of step s runs behind the next
+ * forward pass (each unit waits for its own subgroups; finish() waits for all and commits). */
+struct mw_pysession;
+
+/* Opens a session over a model of n_units units (unit_numel[u] elements each, end to end in flat
+ * order; names for messages, NULL: "unit.<u>"), acquired in fwd_order[n_fwd] by a forward pass and
+ * bwd_order[n_bwd] by a backward pass; n_tensors tensors (tensor_numel, tensor_names, tensor_flags:
+ * MW_OFFLOAD_NO_DECAY or 0; flags may be NULL) end to end over the units, each inside one unit
+ * (n_tensors 0: one per unit, named as it, decayed). init_unit(init_user, u, dst, n) writes unit u's
+ * initial weights (NULL: zeros), unit by unit (streamed: each straight into the NVMe master).
+ *   weights:       "dram" (resident) or "nvme" (streamed from the optimizer's master)
+ *   optimizer:     "dram", "nvme", or NULL (nvme when the weights stream, else dram)
+ *   nvme_dir:      directory (or "d1:d2") of the NVMe state (NULL: ./run/nvme); created if missing
+ *   dram_budget:   bytes of DRAM for the run (0: none); a streamed run's planned peak above it is
+ *                  refused up front (MW_EBUDGET, the parts named with their bytes)
+ *   grad_accum:    the most micro-batches a step will have (1..65536; the plan: with more than one
+ *                  the whole gradient array stays in DRAM through the step); more are refused
+ *   prefetch_depth units fetched ahead (0..8), subgroup_size elements per optimizer subgroup
+ *                  (streamed: a multiple of 1024, whole pages; 0 = the engine's default),
+ *                  buffer_count staging buffers (0 = default), threads (0 = OpenMP's default). */
+int mw_pysession_open(struct mw_pysession **out, int n_units, const uint64_t *unit_numel,
+                      const char *const *unit_names, int n_fwd, const int *fwd_order, int n_bwd,
+                      const int *bwd_order, int n_tensors, const uint64_t *tensor_numel,
+                      const char *const *tensor_names, const unsigned *tensor_flags,
+                      mw_foreign_init_fn init_unit, void *init_user, const char *weights,
+                      const char *optimizer, const char *nvme_dir, uint64_t dram_budget, int grad_accum,
+                      int prefetch_depth, uint64_t subgroup_size, int buffer_count, int threads);
+/* Waits for an update in flight (its failure is lost: call finish first to hear it), frees all. */
+void mw_pysession_close(struct mw_pysession *s);
+/* The flat arrays ([n_params] fp32, page-aligned) and their size; a unit's range in them. */
+float *mw_pysession_params(struct mw_pysession *s);
+float *mw_pysession_grads(struct mw_pysession *s);
+uint64_t mw_pysession_n_params(const struct mw_pysession *s);
+int mw_pysession_unit_range(const struct mw_pysession *s, int unit, uint64_t *first, uint64_t *n);
+/* Before each forward pass (training: a backward pass follows; 0: an evaluation pass). */
+int mw_pysession_pass_begin(struct mw_pysession *s, int training);
+/* event 0 (MW_NET_UNIT_ACQUIRE) before the pass reads unit `unit`, 1 (RELEASE) after; backward. */
+int mw_pysession_unit(struct mw_pysession *s, int event, int unit, int backward);
+/* Brackets micro-batch `micro` (0, 1, ... of the step) of the backward pass; last: the step
+ * follows it. Micro-batch 0 commits the update before it and zeroes the gradients. */
+int mw_pysession_backward_begin(struct mw_pysession *s, int micro, int last);
+int mw_pysession_grad_ready(struct mw_pysession *s, int unit);
+int mw_pysession_backward_end(struct mw_pysession *s);
+/* After the last micro-batch's backward_end: the global L2 norm of the step's gradients; 0, or
+ * MW_EOVERFLOW when it is not finite (step then skips). */
+int mw_pysession_grad_norm(struct mw_pysession *s, double *norm);
+/* AdamW step (the gradients scaled by clip / norm first when clip > 0 and the norm exceeds it).
+ * 0: stepped; 1: skipped (inf/NaN gradients: the weights stay, the step counts); < 0: an error. */
+int mw_pysession_step(struct mw_pysession *s, double lr, double beta1, double beta2, double eps,
+                      double weight_decay, double clip);
+/* Waits for the update in flight and commits it (0 when none). */
+int mw_pysession_finish(struct mw_pysession *s);
+/* Unit `unit`'s current weights into dst[unit's n] (waits for an update in flight; streamed: read
+ * from the NVMe master through the machine's save path). */
+int mw_pysession_unit_read(struct mw_pysession *s, int unit, float *dst);
+/* Unit `unit`'s weights := src[unit's n] (load_state_dict): the optimizer's master and, resident,
+ * params; between steps (not inside one: -EINVAL). The moments and the step count stay. */
+int mw_pysession_unit_write(struct mw_pysession *s, int unit, const float *src);
+/* Figures as numbers, in this fixed order (n: room in out; returns how many were written):
+ *   0 steps, 1 n_params, 2 n_units, 3 planned DRAM peak (streamed; 0 resident), 4 weight bytes
+ *   resident at the peak (streamed), 5 weight bytes fetched, 6 gradient bytes written (streamed),
+ *   7 s waited for fetches, 8 optimizer NVMe bytes read, 9 written, 10 subgroup size (elements),
+ *   11 prefetch depth */
+#define MW_PYSESSION_NSTATS 12
+int mw_pysession_stats(const struct mw_pysession *s, double *out, int n);
 
 #ifdef __cplusplus
 }

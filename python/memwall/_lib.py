@@ -13,7 +13,7 @@ tests), else next to this file (where `pip install ./python` puts it).
 import ctypes
 import os
 
-PYAPI_VERSION = 1
+PYAPI_VERSION = 2
 
 # enum mw_offload_region
 R_MASTER, R_EXP_AVG, R_EXP_AVG_SCALE, R_EXP_AVG_SQ, R_EXP_AVG_SQ_SCALE = 0, 1, 2, 3, 4

@@ -16,6 +16,7 @@ int mw_units_init(struct mw_units *m, const struct mw_net *net, const struct mw_
     m->src = src;
     m->self = self;
     m->who = who;
+    m->net = net;
     m->depth = depth;
     return 0;
 }
@@ -42,10 +43,15 @@ int mw_units_hook(struct mw_units *m, int event, int unit, int backward)
         m->pos = m->sched.nf[!!m->layer_major]; /* the forward part's length */
     }
     int want = mw_units_at(m, m->pos);
-    if (want != unit)
-        return mw_error_set(-EINVAL, "%s: the model acquired weight unit %d, the schedule expected %d (%s %s position %d)",
-                            m->who, unit, want, m->layer_major ? "layer-major" : "batch-major",
+    if (want != unit) {
+        /* Named: a model whose order changed (a caller's module order, issue 25) is told which. */
+        char got[128] = "no such unit", exp[128] = "the end of the pass";
+        if (unit >= 0 && unit < m->net->n_units) mw_net_unit_name(m->net, unit, got, sizeof got);
+        if (want >= 0) mw_net_unit_name(m->net, want, exp, sizeof exp);
+        return mw_error_set(-EINVAL, "%s: the model acquired weight unit %d (%s), the schedule expected %d (%s) (%s %s "
+                            "position %d)", m->who, unit, got, want, exp, m->layer_major ? "layer-major" : "batch-major",
                             backward ? "backward" : "forward", m->pos);
+    }
     int err = m->src->wait(m->self, unit);
     if (err) return err;
     m->pos++;

@@ -14,7 +14,7 @@
  * units come next (mw_units_at).
  *
  *   acquire u:  (first backward acquire: position = the forward's length)
- *               order[pos] == u, else -EINVAL
+ *               order[pos] == u, else -EINVAL naming both units
  *               src->wait(u)                       issues first when nothing is in flight
  *               pos++; src->issue(order[pos + k], 0) for k < depth, skipping u itself
  *               src->acquired(u)                   optional: measurements
@@ -43,6 +43,7 @@ struct mw_units {
     const struct mw_unit_source *src;
     void *self;                /* the source's state */
     const char *who;           /* names the machine in messages ("ZeRO-3", "streaming") */
+    const struct mw_net *net;  /* borrowed: the units' names in messages */
     struct mw_net_sched sched; /* the order of the model's table */
     int depth;                 /* units issued ahead of use */
     int training;              /* the pass's forward is followed by backward */

@@ -1,0 +1,409 @@
+/*
+ * pysession.c — whole-state offload for a model whose passes run in the caller (PyTorch; issue
+ * 25): the session of memwall/pyapi.h. It is the C trainer's step taken apart into the calls a
+ * framework's hooks can make, over the same pieces the trainer uses.
+ *
+ * Why this shape: the residency machine (src/train/residency.h: sources, the unit-order machine
+ * of units.c, NVMe streaming of stream.c) and the optimizer seam (optimizer_step.h) already do
+ * everything whole-state offload needs, and they read a model only through its table. So the
+ * session builds a foreign net (memwall/foreign.h: the table from the caller's description) and
+ * hands it to the same factory as `memwall train` (mw_residency_open/attach around
+ * mw_train_opt_init), inside a struct mw_trainer that has no data: the factory reads only the
+ * trainer's configuration and model. Then each session call is one piece of mw_trainer_step
+ * (trainer.c, batch-major), in its order: pass_begin, the model's unit hook, backward_begin (at
+ * micro-batch 0: the update before commits, step_begin zeroes the gradients), grad_ready,
+ * backward_end, the gradient norm, clipping folded into the update's scale, the update (behind the
+ * next forward when the optimizer is on NVMe), after_step. Nothing of that logic is repeated here.
+ *
+ * What the session adds is what a caller outside memwall can get wrong and the trainer cannot:
+ * micro-batches out of sequence, gradients reported out of order (streaming writes everything above
+ * a reported unit as final: a later report below would be lost), a step without the last
+ * micro-batch. Each is refused with a message. With resident weights the acquires are checked
+ * against the order too, by the same machine (units.c) with a source that only waits for the
+ * overlapped update of the unit, so a changed module order is the same error in both placements.
+ *
+ * Threads: one caller thread at a time (the trainer's rule); the engine's own threads run the
+ * update and the I/O behind it.
+ */
+#include "memwall/pyapi.h"
+#include "memwall/common.h"
+#include "memwall/foreign.h"
+#include "memwall/train.h"
+#include "train/optimizer_step.h"
+#include "train/residency.h"
+#include "train/units.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct mw_pysession {
+    struct mw_trainer tr;     /* the factory's trainer, without data: cfg, model, opt, res */
+    struct mw_units check;    /* resident weights: the order check (streamed: the stream's machine) */
+    int checking;
+    char *nvme_dir;           /* owned: the engine borrows it */
+    int64_t step;             /* steps taken */
+    int next_micro;           /* the micro-batch backward_begin expects; -1: the step comes first */
+    int in_backward, last;    /* inside a backward bracket; of the step's last micro-batch */
+    int grads_final;          /* the last micro-batch's backward ended: the norm and the step may come */
+    int grad_unit;            /* the unit whose gradients were reported last in this backward */
+    int norm_known, norm_err; /* the step's norm, computed once */
+    double norm;
+};
+
+/* ---------------------------------------------------------------- the resident order check */
+
+static struct mw_residency *res_of(struct mw_pysession *s) { return s->tr.res; }
+
+static int chk_issue(void *self, int u, int now) { (void)self; (void)u; (void)now; return 0; }
+static int chk_wait(void *self, int u)
+{
+    struct mw_residency *r = res_of(self);
+    return r->ops->weights(r->self, MW_NET_UNIT_ACQUIRE, u, 0);
+}
+static int chk_release(void *self, int u, int backward)
+{
+    struct mw_residency *r = res_of(self);
+    return r->ops->weights(r->self, MW_NET_UNIT_RELEASE, u, backward);
+}
+static const struct mw_unit_source resident_check = {
+    .name = "dram",
+    .issue = chk_issue,
+    .wait = chk_wait,
+    .release = chk_release,
+};
+static int check_hook(void *user, int event, int unit, int backward)
+{
+    struct mw_pysession *s = user;
+    return mw_units_hook(&s->check, event, unit, backward);
+}
+
+/* ---------------------------------------------------------------- open, close */
+
+/* The description from the flat arguments; tensors into t[n_tensors] (the caller's memory). */
+static int desc_from(struct mw_foreign_desc *d, struct mw_foreign_tensor **t, int n_tensors, const uint64_t *numel,
+                     const char *const *names, const unsigned *flags)
+{
+    *t = NULL;
+    if (n_tensors <= 0) return 0;
+    if (!numel || !names) return mw_error_set(-EINVAL, "session: %d tensors without their sizes or names", n_tensors);
+    if (!(*t = calloc((size_t)n_tensors, sizeof **t))) return mw_error_set(-ENOMEM, "no memory");
+    for (int i = 0; i < n_tensors; i++) {
+        unsigned f = flags ? flags[i] : 0;
+        if (f & ~MW_OFFLOAD_NO_DECAY)
+            return mw_error_set(-EINVAL, "session: tensor %d ('%s') has unknown flags 0x%x", i, names[i] ? names[i] : "",
+                                f);
+        (*t)[i] = (struct mw_foreign_tensor){names[i], numel[i], (f & MW_OFFLOAD_NO_DECAY) != 0};
+    }
+    d->tensors = *t;
+    d->n_tensors = n_tensors;
+    return 0;
+}
+
+/* The trainer's configuration for the session, placement through the library's resolver. */
+static int config_make(struct mw_pysession *s, const char *weights, const char *optimizer, uint64_t dram_budget,
+                       int grad_accum, int prefetch_depth, uint64_t subgroup_size, int buffer_count, int threads)
+{
+    struct mw_train_config *c = &s->tr.cfg;
+    memset(c, 0, sizeof *c);
+    if (grad_accum < 1 || grad_accum > 65536)
+        return mw_error_set(-EINVAL, "session: %d micro-batches per step (grad_accum): 1..65536", grad_accum);
+    c->batch = c->seq = 1; /* the foreign model's activations are the caller's */
+    c->grad_accum = grad_accum; /* the streamed plan keeps the whole gradient array through accumulation */
+    c->threads = threads;
+    c->nvme_dir = s->nvme_dir;
+    c->subgroup_size = subgroup_size;
+    c->buffer_count = buffer_count;
+    c->prefetch_depth = prefetch_depth;
+    c->dram_budget = dram_budget;
+    struct mw_train_choices ch = {.tier = optimizer, .offload_params = weights ? weights : "dram",
+                                  .schedule = "batch-major", .world = 1};
+    int err = mw_train_config_resolve(&ch, c);
+    if (err) return err;
+    c->journal = 0; /* no commit records: the session does not resume yet */
+    if (threads < 0 || prefetch_depth < 0 || prefetch_depth > 8 || buffer_count < 0)
+        return mw_error_set(-EINVAL, "session: threads %d, prefetch depth %d (0..8), staging buffers %d: none negative",
+                            threads, prefetch_depth, buffer_count);
+    s->tr.world = 1;
+    s->tr.local_batch = 1;
+    return 0;
+}
+
+/* The factory, as mw_trainer_init calls it: the model and its residency, the optimizer, the
+ * source (streamed: the plan against the budget, the initial weights unit by unit into the master). */
+static int build(struct mw_pysession *s, const struct mw_net_config *mc)
+{
+    struct mw_trainer *tr = &s->tr;
+    struct mw_residency_shape shape;
+    int err = mw_residency_open(tr, mc, &shape);
+    if (err) return err;
+    if (!(tr->opt = calloc(1, sizeof *tr->opt))) return mw_error_set(-ENOMEM, "no memory");
+    if ((err = mw_train_opt_init(tr->opt, &tr->model, &shape.opt_cfg, shape.model_dram, shape.own_first, shape.own_n)) ||
+        (err = mw_residency_attach(tr)) || (err = mw_net_foreign_init_status(&tr->model)))
+        return err;
+    if (tr->res->stream) return 0; /* the stream's machine checks the order */
+    if ((err = mw_units_init(&s->check, &tr->model, &resident_check, s, 0, "unit order"))) return err;
+    s->checking = 1;
+    mw_net_set_weights_hook(&tr->model, check_hook, s);
+    return 0;
+}
+
+int mw_pysession_open(struct mw_pysession **out, int n_units, const uint64_t *unit_numel,
+                      const char *const *unit_names, int n_fwd, const int *fwd_order, int n_bwd,
+                      const int *bwd_order, int n_tensors, const uint64_t *tensor_numel,
+                      const char *const *tensor_names, const unsigned *tensor_flags,
+                      mw_foreign_init_fn init_unit, void *init_user, const char *weights,
+                      const char *optimizer, const char *nvme_dir, uint64_t dram_budget, int grad_accum,
+                      int prefetch_depth, uint64_t subgroup_size, int buffer_count, int threads)
+{
+    if (!out) return mw_error_set(-EINVAL, "session: no place for the session");
+    *out = NULL;
+    struct mw_foreign_desc d = {
+        .n_units = n_units, .unit_numel = unit_numel, .unit_names = unit_names, .fwd_order = fwd_order,
+        .n_fwd = n_fwd, .bwd_order = bwd_order, .n_bwd = n_bwd, .init_unit = init_unit, .init_user = init_user,
+    };
+    struct mw_foreign_tensor *t = NULL;
+    struct mw_pysession *s = calloc(1, sizeof *s);
+    int err = s ? 0 : mw_error_set(-ENOMEM, "no memory");
+    if (!err && nvme_dir && !(s->nvme_dir = strdup(nvme_dir))) err = mw_error_set(-ENOMEM, "no memory");
+    if (!err) err = desc_from(&d, &t, n_tensors, tensor_numel, tensor_names, tensor_flags);
+    if (!err)
+        err = config_make(s, weights, optimizer, dram_budget, grad_accum, prefetch_depth, subgroup_size, buffer_count,
+                          threads);
+    struct mw_net_config mc;
+    if (!err) err = mw_foreign_config(&mc, &d);
+    if (!err && s->tr.cfg.offload_params == MW_TIER_NVME && n_units < 2)
+        err = mw_error_set(-EINVAL, "session: streamed weights need 2 units or more (the planner walks a first unit, "
+                           "blocks and a last unit); this model has %d", n_units);
+    if (!err) err = build(s, &mc); /* the net copies the description: d and t may go */
+    free(t);
+    if (err) {
+        mw_pysession_close(s);
+        return err;
+    }
+    *out = s;
+    return 0;
+}
+
+void mw_pysession_close(struct mw_pysession *s)
+{
+    if (!s) return;
+    if (s->checking) mw_units_free(&s->check);
+    mw_trainer_free(&s->tr); /* the engine ends before the directory string goes */
+    free(s->nvme_dir);
+    free(s);
+}
+
+/* ---------------------------------------------------------------- the arrays */
+
+float *mw_pysession_params(struct mw_pysession *s) { return s->tr.model.params; }
+float *mw_pysession_grads(struct mw_pysession *s) { return s->tr.model.grads; }
+uint64_t mw_pysession_n_params(const struct mw_pysession *s) { return s->tr.model.sizes.n_params; }
+
+int mw_pysession_unit_range(const struct mw_pysession *s, int unit, uint64_t *first, uint64_t *n)
+{
+    size_t a, c;
+    int err = mw_net_unit_range(&s->tr.model, unit, &a, &c);
+    if (err) return err;
+    *first = a;
+    *n = c;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- a step, piece by piece */
+
+int mw_pysession_pass_begin(struct mw_pysession *s, int training)
+{
+    if (s->in_backward) return mw_error_set(-EINVAL, "session: pass_begin inside a backward pass (backward_end first)");
+    if (s->checking) mw_units_pass_begin(&s->check, !!training, 0);
+    struct mw_residency *r = res_of(s);
+    return r->ops->pass_begin(r->self, !!training);
+}
+
+int mw_pysession_unit(struct mw_pysession *s, int event, int unit, int backward)
+{
+    return mw_net_foreign_unit(&s->tr.model, event, unit, backward);
+}
+
+/* Closes the optimizer's backward bracket; the first error (err, else its own) is the one told. */
+static int opt_backward_close(struct mw_pysession *s, int err)
+{
+    if (!err) return mw_train_opt_backward_end(s->tr.opt);
+    char why[512];
+    snprintf(why, sizeof why, "%s", mw_error_msg());
+    (void)mw_train_opt_backward_end(s->tr.opt); /* the first failure is the one told */
+    return mw_error_set(err, "%s", why);
+}
+
+int mw_pysession_backward_begin(struct mw_pysession *s, int micro, int last)
+{
+    if (s->in_backward) return mw_error_set(-EINVAL, "session: backward_begin inside a backward pass (backward_end first)");
+    if (s->next_micro < 0)
+        return mw_error_set(-EINVAL, "session: micro-batch %d after the step's last one: step() comes first", micro);
+    if (micro != s->next_micro)
+        return mw_error_set(-EINVAL, "session: micro-batch %d, the step expects micro-batch %d next", micro, s->next_micro);
+    if (micro >= s->tr.cfg.grad_accum) /* the plan (and the budget check) counted on no more */
+        return mw_error_set(-EINVAL, "session: micro-batch %d of a step; the session was opened for %d (grad_accum)",
+                            micro, s->tr.cfg.grad_accum);
+    struct mw_residency *r = res_of(s);
+    int err = 0;
+    if (micro == 0) {
+        /* The update of the step before ran behind this micro-batch's forward pass (each unit
+         * waited for its own subgroups); it commits before this step's gradients exist. */
+        if ((err = mw_train_opt_finish(s->tr.opt)) || (err = r->ops->step_begin(r->self))) return err;
+    }
+    if ((err = mw_train_opt_backward_begin(s->tr.opt, !!last))) return err;
+    if ((err = r->ops->backward_begin(r->self, micro, !!last))) return opt_backward_close(s, err);
+    s->in_backward = 1;
+    s->last = !!last;
+    s->next_micro = last ? -1 : micro + 1;
+    s->grad_unit = INT_MAX;
+    s->norm_known = 0;
+    return 0;
+}
+
+int mw_pysession_grad_ready(struct mw_pysession *s, int unit)
+{
+    const struct mw_net *m = &s->tr.model;
+    if (!s->in_backward) return mw_error_set(-EINVAL, "session: grad_ready(%d) outside a backward pass", unit);
+    size_t first, n;
+    int err = mw_net_unit_range(m, unit, &first, &n);
+    if (err) return err;
+    if (unit >= s->grad_unit) {
+        char a[MW_FOREIGN_NAME_MAX], b[MW_FOREIGN_NAME_MAX];
+        mw_net_unit_name(m, unit, a, sizeof a);
+        mw_net_unit_name(m, s->grad_unit, b, sizeof b);
+        return mw_error_set(-EINVAL, "session: the gradients of unit %d (%s) are reported after those of unit %d (%s): a "
+                            "backward pass reports its units in decreasing order, each once (everything above a "
+                            "reported unit is taken as final)", unit, a, s->grad_unit, b);
+    }
+    s->grad_unit = unit;
+    struct mw_residency *r = res_of(s);
+    r->ops->grad_ready(first, n, r->self); /* a failure is kept and told by backward_end */
+    return 0;
+}
+
+int mw_pysession_backward_end(struct mw_pysession *s)
+{
+    if (!s->in_backward) return mw_error_set(-EINVAL, "session: backward_end without backward_begin");
+    struct mw_residency *r = res_of(s);
+    int err = opt_backward_close(s, r->ops->backward_end(r->self));
+    s->in_backward = 0;
+    if (!err && s->last) s->grads_final = 1;
+    return err;
+}
+
+int mw_pysession_grad_norm(struct mw_pysession *s, double *norm)
+{
+    if (!s->grads_final)
+        return mw_error_set(-EINVAL, "session: the gradient norm is known after the last micro-batch's backward_end");
+    if (!s->norm_known) {
+        struct mw_residency *r = res_of(s);
+        s->norm_err = r->ops->grad_norm(r->self, &s->norm);
+        s->norm_known = 1;
+    }
+    *norm = s->norm;
+    return s->norm_err;
+}
+
+static int hparams_check(double lr, double beta1, double beta2, double eps, double wd, double clip)
+{
+    /* Written so that a NaN fails every test (it compares false); the trainer's ranges. */
+    if (!(lr >= 0 && lr <= 10) || !(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1) || !(eps > 0 && eps <= 1) ||
+        !(wd >= 0 && wd <= 10) || !(clip >= 0 && clip <= 1e9))
+        return mw_error_set(-EINVAL, "session: bad AdamW hyper-parameters (lr %g, betas %g %g, eps %g, weight decay %g, "
+                            "clip %g): lr in [0, 10], betas in [0, 1), eps in (0, 1], weight decay in [0, 10], clip in "
+                            "[0, 1e9] (0: off)", lr, beta1, beta2, eps, wd, clip);
+    return 0;
+}
+
+int mw_pysession_step(struct mw_pysession *s, double lr, double beta1, double beta2, double eps,
+                      double weight_decay, double clip)
+{
+    int err = hparams_check(lr, beta1, beta2, eps, weight_decay, clip);
+    if (err) return err;
+    if (!s->grads_final)
+        return mw_error_set(-EINVAL, "session: step without a finished last micro-batch (backward_begin(micro, last=1) "
+                            "... backward_end)");
+    int64_t t = s->step + 1;
+    double norm;
+    struct mw_train_opt *o = s->tr.opt;
+    struct mw_residency *r = res_of(s);
+    err = mw_pysession_grad_norm(s, &norm);
+    int skipped = err == MW_EOVERFLOW;
+    if (skipped) {
+        err = mw_train_opt_skip(o, t); /* the weights stay; the step counts for bias correction */
+    } else if (!err) {
+        float scale = clip > 0 && norm > clip ? (float)(clip / norm) : 1.0f;
+        o->beta1 = beta1; /* the optimizer's AdamW settings, read by its next step */
+        o->beta2 = beta2;
+        o->eps = eps;
+        o->weight_decay = weight_decay;
+        /* Overlapped (the optimizer on NVMe): the update runs behind the next forward pass. */
+        err = s->tr.overlap ? mw_train_opt_step_start(o, lr, scale, t) : mw_train_opt_step(o, lr, scale, t);
+        if (!err) err = r->ops->after_step(r->self);
+    }
+    if (err) return err;
+    s->step = t;
+    s->grads_final = 0;
+    s->norm_known = 0;
+    s->next_micro = 0;
+    return skipped;
+}
+
+int mw_pysession_finish(struct mw_pysession *s) { return mw_train_opt_finish(s->tr.opt); }
+
+/* Through the residency's save path (mw_trainer_save_safetensors' moves): the unit is in params
+ * between unit_get and unit_put. */
+int mw_pysession_unit_read(struct mw_pysession *s, int unit, float *dst)
+{
+    size_t first, n;
+    int err = mw_net_unit_range(&s->tr.model, unit, &first, &n);
+    if (err) return err;
+    struct mw_residency *r = res_of(s);
+    if ((err = mw_train_opt_finish(s->tr.opt)) || (err = r->ops->save_begin(r->self))) return err;
+    if (!(err = r->ops->unit_get(r->self, unit))) {
+        memcpy(dst, s->tr.model.params + first, n * sizeof *dst);
+        err = r->ops->unit_put(r->self, unit);
+    }
+    int e2 = r->ops->save_end(r->self);
+    return err ? err : e2;
+}
+
+/* The master of the unit's range from src (the engine writes its committed state; resident
+ * weights are refreshed with it, streamed ones drop their stale pages and fetch it at next use). */
+int mw_pysession_unit_write(struct mw_pysession *s, int unit, const float *src)
+{
+    size_t first, n;
+    int err = mw_net_unit_range(&s->tr.model, unit, &first, &n);
+    if (err) return err;
+    if (s->in_backward || s->grads_final || s->next_micro != 0)
+        return mw_error_set(-EINVAL, "session: unit %d written inside a step (between backward_begin of micro-batch 0 "
+                            "and step); write units between steps", unit);
+    struct mw_train_opt *o = s->tr.opt;
+    struct mw_residency *r = res_of(s);
+    if ((err = mw_train_opt_finish(o)) || (err = mw_train_opt_ensure(o))) return err;
+    if ((err = mw_offload_write_raw(o->eng, MW_OFFLOAD_R_MASTER, first, n, src))) return err;
+    return r->ops->after_step(r->self); /* streamed: weight pages still resident are stale now */
+}
+
+int mw_pysession_stats(const struct mw_pysession *s, double *out, int n)
+{
+    struct mw_train_residency_info ri;
+    struct mw_offload_stats os;
+    int err = mw_residency_info(s->tr.res, &ri, 0);
+    if (err) return err;
+    mw_train_opt_stats(s->tr.opt, &os);
+    const struct mw_train_stream_info *si = &ri.stream;
+    double v[MW_PYSESSION_NSTATS] = {
+        (double)s->step, (double)s->tr.model.sizes.n_params, (double)s->tr.model.n_units, (double)si->planned_total,
+        (double)si->resident_peak, (double)si->fetch_bytes, (double)si->grad_write_bytes, si->wait_s,
+        (double)os.nvme_read_bytes, (double)os.nvme_write_bytes, (double)s->tr.opt->plan.subgroup_size,
+        (double)si->prefetch_depth,
+    };
+    int k = n < MW_PYSESSION_NSTATS ? n : MW_PYSESSION_NSTATS;
+    for (int i = 0; i < k; i++) out[i] = v[i];
+    return k < 0 ? 0 : k;
+}
