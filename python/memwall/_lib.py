@@ -46,6 +46,16 @@ class OptimExec(ctypes.Structure):  # struct mw_optim_exec
     _fields_ = [("nthreads", ctypes.c_int), ("simd", ctypes.c_int), ("flags", ctypes.c_uint)]
 
 
+# The whole-state session (memwall/pyapi.h, mw_pysession_*; memwall.torch.offload)
+UNIT_ACQUIRE, UNIT_RELEASE = 0, 1  # MW_NET_UNIT_ACQUIRE / RELEASE
+E_BUDGET, E_OVERFLOW = -10001, -10004  # MW_EBUDGET (a budget too small), MW_EOVERFLOW (inf/NaN gradients)
+# mw_foreign_init_fn: int (*)(void *user, int unit, float *dst, uint64_t n)
+INIT_UNIT_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64)
+SESSION_STATS_FIELDS = ("steps", "n_params", "n_units", "planned_dram_peak", "weights_resident_peak",
+                        "weight_bytes_fetched", "grad_bytes_written", "fetch_wait_s", "optimizer_nvme_read_bytes",
+                        "optimizer_nvme_write_bytes", "subgroup_size", "prefetch_depth")
+
+
 _lib = None
 
 
@@ -98,6 +108,24 @@ def lib():
         "mw_offload_read_regions": (i32, [P, u64, u64, i32, P, P]),
         "mw_offload_write_regions": (i32, [P, u64, u64, i32, P, P]),
         "mw_offload_set_tensor_steps": (i32, [P, ctypes.c_uint32, P]),
+        "mw_pysession_open": (i32, [ctypes.POINTER(P), i32, P, P, i32, P, i32, P, i32, P, P, P, INIT_UNIT_FN, P,
+                                    ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, u64, i32, i32, u64, i32, i32]),
+        "mw_pysession_close": (None, [P]),
+        "mw_pysession_params": (P, [P]),
+        "mw_pysession_grads": (P, [P]),
+        "mw_pysession_n_params": (u64, [P]),
+        "mw_pysession_unit_range": (i32, [P, i32, ctypes.POINTER(u64), ctypes.POINTER(u64)]),
+        "mw_pysession_pass_begin": (i32, [P, i32]),
+        "mw_pysession_unit": (i32, [P, i32, i32, i32]),
+        "mw_pysession_backward_begin": (i32, [P, i32, i32]),
+        "mw_pysession_grad_ready": (i32, [P, i32]),
+        "mw_pysession_backward_end": (i32, [P]),
+        "mw_pysession_grad_norm": (i32, [P, ctypes.POINTER(f64)]),
+        "mw_pysession_step": (i32, [P, f64, f64, f64, f64, f64, f64]),
+        "mw_pysession_finish": (i32, [P]),
+        "mw_pysession_unit_read": (i32, [P, i32, P]),
+        "mw_pysession_unit_write": (i32, [P, i32, P]),
+        "mw_pysession_stats": (i32, [P, P, i32]),
         "mw_trace_init": (i32, [ctypes.POINTER(P), ctypes.c_size_t]),
         "mw_trace_write": (i32, [P, ctypes.c_char_p]),
         "mw_trace_free": (None, [P]),

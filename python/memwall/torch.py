@@ -46,8 +46,9 @@ import weakref
 import torch
 
 from . import _lib
+from ._offload import Offload, OffloadAdamW, clip_grad_norm_, offload  # noqa: F401 (whole-state offload)
 
-__all__ = ["AdamW", "sweep_stale_state"]
+__all__ = ["AdamW", "sweep_stale_state", "offload", "Offload", "OffloadAdamW", "clip_grad_norm_"]
 
 
 def _close_at_exit(ref):

@@ -1,0 +1,986 @@
+"""memwall.torch.offload: the whole training state of a PyTorch model (weights, gradients, the AdamW
+state) in memwall's residency machine, streamed from NVMe unit by unit (docs/python.md, "Whole-state
+offload"; issue 25).
+
+Why this shape:
+- The C side already is the trainer's step taken apart into flat calls (memwall/pyapi.h,
+  mw_pysession_*: units, prefetch, gradients written as they finish, the update behind the next
+  forward, the plan against a DRAM budget, the order check). This file only maps a torch model
+  onto it: it cuts the model into units, makes every parameter's .data a view of the session's
+  flat params array and every .grad a view of its flat grads array (autograd accumulates in place
+  there, as DDP's gradient_as_bucket_view does), and calls the session from module hooks.
+- Hooks per unit, not per parameter, for the weights: a forward pre-hook acquires a unit, a
+  forward post-hook releases it and hangs a hook on the unit's output tensors; when the gradient
+  of those outputs arrives in backward the unit's backward is about to start, so the unit held
+  before (whose backward is done: its input gradient is this output gradient) is released and
+  this one acquired. Gradients: one post-accumulate-grad hook per parameter counts the unit's
+  parameters; when all are accumulated the unit is reported (grad_ready, decreasing unit order,
+  after its weights are released, as the C trainer does).
+- The schedule is static, from the module structure (forward: unit 0, the blocks, the last unit,
+  and unit 0 again for a tied head; backward: the reverse, without the embedding lookups, which
+  need no weights) and every use is checked against it: a module that runs out of that order is
+  an error naming it, never a silently wrong result.
+"""
+import atexit
+import ctypes
+import weakref
+import warnings
+
+import torch
+
+from . import _lib
+
+__all__ = ["offload", "Offload", "OffloadAdamW", "clip_grad_norm_"]
+
+_WEIGHTS = ("dram", "nvme")
+_OPTIMIZERS = (None, "dram", "nvme")
+_NAME_MAX = 95  # MW_FOREIGN_NAME_MAX - 1
+
+
+def _short(name, limit=_NAME_MAX):
+    """A name for the C side's messages (at most `limit` bytes): the tail, where module names differ."""
+    b = name.encode()
+    return name if len(b) <= limit else "..." + b[-(limit - 3):].decode(errors="ignore")
+
+
+def _plain(method):
+    """A function calling a bound method (torch marks some hooks with attributes, which methods refuse)."""
+    def hook(*args):
+        return method(*args)
+    return hook
+
+
+def _tensors_in(obj, out):
+    """Every tensor in a module's output (tensors, tuples, lists, dicts, ModelOutput)."""
+    if isinstance(obj, torch.Tensor):
+        out.append(obj)
+    elif isinstance(obj, (tuple, list)):
+        for x in obj:
+            _tensors_in(x, out)
+    elif isinstance(obj, dict):
+        for x in obj.values():
+            _tensors_in(x, out)
+    return out
+
+
+def _block_list(model):
+    """The model's repeated block list: the largest nn.ModuleList whose children share one class."""
+    best, best_name = None, None
+    for name, m in model.named_modules():
+        if isinstance(m, torch.nn.ModuleList) and len(m) > 0 and len({type(c) for c in m}) == 1:
+            if any(True for _ in m.parameters()) and (best is None or len(m) > len(best)):
+                best, best_name = m, name
+    return best, best_name
+
+
+def _default_units(model):
+    """[[modules before the block list], block 0, ..., block L-1, [modules after it]], the modules
+    in registration order (the forward order of transformers' models; checked at every pass)."""
+    blocks, bname = _block_list(model)
+    if blocks is None:
+        raise ValueError("memwall.torch.offload: the model has no repeated block list (an nn.ModuleList whose "
+                         "children share one class); name the units with units=[module, ...] in forward order")
+    names = {id(m): n for n, m in model.named_modules()}
+    before, after = [], []
+
+    def contains(m):
+        return any(x is blocks for x in m.modules())
+
+    def walk(m):
+        direct = [n for n, p in m.named_parameters(recurse=False)]
+        if direct:
+            raise ValueError(f"memwall.torch.offload: module '{names[id(m)] or '(the model)'}' holds parameters "
+                             f"({', '.join(direct[:3])}) itself and contains the block list '{bname}': the default "
+                             "units cannot tell when they are used; name the units with units=[module, ...]")
+        seen = False
+        for c in m.children():
+            if c is blocks:
+                seen = True
+            elif contains(c):
+                walk(c)
+                seen = True
+            elif any(True for _ in c.parameters()):
+                (after if seen else before).append(c)
+
+    walk(model)
+    if not before or not after:
+        raise ValueError(f"memwall.torch.offload: the block list '{bname}' has no modules with parameters "
+                         f"{'before' if not before else 'after'} it (embeddings, final norm or head): the default "
+                         "units need both; name the units with units=[module, ...]")
+    return [before] + list(blocks) + [after]
+
+
+def _close_at_exit(ref):
+    """Interpreter exit: an offload still open is closed (its NVMe files removed)."""
+    off = ref()
+    if off is not None:
+        try:
+            off.close(restore=False)
+        except Exception:  # noqa: BLE001 - at exit there is no caller to tell
+            pass
+
+
+class _Session:
+    """Owns the C session. The flat tensors over its arrays keep it alive (the ctypes arrays they
+    are made from hold a reference to it), so the mappings outlive every view of them."""
+
+    def __init__(self):
+        self.handle = None
+
+    def close(self):
+        if self.handle:
+            _lib.lib().mw_pysession_close(self.handle)
+            self.handle = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - at interpreter exit there is no caller to tell
+            pass
+
+
+class _Run:
+    """One contiguous use of a unit in the forward pass: the modules (sites) that use it."""
+
+    def __init__(self, index, unit, sites):
+        self.index, self.unit, self.sites = index, unit, sites
+        self.backward = True  # acquired again in backward
+
+
+class _Token:
+    """A forward run's backward event, hung on its output tensors (fires once)."""
+    __slots__ = ("run", "gen", "fired")
+
+    def __init__(self, run, gen):
+        self.run, self.gen, self.fired = run, gen, False
+
+
+class Offload:
+    """The handle memwall.torch.offload returns (see offload())."""
+
+    def __init__(self, model, *, weights="nvme", optimizer=None, nvme_dir=None, dram_budget=None, prefetch=2,
+                 units=None, activations="dram", grad_accum=1, no_decay=None, subgroup_size=None,
+                 buffer_count=None, threads=None):
+        if activations == "nvme":
+            raise NotImplementedError("memwall.torch.offload: activations='nvme' (saved tensors on NVMe) is not "
+                                      "implemented yet (a later item of issue 25); use activations='dram'")
+        if activations != "dram":
+            raise ValueError(f"memwall.torch.offload: activations={activations!r}: use 'dram'")
+        if weights not in _WEIGHTS:
+            raise ValueError(f"memwall.torch.offload: weights={weights!r}: use 'nvme' (streamed) or 'dram' (resident)")
+        if optimizer not in _OPTIMIZERS:
+            raise ValueError(f"memwall.torch.offload: optimizer={optimizer!r}: use 'nvme', 'dram' or None (nvme when "
+                             "the weights stream)")
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError("memwall.torch.offload: model must be a torch.nn.Module")
+        if getattr(model, "_memwall_offload", None) is not None:
+            raise ValueError("memwall.torch.offload: this model is offloaded already (close() that offload first)")
+        for k, v in (("grad_accum", grad_accum), ("prefetch", prefetch)):
+            if not isinstance(v, int) or isinstance(v, bool):
+                raise TypeError(f"memwall.torch.offload: {k} must be an int, got {v!r}")
+        if not 1 <= grad_accum <= 65536:
+            raise ValueError(f"memwall.torch.offload: grad_accum={grad_accum}: 1..65536 backward passes per step")
+        if not 0 <= prefetch <= 8:
+            raise ValueError(f"memwall.torch.offload: prefetch={prefetch}: 0..8 units fetched ahead")
+        if nvme_dir is None and (weights == "nvme" or optimizer == "nvme"):
+            raise ValueError("memwall.torch.offload: nvme_dir= is needed with weights or optimizer state on NVMe: the "
+                             "directory of the state (created if missing; files removed at close)")
+        self.model = model
+        self.weights = weights
+        self.grad_accum = grad_accum
+        self.nvme_dir = None if nvme_dir is None else str(nvme_dir)
+        self._plan(model, units, no_decay)
+        self._open(weights, optimizer, dram_budget, prefetch, subgroup_size, buffer_count, threads)
+        self._attach()
+
+    # ------------------------------------------------------------------ the units and the schedule
+
+    def _plan(self, model, units, no_decay):
+        names = {}
+        for n, p in model.named_parameters(remove_duplicate=False):
+            names.setdefault(id(p), n)
+        mod_names = {id(m): (n or "(the model)") for n, m in model.named_modules()}
+        groups = _default_units(model) if units is None else list(units)
+        if not groups:
+            raise ValueError("memwall.torch.offload: units=[] names no module")
+        owner = {}            # id(param) -> unit
+        unit_params = []      # unit -> [params] in flat order
+        unit_names = []
+        sites = []            # (module, unit) in forward order
+        for gi, g in enumerate(groups):
+            mods = list(g) if isinstance(g, (list, tuple)) else [g]
+            for m in mods:
+                if not isinstance(m, torch.nn.Module):
+                    raise TypeError(f"memwall.torch.offload: units[{gi}] holds {type(m).__name__}, not a module")
+                if id(m) not in mod_names:
+                    raise ValueError(f"memwall.torch.offload: units[{gi}] is a module that is not part of the model")
+            own, unit_sites = [], []
+            for m in mods:
+                ps = list(m.parameters())
+                if not ps:
+                    continue
+                mine = [p for p in ps if id(p) not in owner]
+                theirs = {owner[id(p)] for p in ps if id(p) in owner}
+                if mine and theirs:
+                    shared = next(p for p in ps if id(p) in owner)
+                    raise ValueError(f"memwall.torch.offload: module '{mod_names[id(m)]}' has parameters of its "
+                                     f"own and shares '{names[id(shared)]}' with unit "
+                                     f"'{unit_names[owner[id(shared)]]}': a module "
+                                     "uses one unit; name the units so that tied parameters are a module of their own")
+                if len(theirs) > 1:
+                    raise ValueError(f"memwall.torch.offload: module '{mod_names[id(m)]}' uses parameters of several "
+                                     "units; name the units so that each module uses one")
+                if theirs:
+                    unit_sites.append((m, theirs.pop()))
+                    continue
+                own.extend(p for p in mine if all(p is not q for q in own))
+                unit_sites.append((m, None))
+            u = len(unit_params) if own else None
+            if own:
+                for p in own:
+                    owner[id(p)] = u
+                unit_params.append(own)
+                unit_names.append(_short("+".join(mod_names[id(m)] for m, x in unit_sites if x is None)))
+            for m, x in unit_sites:
+                sites.append((m, u if x is None else x))
+        missing = [n for n, p in model.named_parameters() if id(p) not in owner]
+        if missing:
+            raise ValueError(f"memwall.torch.offload: {len(missing)} parameters are in no unit "
+                             f"({', '.join(missing[:4])}"
+                             f"{', ...' if len(missing) > 4 else ''}): units= must cover every parameter of the model")
+        if len(sites) != len({id(m) for m, _ in sites}):
+            raise ValueError("memwall.torch.offload: a module is named in two units")
+        for u, ps in enumerate(unit_params):
+            for p in ps:
+                n = names[id(p)]
+                if p.dtype != torch.float32:
+                    raise ValueError(f"memwall.torch.offload: parameter '{n}' is {p.dtype}; offload trains fp32 "
+                                     "parameters (model.float() first)")
+                if p.device.type != "cpu":
+                    raise NotImplementedError(f"memwall.torch.offload: parameter '{n}' is on {p.device}; offload runs "
+                                              "CPU models for now (CUDA is a later item of issue 25)")
+                if p.is_sparse or not p.requires_grad:
+                    raise ValueError(f"memwall.torch.offload: parameter '{n}' is "
+                                     f"{'sparse' if p.is_sparse else 'frozen (requires_grad=False)'}; offload trains "
+                                     "every parameter of the model, dense")
+        # Forward runs: consecutive sites of one unit.
+        runs = []
+        for m, u in sites:
+            if runs and runs[-1].unit == u:
+                runs[-1].sites.append(m)
+            else:
+                runs.append(_Run(len(runs), u, [m]))
+        # Backward: the runs in reverse, without the first run when it is embedding lookups only
+        # (their backward needs no weights; a tied embedding is acquired for its head's backward).
+        first = runs[0]
+        if all(isinstance(m, torch.nn.Embedding) for m in first.sites):
+            first.backward = False
+        self._runs = runs
+        self._bwd_runs = [r for r in reversed(runs) if r.backward]
+        self._site_run = {id(m): r for r in runs for m in r.sites}
+        self._site_name = {id(m): mod_names[id(m)] for m, _ in sites}
+        self._unit_params = unit_params
+        self._unit_names = unit_names
+        self._param_names = names
+        self._params = [p for ps in unit_params for p in ps]
+        self._param_unit = {id(p): u for u, ps in enumerate(unit_params) for p in ps}
+        if no_decay is None:
+            self._no_decay = set()
+        elif callable(no_decay):
+            self._no_decay = {id(p) for p in self._params if no_decay(names[id(p)], p)}
+        else:
+            want = set(no_decay)
+            unknown = want - set(names.values())
+            if unknown:
+                raise ValueError(f"memwall.torch.offload: no_decay names unknown parameters: {sorted(unknown)[:4]}")
+            self._no_decay = {id(p) for p in self._params if names[id(p)] in want}
+
+    def _run_modules(self, run):
+        return "+".join(self._site_name[id(m)] for m in run.sites)
+
+    # ------------------------------------------------------------------ the session
+
+    def _open(self, weights, optimizer, dram_budget, prefetch, subgroup_size, buffer_count, threads):
+        L = _lib.lib()
+        nu = len(self._unit_params)
+        u64s = lambda xs: (ctypes.c_uint64 * len(xs))(*xs)  # noqa: E731
+        i32s = lambda xs: (ctypes.c_int * len(xs))(*xs)  # noqa: E731
+        strs = lambda xs: (ctypes.c_char_p * len(xs))(*[x.encode() for x in xs])  # noqa: E731
+        unit_numel = u64s([sum(p.numel() for p in ps) for ps in self._unit_params])
+        fwd = i32s([r.unit for r in self._runs])
+        bwd = i32s([r.unit for r in self._bwd_runs])
+        tnames, seen = [], set()
+        for i, p in enumerate(self._params):
+            n = _short(self._param_names[id(p)])
+            if n in seen:
+                n = _short(f"{i}:{self._param_names[id(p)]}")
+            seen.add(n)
+            tnames.append(n)
+        tnumel = u64s([p.numel() for p in self._params])
+        tflags = (ctypes.c_uint * len(self._params))(*[_lib.NO_DECAY if id(p) in self._no_decay else 0
+                                                       for p in self._params])
+        failure = []
+
+        def init_unit(user, unit, dst, n):
+            try:
+                flat = torch.frombuffer((ctypes.c_float * n).from_address(dst), dtype=torch.float32)
+                off = 0
+                with torch.no_grad():
+                    for p in self._unit_params[unit]:
+                        k = p.numel()
+                        flat[off:off + k].copy_(p.detach().reshape(-1))
+                        off += k
+                return 0
+            except Exception as e:  # noqa: BLE001 - told after the C call returns
+                failure.append(e)
+                return -5
+
+        cb = self._init_cb = _lib.INIT_UNIT_FN(init_unit)  # kept: the net holds the pointer
+        sess = _Session()
+        h = ctypes.c_void_p()
+        rc = L.mw_pysession_open(ctypes.byref(h), nu, unit_numel, strs(self._unit_names), len(fwd), fwd, len(bwd), bwd,
+                                 len(self._params), tnumel, strs(tnames), tflags, cb, None, weights.encode(),
+                                 optimizer.encode() if optimizer else None,
+                                 self.nvme_dir.encode() if self.nvme_dir else None, int(dram_budget or 0),
+                                 self.grad_accum, prefetch, int(subgroup_size or 0), int(buffer_count or 0),
+                                 int(threads or 0))
+        if failure:
+            if h.value:
+                L.mw_pysession_close(h)
+            raise RuntimeError(f"memwall.torch.offload: copying the model's weights into the session failed: "
+                               f"{failure[0]!r}") from failure[0]
+        _lib.check(rc, "memwall.torch.offload: opening the session")
+        sess.handle = h
+        self._sess = sess
+        self._h = h
+        n = L.mw_pysession_n_params(h)
+        flat = []
+        for ptr in (L.mw_pysession_params(h), L.mw_pysession_grads(h)):
+            arr = (ctypes.c_float * n).from_address(ptr)
+            arr._memwall_session = sess  # a view of the mapping keeps the session alive
+            flat.append(torch.frombuffer(arr, dtype=torch.float32))
+        self._flat_params, self._flat_grads = flat
+        self._ranges = []
+        for u in range(nu):
+            a, c = ctypes.c_uint64(), ctypes.c_uint64()
+            _lib.check(L.mw_pysession_unit_range(h, u, ctypes.byref(a), ctypes.byref(c)), "unit range")
+            self._ranges.append((a.value, c.value))
+
+    def _call(self, what, rc):
+        return _lib.check(rc, f"memwall.torch.offload: {what}")
+
+    # ------------------------------------------------------------------ the model's tensors and hooks
+
+    def _attach(self):
+        """p.data and p.grad become views of the session's arrays (the model's own storage goes), then the hooks."""
+        self._views = []
+        for u, ps in enumerate(self._unit_params):
+            off = self._ranges[u][0]
+            for p in ps:
+                k = p.numel()
+                w = self._flat_params[off:off + k].view(p.shape)
+                g = self._flat_grads[off:off + k].view(p.shape)
+                p.data = w
+                p.grad = g
+                self._views.append((p, w.data_ptr(), g))
+                off += k
+        self._closed = False
+        self._broken = None
+        self._gen = 0               # training forward passes
+        self._pass = False          # inside a forward of the model
+        self._fpos = 0              # the next forward run
+        self._open_run = None       # (run, done sites, outputs)
+        self._in_bwd = False
+        self._micro = 0             # backward passes since the last step
+        self._clip = None
+        self._grad_version = 0
+        self._opt = None
+        self._steps = 0
+        self._version = 0           # the weights changed (a step, a write): gathered copies are stale
+        self._cache = None          # (version, unit, tensor) of the last unit gathered
+        self._pending = {}          # id(param) -> values loaded by load_state_dict, not yet written
+        hooks = []
+        m = self.model
+        hooks.append(m.register_forward_pre_hook(self._root_pre))
+        hooks.append(m.register_forward_hook(self._root_post))
+        for r in self._runs:
+            for s in r.sites:
+                hooks.append(s.register_forward_pre_hook(self._site_pre))
+                hooks.append(s.register_forward_hook(self._site_post))
+        for p in self._params:
+            hooks.append(p.register_post_accumulate_grad_hook(self._on_grad))
+        hooks.append(m.register_state_dict_pre_hook(_plain(self._sd_pre)))
+        hooks.append(m.register_state_dict_post_hook(_plain(self._sd_root_post)))
+        with_params = [x for x in m.modules() if any(True for _ in x.parameters(recurse=False))]
+        if self.weights == "nvme":
+            for x in with_params:
+                hooks.append(x.register_state_dict_post_hook(_plain(self._sd_post)))
+        for x in with_params:
+            hooks.append(x.register_load_state_dict_pre_hook(_plain(self._load_pre)))
+        hooks.append(m.register_load_state_dict_post_hook(_plain(self._load_post)))
+        self._hooks = hooks
+        for p in self._params:
+            p._memwall_offload = weakref.ref(self)
+        m._memwall_offload = self
+        atexit.register(_close_at_exit, weakref.ref(self))
+
+    def _guard(self, reading=False):
+        """Refuses a closed offload, and one an earlier error left mid-pass (reading its weights is still fine)."""
+        if self._closed:
+            raise RuntimeError("memwall.torch.offload: this offload is closed")
+        if self._broken and not reading:
+            raise RuntimeError(f"memwall.torch.offload: unusable after an earlier error ({self._broken}); close() it "
+                               "and call offload() again")
+
+    def _fail(self, e):
+        self._broken = str(e).splitlines()[0] if str(e) else type(e).__name__
+        return e
+
+    def _order_error(self, msg):
+        return RuntimeError(f"memwall.torch.offload: {msg}. The module order offload() planned is "
+                            f"{self._plan_text()}; a model whose module order changes is not supported (a changed "
+                            "order is refused, never run with the wrong weights): build the offload again for the "
+                            "new order, or name the units with units=[...]")
+
+    def _plan_text(self):
+        names = [self._run_modules(r) for r in self._runs]
+        return " -> ".join(names if len(names) <= 6 else names[:3] + ["..."] + names[-2:])
+
+    def _unit(self, event, unit, backward, who):
+        rc = _lib.lib().mw_pysession_unit(self._h, event, unit, backward)
+        if rc < 0:
+            msg = _lib.lib().mw_error_msg()
+            msg = msg.decode(errors="replace") if msg else ""
+            if "schedule expected" in msg:
+                raise self._order_error(f"module '{who}' ran out of order ({msg})")
+            _lib.check(rc, f"{'acquiring' if event == _lib.UNIT_ACQUIRE else 'releasing'} unit '{who}'")
+
+    # forward ------------------------------------------------------------
+
+    def _root_pre(self, module, args):
+        self._guard()
+        try:
+            if self._in_bwd:
+                raise RuntimeError("memwall.torch.offload: a forward pass of the model inside its backward pass "
+                                   "(activation checkpointing, a closure in a hook) is not supported yet")
+            if self._open_run is not None:  # an earlier forward raised halfway: its unit is let go
+                r = self._open_run[0]
+                self._open_run = None
+                self._unit(_lib.UNIT_RELEASE, r.unit, 0, self._run_modules(r))
+            if self._pending:
+                self._flush_pending()
+            for p, wptr, g in self._views:
+                if p.data_ptr() != wptr:
+                    raise RuntimeError(f"memwall.torch.offload: parameter '{self._param_names[id(p)]}' is not the "
+                                       "session's any more (p.data or the module was replaced, or the model moved with "
+                                       ".to()); close() the offload first, then change the model")
+                if p.grad is None or p.grad.data_ptr() != g.data_ptr():  # zero_grad(set_to_none=True) / p.grad = x
+                    p.grad = g
+            training = torch.is_grad_enabled()
+            if training:
+                self._gen += 1
+            self._call("pass_begin", _lib.lib().mw_pysession_pass_begin(self._h, int(training)))
+            self._pass = True
+            self._fpos = 0
+        except Exception as e:
+            raise self._fail(e)
+
+    def _root_post(self, module, args, output):
+        try:
+            self._pass = False
+            if self._fpos != len(self._runs) or self._open_run is not None:
+                r = self._runs[self._fpos] if self._open_run is None else self._open_run[0]
+                raise self._order_error(f"the forward pass ended before module '{self._run_modules(r)}' "
+                                        f"{'ran' if self._open_run is None else 'finished'}")
+        except Exception as e:
+            raise self._fail(e)
+
+    def _site_pre(self, module, args):
+        try:
+            self._guard()
+            name = self._site_name[id(module)]
+            if self._in_bwd:
+                raise NotImplementedError(f"memwall.torch.offload: module '{name}' ran inside the backward pass "
+                                          "(activation checkpointing runs a block's forward again there): not "
+                                          "supported by offload yet; turn it off (model.gradient_checkpointing_"
+                                          "disable())")
+            if not self._pass:
+                raise RuntimeError(f"memwall.torch.offload: module '{name}' ran outside a forward of the offloaded "
+                                   "model; call the model offload() was given, not its parts")
+            r = self._site_run[id(module)]
+            if self._open_run is not None:
+                if self._open_run[0] is r:
+                    return
+                o = self._open_run[0]
+                left = [self._site_name[id(s)] for s in o.sites if id(s) not in self._open_run[1]]
+                raise self._order_error(f"module '{name}' ran before '{', '.join(left)}' (of the same unit as "
+                                        f"'{self._run_modules(o)}')")
+            if self._fpos >= len(self._runs) or self._runs[self._fpos] is not r:
+                want = self._run_modules(self._runs[self._fpos]) if self._fpos < len(self._runs) else \
+                    "the end of the forward pass"
+                raise self._order_error(f"module '{name}' ran where the schedule expected '{want}' (forward "
+                                        f"position {self._fpos})")
+            self._unit(_lib.UNIT_ACQUIRE, r.unit, 0, name)
+            self._open_run = (r, set(), [])
+        except Exception as e:
+            raise self._fail(e)
+
+    def _site_post(self, module, args, output):
+        try:
+            if self._open_run is None:
+                return
+            r, done, outs = self._open_run
+            if self._site_run.get(id(module)) is not r:
+                return
+            done.add(id(module))
+            if torch.is_grad_enabled():
+                _tensors_in(output, outs)
+            if len(done) < len(r.sites):
+                return
+            self._open_run = None
+            self._fpos += 1
+            self._unit(_lib.UNIT_RELEASE, r.unit, 0, self._run_modules(r))
+            tok = _Token(r, self._gen)
+            for t in outs:
+                if t.requires_grad and t.grad_fn is not None:
+                    t.register_hook(lambda g, tok=tok: self._bwd_event(tok))
+        except Exception as e:
+            raise self._fail(e)
+
+    # backward -----------------------------------------------------------
+
+    def _begin_backward(self):
+        if self._in_bwd:
+            return
+        self._guard()
+        if self._micro >= self.grad_accum:
+            raise RuntimeError(f"memwall.torch.offload: backward pass {self._micro + 1} before step(); the offload was "
+                               f"made with grad_accum={self.grad_accum} backward passes per step (opt.step() after "
+                               "each grad_accum of them)")
+        last = self._micro == self.grad_accum - 1
+        self._call("backward_begin", _lib.lib().mw_pysession_backward_begin(self._h, self._micro, int(last)))
+        self._in_bwd = True
+        nu = len(self._unit_params)
+        self._held = None
+        self._bpos = 0
+        self._count = [0] * nu
+        self._done = [False] * nu
+        self._mark = nu  # units from here up are reported
+        torch.autograd.Variable._execution_engine.queue_callback(self._end_backward)
+
+    def _bwd_event(self, tok):
+        try:
+            if tok.fired:
+                return
+            tok.fired = True
+            if tok.gen != self._gen:
+                raise RuntimeError("memwall.torch.offload: a backward pass through an earlier forward pass than the "
+                                   "latest; one backward per forward, in order")
+            self._begin_backward()
+            self._release_held()
+            r = tok.run
+            if not r.backward:
+                return
+            if self._bpos >= len(self._bwd_runs) or self._bwd_runs[self._bpos] is not r:
+                want = self._run_modules(self._bwd_runs[self._bpos]) if self._bpos < len(self._bwd_runs) else \
+                    "the end of the backward pass"
+                raise self._order_error(f"the backward pass reached module '{self._run_modules(r)}' where the "
+                                        f"schedule expected '{want}' (backward position {self._bpos})")
+            self._bpos += 1
+            self._unit(_lib.UNIT_ACQUIRE, r.unit, 1, self._run_modules(r))
+            self._held = r
+        except Exception as e:
+            raise self._fail(e)
+
+    def _release_held(self):
+        r = self._held
+        if r is None:
+            return
+        self._held = None
+        self._unit(_lib.UNIT_RELEASE, r.unit, 1, self._run_modules(r))
+        if self._done[r.unit] and r.unit < self._mark:
+            self._report(r.unit)
+
+    def _report(self, u):
+        """grad_ready(u), after the units above it (in decreasing order; a unit whose parameters had no
+        gradient in this pass is reported then: its gradients stay zero)."""
+        if u >= self._mark:
+            raise RuntimeError(f"memwall.torch.offload: a gradient of unit '{self._unit_names[u]}' arrived after those "
+                               f"of unit '{self._unit_names[self._mark]}' were reported: the backward pass does not "
+                               "run the units in reverse forward order (name the units so that it does)")
+        L = _lib.lib()
+        for v in range(self._mark - 1, u - 1, -1):
+            self._call(f"grad_ready({self._unit_names[v]})", L.mw_pysession_grad_ready(self._h, v))
+        self._mark = u
+
+    def _on_grad(self, p):
+        try:
+            if self._broken:
+                return
+            self._begin_backward()
+            g = p.grad
+            u = self._param_unit[id(p)]
+            if g is None or g.data_ptr() != self._flat_grads.data_ptr() + 4 * self._grad_off(p):
+                raise RuntimeError(f"memwall.torch.offload: autograd replaced the gradient of "
+                                   f"'{self._param_names[id(p)]}' (p.grad is not the session's view); do not assign "
+                                   "p.grad, and do not use create_graph=True")
+            if u >= self._mark:
+                self._report(u)  # raises: its unit was reported already
+            self._count[u] += 1
+            if self._count[u] == len(self._unit_params[u]):
+                self._done[u] = True
+                if self._held is None or self._held.unit != u:
+                    self._report(u)  # else when its weights are released
+        except Exception as e:
+            raise self._fail(e)
+
+    def _grad_off(self, p):
+        off = getattr(self, "_goff", None)
+        if off is None:
+            off = self._goff = {}
+            for u, ps in enumerate(self._unit_params):
+                a = self._ranges[u][0]
+                for q in ps:
+                    off[id(q)] = a
+                    a += q.numel()
+        return off[id(p)]
+
+    def _end_backward(self):
+        try:
+            if not self._in_bwd:
+                return
+            self._release_held()
+            if self._mark > 0:
+                self._report(0)
+            self._in_bwd = False
+            self._micro += 1
+            self._call("backward_end", _lib.lib().mw_pysession_backward_end(self._h))
+            # Every gradient view shares the flat array's version counter: a write after this is seen at step().
+            self._grad_version = self._flat_grads._version
+        except Exception as e:
+            raise self._fail(e)
+
+    # ------------------------------------------------------------------ step, norm
+
+    def _grad_norm(self):
+        self._guard()
+        if self._micro != self.grad_accum:
+            raise RuntimeError(f"memwall.torch.offload: the gradient norm after {self._micro} of the step's "
+                               f"{self.grad_accum} backward passes (grad_accum); clip after the last one")
+        v = ctypes.c_double()
+        rc = _lib.lib().mw_pysession_grad_norm(self._h, ctypes.byref(v))
+        if rc == _lib.E_OVERFLOW:
+            return v.value  # inf or NaN: step() will skip
+        self._call("the gradient norm", rc)
+        return v.value
+
+    def _step(self, lr, betas, eps, weight_decay):
+        self._guard()
+        if self._in_bwd:
+            raise RuntimeError("memwall.torch.offload: step() inside a backward pass")
+        if self._micro != self.grad_accum:
+            raise RuntimeError(f"memwall.torch.offload: step() after {self._micro} backward passes; the offload was "
+                               f"made with grad_accum={self.grad_accum}, and each step takes exactly that many")
+        if self._pending:
+            raise RuntimeError("memwall.torch.offload: load_state_dict() during a step (between the first backward "
+                               "and step()); load between steps")
+        if self.weights == "nvme" and self._flat_grads._version != self._grad_version:
+            raise self._fail(RuntimeError(
+                "memwall.torch.offload: the gradients were written after the last backward pass (torch.nn.utils."
+                "clip_grad_norm_, a GradScaler, p.grad.mul_()?); with weights='nvme' they are on NVMe by then and "
+                "p.grad reads zeros, so that change is lost: clip with memwall.torch.clip_grad_norm_(model."
+                "parameters(), max_norm), which the session applies inside the step"))
+        clip = self._clip or 0.0
+        try:
+            rc = _lib.lib().mw_pysession_step(self._h, float(lr), float(betas[0]), float(betas[1]), float(eps),
+                                              float(weight_decay), float(clip))
+            self._call("step", rc)
+        except Exception as e:
+            raise self._fail(e)
+        self._clip = None
+        self._micro = 0
+        self._steps += 1
+        self._version += 1
+        if rc == 1:
+            warnings.warn("memwall.torch.offload: the gradients hold inf or NaN: the step was skipped (the weights "
+                          "stay; the step counts for the bias correction)", RuntimeWarning, stacklevel=3)
+        return rc
+
+    def finish(self):
+        """Waits for the update in flight (the optimizer on NVMe runs it behind the next forward) and
+        commits it."""
+        self._guard(reading=True)
+        self._call("finish", _lib.lib().mw_pysession_finish(self._h))
+
+    # ------------------------------------------------------------------ the weights in and out
+
+    def _between_steps(self, what):
+        if self._in_bwd or 0 < self._micro:
+            raise RuntimeError(f"memwall.torch.offload: {what} during a step (between the first backward and step()); "
+                               "do it between steps")
+
+    def unit_values(self, u):
+        """Unit u's current weights (a new flat fp32 tensor; streamed: read from the NVMe master)."""
+        self._guard(reading=True)
+        c = self._cache
+        if c is not None and c[0] == self._version and c[1] == u:
+            return c[2]
+        a, n = self._ranges[u]
+        out = torch.empty(n, dtype=torch.float32)
+        self._call(f"reading unit '{self._unit_names[u]}'", _lib.lib().mw_pysession_unit_read(self._h, u,
+                                                                                               out.data_ptr()))
+        self._cache = (self._version, u, out)
+        return out
+
+    def _value_of(self, p):
+        u = self._param_unit[id(p)]
+        off = self._grad_off(p) - self._ranges[u][0]
+        return self.unit_values(u)[off:off + p.numel()].view(p.shape)
+
+    def _write_unit(self, u, flat):
+        self._between_steps("writing weights (load_state_dict)")
+        self._call(f"writing unit '{self._unit_names[u]}'",
+                   _lib.lib().mw_pysession_unit_write(self._h, u, flat.data_ptr()))
+        self._version += 1
+
+    def _flush_pending(self):
+        """Writes the values load_state_dict() left, unit by unit (a unit loaded in part keeps the rest)."""
+        pend, self._pending = self._pending, {}
+        for u, ps in enumerate(self._unit_params):
+            if not any(id(p) in pend for p in ps):
+                continue
+            if all(id(p) in pend for p in ps):
+                flat = torch.cat([pend[id(p)].reshape(-1) for p in ps])
+            else:
+                flat = self.unit_values(u).clone()
+                a = self._ranges[u][0]
+                for p in ps:
+                    if id(p) in pend:
+                        o = self._grad_off(p) - a
+                        flat[o:o + p.numel()].copy_(pend[id(p)].reshape(-1))
+            self._write_unit(u, flat)
+
+    def _sd_pre(self, module, prefix, keep_vars):
+        self._guard(reading=True)
+        if self._pending:
+            self._flush_pending()
+        self.finish()  # an overlapped update writes the resident weights: done first
+
+    def _sd_post(self, module, state_dict, prefix, local_metadata):
+        """Streamed weights read zeros outside their unit's use: the state dict gets the NVMe master's."""
+        for name, p in module._parameters.items():
+            key = prefix + name
+            if p is None or id(p) not in self._param_unit or key not in state_dict or state_dict[key] is p:
+                continue  # keep_vars=True: the Parameter objects themselves, as torch gives them
+            state_dict[key] = self._value_of(p)
+
+    def _sd_root_post(self, module, state_dict, prefix, local_metadata):
+        self._cache = None  # the state dict holds the gathered units; no copy of them stays here
+
+    def _load_pre(self, module, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                  error_msgs):
+        for name, p in module._parameters.items():
+            key = prefix + name
+            if p is None or id(p) not in self._param_unit or key not in state_dict:
+                continue
+            v = state_dict[key]
+            if not isinstance(v, torch.Tensor) or v.shape != p.shape:
+                continue  # torch reports it
+            self._between_steps("load_state_dict()")
+            self._pending[id(p)] = v.detach().to(torch.float32).clone()
+            state_dict[key] = p  # torch's copy into the parameter is then a no-op: the session takes the values
+
+    def _load_post(self, module, incompatible_keys):
+        if self._pending:
+            self._flush_pending()
+
+    def state_dict(self):
+        """model.state_dict(), the weights gathered from the session (as the model's own state_dict() does
+        while offloaded)."""
+        return self.model.state_dict()
+
+    def load_state_dict(self, state_dict, strict=True):
+        """model.load_state_dict(state_dict): the weights go into the session unit by unit."""
+        return self.model.load_state_dict(state_dict, strict=strict)
+
+    # ------------------------------------------------------------------ the optimizer
+
+    def optimizer(self, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+        """The session's AdamW as a torch.optim.Optimizer (OffloadAdamW); one per offload."""
+        self._guard()
+        if self._opt is not None and self._opt() is not None:
+            raise RuntimeError("memwall.torch.offload: this offload has its optimizer already (one per offload)")
+        opt = OffloadAdamW(self, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+        self._opt = weakref.ref(opt)
+        return opt
+
+    def parameters(self):
+        return list(self._params)
+
+    def stats(self):
+        """The session's figures (steps, planned DRAM peak, bytes fetched and written, ...)."""
+        self._guard()
+        out = (ctypes.c_double * len(_lib.SESSION_STATS_FIELDS))()
+        k = _lib.check(_lib.lib().mw_pysession_stats(self._h, out, len(out)), "stats")
+        return {f: out[i] for i, f in enumerate(_lib.SESSION_STATS_FIELDS[:k])}
+
+    @property
+    def units(self):
+        """[(unit name, number of parameters)] in flat order."""
+        return [(n, self._ranges[u][1]) for u, n in enumerate(self._unit_names)]
+
+    @property
+    def schedule(self):
+        """The forward and backward unit orders the session checks every pass against."""
+        return [r.unit for r in self._runs], [r.unit for r in self._bwd_runs]
+
+    def close(self, restore=True):
+        """Ends the offload: with restore=True the parameters get their current values back as ordinary
+        tensors (the model trains on without memwall); with restore=False they become empty tensors
+        (nothing is read: for a model larger than memory). The hooks go; the session is freed when no
+        view of its arrays is left."""
+        if self._closed:
+            return
+        values = None
+        if restore:
+            try:
+                if self._pending:
+                    self._flush_pending()
+                self.finish()
+                values = {}
+                for u, ps in enumerate(self._unit_params):
+                    flat = self.unit_values(u).clone()
+                    a = 0
+                    for p in ps:
+                        values[id(p)] = flat[a:a + p.numel()].view(p.shape)
+                        a += p.numel()
+            except Exception as e:
+                raise RuntimeError(f"memwall.torch.offload: close(): reading the weights back failed ({e}); "
+                                   "close(restore=False) ends the offload without them") from e
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+        for p in self._params:
+            p.data = values[id(p)] if values is not None else torch.empty(0)
+            p.grad = None
+            try:
+                del p._memwall_offload
+            except AttributeError:
+                pass
+        if getattr(self.model, "_memwall_offload", None) is self:
+            del self.model._memwall_offload
+        self._closed = True
+        self._views = []
+        self._cache = None
+        self._flat_params = self._flat_grads = None
+        self._sess = None  # the session is freed here, unless a tensor still views its arrays
+
+
+class OffloadAdamW(torch.optim.Optimizer):
+    """The offload session's AdamW behind torch's Optimizer interface (Offload.optimizer()).
+
+    One param group with every parameter of the offloaded model; lr, betas, eps and weight_decay are
+    read from it at every step (LR schedulers work). step() runs the session's update (with the
+    optimizer on NVMe it runs behind the next forward pass); zero_grad() keeps the gradients as the
+    session's views (the session zeroes them when the next step's first backward begins)."""
+
+    def __init__(self, off, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+        if not 0.0 <= lr or not 0.0 <= eps or not 0.0 <= weight_decay or not all(0.0 <= b < 1.0 for b in betas):
+            raise ValueError(f"memwall.torch.offload: bad AdamW hyper-parameters (lr {lr}, betas {betas}, eps {eps}, "
+                             f"weight decay {weight_decay})")
+        self._off = off
+        super().__init__(off.parameters(), dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
+
+    def add_param_group(self, param_group):
+        if self.param_groups:
+            raise ValueError("memwall.torch.offload: the offloaded optimizer has one param group (all the model's "
+                             "parameters); per-tensor weight decay is offload(no_decay=...)")
+        super().add_param_group(param_group)
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        g = self.param_groups[0]
+        self._off._step(g["lr"], g["betas"], g["eps"], g["weight_decay"])
+        return loss
+
+    def zero_grad(self, set_to_none=True):
+        """Nothing to free: the gradients are the session's arrays, zeroed when the next step's first
+        backward begins (streamed, their pages are given back after each step)."""
+        return None
+
+    def state_dict(self):
+        raise NotImplementedError("memwall.torch.offload: the optimizer's state (moments, the master on NVMe) lives in "
+                                  "the session and cannot be exported yet (resume is a later item of issue 25); "
+                                  "model.state_dict() saves the weights")
+
+    def load_state_dict(self, state_dict):
+        raise NotImplementedError("memwall.torch.offload: the optimizer's state cannot be loaded yet (resume is a "
+                                  "later item of issue 25)")
+
+
+def offload(model, nvme_dir=None, dram_budget=None, prefetch=2, units=None, activations="dram", *, weights="nvme",
+            optimizer=None, grad_accum=1, no_decay=None, subgroup_size=None, buffer_count=None, threads=None):
+    """Moves the whole training state of `model` (fp32 CPU parameters) into a memwall session and
+    returns the handle (Offload): off.optimizer(lr=...) is its AdamW.
+
+    weights:      "nvme" (streamed: a unit is fetched `prefetch` units ahead of its use and dropped after
+                  it; gradients are written to NVMe as they finish) or "dram" (resident)
+    optimizer:    where the AdamW state lives: "nvme", "dram", or None (nvme when the weights stream)
+    nvme_dir:     the directory of the NVMe state (created if missing; default ./run/nvme)
+    dram_budget:  bytes; a streamed run whose planned DRAM peak is above it is refused up front
+    units:        None (the model's repeated block list, one unit per block, plus one unit for the
+                  modules before it and one for those after), or [module or [modules], ...] in forward order
+    grad_accum:   backward passes per step (micro-batches; each step() takes exactly that many)
+    no_decay:     parameters without weight decay: a callable (name, param) -> bool or names
+    activations:  "dram" ("nvme" is a later item)
+    """
+    return Offload(model, weights=weights, optimizer=optimizer, nvme_dir=nvme_dir, dram_budget=dram_budget,
+                   prefetch=prefetch, units=units, activations=activations, grad_accum=grad_accum, no_decay=no_decay,
+                   subgroup_size=subgroup_size, buffer_count=buffer_count, threads=threads)
+
+
+def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False, foreach=None):
+    """torch.nn.utils.clip_grad_norm_ for offloaded parameters: returns the total L2 norm of the step's
+    gradients (the session computes it as they are written) and clips inside the next step() (the
+    gradients are scaled by max_norm / norm in the update when the norm exceeds max_norm; p.grad is
+    not changed). The parameters must be all of one offloaded model's. Parameters that are not
+    offloaded are torch.nn.utils.clip_grad_norm_'s."""
+    if isinstance(parameters, torch.Tensor):
+        parameters = [parameters]
+    params = list(parameters)
+    offs = {}
+    plain = 0
+    for p in params:
+        ref = getattr(p, "_memwall_offload", None)
+        off = ref() if ref is not None else None
+        if off is None:
+            plain += 1
+        else:
+            offs[id(off)] = off
+    if not offs:
+        return torch.nn.utils.clip_grad_norm_(params, max_norm, norm_type=norm_type,
+                                              error_if_nonfinite=error_if_nonfinite, foreach=foreach)
+    if plain or len(offs) > 1:
+        raise ValueError("memwall.torch.clip_grad_norm_: offloaded parameters mixed with others (or of two offloads); "
+                         "clip each offloaded model's parameters on their own")
+    off = next(iter(offs.values()))
+    if len({id(p) for p in params}) != len(off._params):
+        raise ValueError(f"memwall.torch.clip_grad_norm_: {len({id(p) for p in params})} of the offloaded model's "
+                         f"{len(off._params)} parameters; the session's norm is over all of them: pass "
+                         "model.parameters()")
+    if float(norm_type) != 2.0:
+        raise ValueError(f"memwall.torch.clip_grad_norm_: norm_type={norm_type}; the session computes the L2 norm (2)")
+    max_norm = float(max_norm)
+    if not max_norm > 0:
+        raise ValueError(f"memwall.torch.clip_grad_norm_: max_norm={max_norm}: use a positive number")
+    norm = off._grad_norm()
+    if error_if_nonfinite and not (norm < float("inf")):
+        raise RuntimeError(f"The total norm of order 2.0 for gradients from `parameters` is non-finite ({norm}), so "
+                           "it cannot be clipped. To disable this error and scale the gradients by the non-finite "
+                           "norm anyway, set `error_if_nonfinite=False`")
+    off._clip = max_norm
+    return torch.tensor(norm, dtype=torch.float32)
