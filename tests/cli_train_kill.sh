@@ -60,7 +60,7 @@ part() {
       wait $pid
       rc=$?
       # A resume starts from its record's step: at most the step in flight (printed, not yet
-      # committed) behind what the killed run printed; the last step commits before it prints.
+      # committed: a step commits once its log line is written) behind what the killed run printed.
       st=$(sed -n 's/^resuming the run in .* from its last committed step, \([0-9]*\) of .*/\1/p' "$out")
       if [ -n "$st" ]; then
         grep -q 'found and used: .*memwall-offload.commit' "$out" && grep -q 'found and used: .*memwall-offload.0.dat' "$out" \

@@ -5,7 +5,10 @@
  * step 3 (master, moments, working copy) and its next steps match an engine that never stopped.
  * A record cut short or with a flipped byte is refused (MW_EFORMAT / MW_ECHECKSUM); a committed
  * object changed on disk is refused naming it (MW_ECHECKSUM), the record against other settings
- * too; a finished run (mw_offload_journal_end) leaves no file behind.
+ * too; a finished run (mw_offload_journal_end) leaves no file behind. Held records
+ * (mw_offload_journal_allow): a step the caller has not allowed is not recorded, one it allowed
+ * is, the next step writes a held one first, and an engine freed with one held leaves the record
+ * of the step before, which resumes bitwise.
  */
 #include "offload_util.h"
 #include "memwall/store.h"
@@ -136,6 +139,74 @@ static void corrupt_mid_run(const char *dir)
     mw_offload_registry_free(&r);
 }
 
+static uint64_t record_step(const char *dir, char *blob, size_t n)
+{
+    struct mw_offload_record rec;
+    int rc = mw_offload_record_read(dir, &rec);
+    CHECK_MSG(rc == 0, "read %s: %s", dir, mw_error_msg());
+    if (rc) return UINT64_MAX;
+    uint64_t step = rec.step;
+    snprintf(blob, n, "%.*s", (int)rec.blob_len, (const char *)rec.blob);
+    mw_offload_record_free(&rec);
+    return step;
+}
+
+/* mw_offload_journal_allow; at3: the reference's state after step 3 (steps() from the same start). */
+static void held_records(const struct mw_offload_registry *r, const char *dir, uint64_t n, const struct ou_snap *at3)
+{
+    char run[300], blob[64];
+    snprintf(run, sizeof run, "%s/held", dir);
+    float *w = malloc(4 * n), *g = malloc(4 * n);
+    REQUIRE(w && g);
+    ou_init_weights(w, n);
+    int rc;
+    struct mw_offload *e = make(r, run, w, g, NULL, 4096, &rc);
+    REQUIRE(rc == 0);
+    CHECK(mw_offload_journal_commit(e, "step 0", 6) == 0);
+    mw_offload_journal_allow(e, 0); /* from now on a step's record waits for the caller */
+    steps(e, g, n, 1, 1);
+    CHECK_EQ_INT(mw_offload_committed_steps(e), 1);
+    CHECK_EQ_INT(record_step(run, blob, sizeof blob), 0); /* step 1's writes landed; not allowed yet */
+    mw_offload_journal_allow(e, 1);
+    CHECK(mw_offload_journal_note(e, "next", 4) == 0); /* waits for the record being written */
+    CHECK_EQ_INT(record_step(run, blob, sizeof blob), 1);
+    CHECK_MSG(!strcmp(blob, "step 1"), "blob '%s'", blob);
+    steps(e, g, n, 2, 2);
+    CHECK_EQ_INT(record_step(run, blob, sizeof blob), 1);
+    steps(e, g, n, 3, 3); /* step 3 writes the slot step 1's record names: step 2's record comes first */
+    CHECK_EQ_INT(record_step(run, blob, sizeof blob), 2);
+    CHECK_MSG(!strcmp(blob, "step 2"), "blob '%s'", blob);
+    mw_offload_free(e); /* step 3 held: not committed */
+    CHECK_EQ_INT(record_step(run, blob, sizeof blob), 2);
+
+    struct mw_offload_record rec;
+    REQUIRE(mw_offload_record_read(run, &rec) == 0);
+    float *w2 = malloc(4 * n);
+    REQUIRE(w2);
+    e = make(r, run, w2, g, &rec, 4096, &rc);
+    CHECK_MSG(rc == 0, "resume from the held run: %s", mw_error_msg());
+    REQUIRE(rc == 0);
+    CHECK_EQ_INT(mw_offload_committed_steps(e), 2);
+    mw_offload_journal_allow(e, 2);
+    steps(e, g, n, 3, 3); /* runs again */
+    struct ou_snap now;
+    ou_snap_take(e, MW_OFFLOAD_M_FP32, n, &now);
+    CHECK(ou_snap_equal(&now, at3, "step 3 held, dropped, and run again"));
+    ou_snap_free(&now);
+    CHECK_EQ_INT(record_step(run, blob, sizeof blob), 2); /* a read leaves a held record held */
+    /* A skipped step moves the committed slot: step 3's record first, then its own, held too. */
+    CHECK(mw_offload_set_committed_steps(e, 4) == 0);
+    CHECK_EQ_INT(record_step(run, blob, sizeof blob), 3);
+    mw_offload_journal_allow(e, 4);
+    CHECK(mw_offload_journal_note(e, "next", 4) == 0);
+    CHECK_EQ_INT(record_step(run, blob, sizeof blob), 4);
+    CHECK(mw_offload_journal_end(e) == 0);
+    mw_offload_free(e);
+    CHECK_EQ_INT(count_files(run), 0);
+    mw_offload_record_free(&rec);
+    free(w); free(g); free(w2);
+}
+
 int main(void)
 {
     mw_log_set(NULL, NULL);
@@ -244,6 +315,7 @@ int main(void)
     CHECK_EQ_INT(count_files(run_dir), 0);
     mw_offload_record_free(&rec);
     free(buf);
+    held_records(&r, dir, n, &at3);
     ou_snap_free(&at3);
     ou_snap_free(&at5);
     free(w); free(g); free(w2); free(wr); free(gr);

@@ -464,6 +464,14 @@ int mw_offload_journal_note(struct mw_offload *e, const void *blob, size_t n);
 int mw_offload_journal_commit(struct mw_offload *e, const void *blob, size_t n);
 /* The run finished: the record goes now, the store files at mw_offload_free. */
 int mw_offload_journal_end(struct mw_offload *e);
+/* For a caller whose own account of each step (a log line) must exist before the step counts as
+ * committed: records of steps after `step` are held, a step's record written only once a later
+ * call allows it (the pipeline thread writes it then, behind the caller's work). The first call
+ * starts holding (before it no record waits). Whatever needs a held record (the next step, a
+ * change of the committed slot, mw_offload_journal_commit, _end) writes it first; mw_offload_free
+ * drops it: the record of the step before stays, and a resume runs the step again. A failed
+ * record is told by what waits for it next, as without holding. */
+void mw_offload_journal_allow(struct mw_offload *e, uint64_t step);
 
 /* Testing: the k-th NVMe write from now (k >= 1) fails with -EIO after writing half its bytes
  * (a torn write); 0 disarms. */

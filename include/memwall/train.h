@@ -379,6 +379,13 @@ void mw_train_resume_free(struct mw_train_resume *r);
  * state as it is now (step 0, a loaded checkpoint's, or a resumed one's) is recorded; from then
  * on every step is. data_path is recorded for `memwall train --resume DIR`. */
 int mw_trainer_journal_begin(struct mw_trainer *tr, const char *data_path);
+/* For a caller that keeps its own account of every step (memwall train: the --log-json line, which
+ * a resume keeps up to the committed step): the records of steps after the current one are held
+ * until the next call, made once that account of the step is written, so that no step is
+ * committed without it. The first call (after mw_trainer_journal_begin) starts holding. A held
+ * record is written when the next step (or a skipped one, or mw_trainer_journal_end) needs it;
+ * mw_trainer_free drops it: the step was not committed, and a resume runs it again. */
+int mw_trainer_journal_allow(struct mw_trainer *tr);
 /* The run finished: its record and store files are removed (the files at mw_trainer_free). */
 int mw_trainer_journal_end(struct mw_trainer *tr);
 

@@ -318,7 +318,9 @@ static int run_setup(struct train_cli *c, struct run_state *s, const char *data_
     }
     if (resume_info && (err = mw_trainer_load(&s->tr, c->A.resume))) { mw_cli_fail("resuming from the checkpoint", err); return 1; }
     /* From here on every committed step is durable: a kill leaves a run that --resume DIR continues. */
-    if (tc->journal && (err = mw_trainer_journal_begin(&s->tr, data_path))) {
+    /* A step's record waits for its log line (train_steps): a resume keeps the log up to the
+     * committed step, so that step's line must be there. */
+    if (tc->journal && ((err = mw_trainer_journal_begin(&s->tr, data_path)) || (err = mw_trainer_journal_allow(&s->tr)))) {
         train_leftover_hint(err, tc->nvme_dir);
         mw_cli_fail("starting the commit records", err);
         return 1;
@@ -333,8 +335,11 @@ static int run_setup(struct train_cli *c, struct run_state *s, const char *data_
         }
     }
     if (c->A.log_json && c->rank == 0) {
+        /* A resumed run keeps the lines up to its step; one resumed at step 0 logs step 0's validation
+         * again (train_steps), so it keeps none. */
         int dropped = 0;
-        if ((err = mw_train_log_open(&s->log, c->A.log_json, resume_info || c->resume_dir ? s->tr.step : -1, &dropped))) {
+        int64_t keep = (resume_info || c->resume_dir) && s->tr.step > 0 ? s->tr.step : -1;
+        if ((err = mw_train_log_open(&s->log, c->A.log_json, keep, &dropped))) {
             mw_cli_fail("opening --log-json", err);
             return 1;
         }
@@ -476,6 +481,8 @@ static int train_steps(struct train_cli *c, struct run_state *s, const struct mw
             mw_cli_fail("writing --log-json", err);
             return 1;
         }
+        /* Its line is in the log: the step's record may be written (held until now: mw_trainer_journal_allow). */
+        if (tc->journal && (err = mw_trainer_journal_allow(&s->tr))) { mw_cli_fail("the commit record", err); return 1; }
         if (tc->ckpt_every > 0 && (st.step % tc->ckpt_every == 0 || last) && save_ckpt(c, s, s->data_path)) return 1;
         test_stop_hook(st.step);
     }

@@ -430,14 +430,15 @@ void mw_net_warm_products(const int (*lin)[2], int nlin, int N, int C, int V, in
      * whose pages are returned afterwards (the first forward pass writes them anyway), so the
      * buffers are resident before the caller measures its baseline. */
     int widest = 4 * C;
-    long long key = 0;
+    unsigned long long key = 0; /* a hash of the shapes (wraps) */
     for (int i = 0; i < nlin; i++) {
         widest = MW_MAX(widest, MW_MAX(lin[i][0], lin[i][1]));
-        key = key * 1000003 + lin[i][0] * 31 + lin[i][1];
+        key = key * 1000003u + (unsigned long long)lin[i][0] * 31u + (unsigned long long)lin[i][1];
     }
     /* The same shapes again (a planner trying knobs on one model) touch nothing new: done once. */
-    static _Atomic long long warmed[5];
-    if (warmed[0] == N && warmed[1] == C && warmed[2] == V && warmed[3] == nt && warmed[4] == key) return;
+    static _Atomic long long warmed[4];
+    static _Atomic unsigned long long warmed_key;
+    if (warmed[0] == N && warmed[1] == C && warmed[2] == V && warmed[3] == nt && warmed_key == key) return;
     size_t in_bytes = map_bytes(MW_MAX((size_t)N, (size_t)widest) * (size_t)MW_MAX(V, widest) + (size_t)V * (size_t)C);
     float *in = mmap(NULL, in_bytes, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (in == MAP_FAILED) return;
@@ -461,5 +462,5 @@ void mw_net_warm_products(const int (*lin)[2], int nlin, int N, int C, int V, in
     warmed[1] = C;
     warmed[2] = V;
     warmed[3] = nt;
-    warmed[4] = key;
+    warmed_key = key;
 }

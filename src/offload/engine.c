@@ -234,6 +234,7 @@ int mw_offload_init(struct mw_offload **out, const struct mw_offload_registry *r
     struct mw_offload *e = calloc(1, sizeof *e);
     if (!e) return mw_error_set(-ENOMEM, "offload: out of memory");
     e->cfg = *cfg;
+    e->jallow = UINT64_MAX; /* no record waits for the caller until mw_offload_journal_allow */
     if ((cfg->journal || cfg->resume) &&
         (cfg->place.tier[MW_OFFLOAD_MASTER] != MW_TIER_NVME || cfg->place.tier[MW_OFFLOAD_MOMENTS] != MW_TIER_NVME ||
          !cfg->journal)) {
@@ -334,6 +335,9 @@ void mw_offload_free(struct mw_offload *e)
 {
     if (!e) return;
     if (e->in_flight) (void)mw_offload_step_wait(e); /* its result is lost with the engine */
+    pthread_mutex_lock(&e->mu);
+    if (e->jstate == 3) e->jstate = 0; /* a held record is not written: the record of the step before stays */
+    pthread_mutex_unlock(&e->mu);
     if (e->threads_up) (void)ofl_journal_settle(e);     /* likewise a record being written */
     if (e->threads_up) ofl_preread_drop(e);
     ofl_pipe_stop(e);
@@ -442,9 +446,46 @@ static void caller_wait(struct mw_offload *e, uint64_t tw)
     mw_trace_span(e->tr, "offload", "wait", tw, mw_now_ns(), a, 1);
 }
 
+/* The record of step jstep is to be written now (e->mu held): by the pipeline thread, or, without
+ * it, here (the lock dropped meanwhile); a failure is kept for ofl_journal_settle. */
+static void journal_ask_locked(struct mw_offload *e)
+{
+    if (e->threads_up) {
+        e->jstate = 1;
+        pthread_cond_signal(&e->cv_pipe);
+        return;
+    }
+    e->jstate = 2;
+    uint64_t step = e->jstep;
+    pthread_mutex_unlock(&e->mu);
+    int jrc = ofl_journal_write(e, step);
+    char msg[480];
+    if (jrc) snprintf(msg, sizeof msg, "%s", mw_error_msg());
+    pthread_mutex_lock(&e->mu);
+    if (jrc && !e->jerr) {
+        e->jerr = jrc;
+        snprintf(e->jmsg, sizeof e->jmsg, "recording step %llu failed (a resume finds step %llu): %s",
+                 (unsigned long long)step, (unsigned long long)step - 1, msg);
+    }
+    e->jstate = 0;
+    pthread_cond_broadcast(&e->cv_done);
+}
+
+void mw_offload_journal_allow(struct mw_offload *e, uint64_t step)
+{
+    pthread_mutex_lock(&e->mu);
+    e->jallow = step;
+    if (e->jstate == 3 && e->jstep <= step) journal_ask_locked(e);
+    else if (e->threads_up) pthread_cond_signal(&e->cv_pipe); /* a step in flight whose writes all landed */
+    pthread_mutex_unlock(&e->mu);
+}
+
 int ofl_journal_settle(struct mw_offload *e)
 {
     pthread_mutex_lock(&e->mu);
+    /* A held record: what follows (the next step writes the slot the last record names, the slots
+     * move, the run ends) needs it written first, whether or not the caller allowed it. */
+    if (e->jstate == 3) journal_ask_locked(e);
     while (e->jstate != 0) pthread_cond_wait(&e->cv_done, &e->mu);
     int rc = e->jerr;
     char msg[sizeof e->jmsg];
@@ -526,8 +567,12 @@ int mw_offload_step_wait(struct mw_offload *e)
     }
     if (waited) caller_wait(e, tw);
     /* Every write of the step landed: durable, then recorded, by the pipeline thread (asked here
-     * if it has not started on its own; the next step waits for it: ofl_journal_settle). */
-    if (!e->failed && e->jon && e->jstep < e->committed + 1 && e->threads_up) {
+     * if it has not started on its own; the next step waits for it: ofl_journal_settle), or held
+     * until the caller allows it (mw_offload_journal_allow). */
+    if (!e->failed && e->jon && e->jstep < e->committed + 1 && e->committed + 1 > e->jallow) {
+        e->jstep = e->committed + 1;
+        e->jstate = 3;
+    } else if (!e->failed && e->jon && e->jstep < e->committed + 1 && e->threads_up) {
         e->jstep = e->committed + 1;
         e->jstate = 1;
         pthread_cond_signal(&e->cv_pipe);

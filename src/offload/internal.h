@@ -169,8 +169,13 @@ struct mw_offload {
     /* The record of a finished step is written by the pipeline thread behind the caller's work
      * (its fdatasync can take a second); whatever would write the slot it leaves behind (the next
      * step), move the slots or end the run waits for it first: ofl_journal_settle. */
-    int jstate;                            /* 0 none pending, 1 asked for (step jstep), 2 being written */
+    int jstate;                            /* 0 none pending, 1 asked for (step jstep), 2 being written,
+                                              3 held (step jstep: its writes landed, the caller has not
+                                              allowed its record yet) */
     uint64_t jstep;                        /* the last step whose record was asked for */
+    /* mw_offload_journal_allow: records of steps after jallow wait for the caller (its own account
+     * of the step, a log line, is written first); UINT64_MAX (the default): none waits. */
+    uint64_t jallow;
     int jerr;                              /* a record that failed (sticky), message in jmsg */
     char jmsg[600];
     int jkeep;                             /* a record exists: the files stay for a resume */
@@ -238,7 +243,7 @@ void ofl_refresh_weights(struct mw_offload *e, uint64_t first, uint64_t n, const
  * the check of a record against this engine's settings and objects; the restore of its
  * committed state (read, checksums adopted, working copy refreshed); stale temporaries. */
 int ofl_journal_write(struct mw_offload *e, uint64_t step);
-int ofl_journal_settle(struct mw_offload *e); /* engine.c: waits for a pending record; its error */
+int ofl_journal_settle(struct mw_offload *e); /* engine.c: waits for a pending record (a held one is allowed); its error */
 int ofl_journal_check(struct mw_offload *e, const struct mw_offload_record *r);
 int ofl_journal_restore(struct mw_offload *e, const struct mw_offload_record *r);
 void ofl_journal_sweep(const char *record_path);

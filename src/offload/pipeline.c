@@ -486,8 +486,9 @@ static void *pipe_main(void *arg)
                 continue;
             }
         }
-        /* Every subgroup of the step in flight is written: its record can start now. */
-        if (e->jon && e->in_flight && e->jstate == 0 && e->jstep < e->committed + 1 && !e->failed &&
+        /* Every subgroup of the step in flight is written: its record can start now (unless the
+         * caller holds it: mw_offload_journal_allow). */
+        if (e->jon && e->in_flight && e->jstate == 0 && e->jstep < e->committed + 1 && e->committed < e->jallow && !e->failed &&
             e->n_started == e->nsg && e->n_done == e->n_started && !e->n_reading && !e->n_writing &&
             e->upd_head == e->upd_tail) {
             e->jstep = e->committed + 1;

@@ -174,8 +174,16 @@ int mw_offload_set_committed_steps(struct mw_offload *e, uint64_t steps)
     }
     e->committed = steps;
     /* The committed slot moved (or the step count did): the record must say so before a step
-     * writes into the slot the old record points at. */
-    return e->jon ? ofl_journal_write(e, steps) : 0;
+     * writes into the slot the old record points at (a held one: ofl_journal_settle, at the latest). */
+    if (!e->jon) return 0;
+    pthread_mutex_lock(&e->mu);
+    int held = steps > e->jallow; /* the caller allows it later (mw_offload_journal_allow) */
+    if (held) {
+        e->jstep = steps;
+        e->jstate = 3;
+    }
+    pthread_mutex_unlock(&e->mu);
+    return held ? 0 : ofl_journal_write(e, steps);
 }
 
 int mw_offload_set_release(struct mw_offload *e, int grads, int staging)

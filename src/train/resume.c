@@ -202,6 +202,14 @@ int mw_trainer_journal_begin(struct mw_trainer *tr, const char *data_path)
     return err;
 }
 
+int mw_trainer_journal_allow(struct mw_trainer *tr)
+{
+    if (!tr->journal_data || !tr->opt || !tr->opt->eng)
+        return mw_error_set(-EINVAL, "no commit records to hold (mw_trainer_journal_begin first)");
+    mw_offload_journal_allow(tr->opt->eng, (uint64_t)tr->step);
+    return 0;
+}
+
 int mw_trainer_journal_end(struct mw_trainer *tr)
 {
     if (!tr->journal_data) return 0;
