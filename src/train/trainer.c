@@ -6,6 +6,7 @@
  * place would be a second read and write of 4 bytes/parameter, the kernel multiplies for free.
  */
 #include "memwall/train.h"
+#include "memwall/generate.h"
 #include "memwall/common.h"
 #include "memwall/trace.h"
 #include "memwall/plan.h"
@@ -398,36 +399,10 @@ int mw_trainer_eval(struct mw_trainer *tr, float *val_loss)
     return 0;
 }
 
-struct cand { float logit; int id; };
-
-static int cmp_cand(const void *a, const void *b)
-{
-    const struct cand *x = a, *y = b;
-    if (x->logit != y->logit) return x->logit < y->logit ? 1 : -1;
-    return x->id - y->id;
-}
-
-/* Draws one token from logits[0..V) with temperature and top-k. */
-static int32_t pick(const float *logits, int V, float temperature, int top_k, uint64_t *rng, struct cand *c)
-{
-    for (int i = 0; i < V; i++) c[i] = (struct cand){logits[i], i};
-    int k = V;
-    if (top_k > 0 && top_k < V) {
-        qsort(c, (size_t)V, sizeof *c, cmp_cand);
-        k = top_k;
-    }
-    float mx = c[0].logit;
-    for (int i = 1; i < k; i++) mx = c[i].logit > mx ? c[i].logit : mx;
-    double sum = 0;
-    for (int i = 0; i < k; i++) sum += exp(((double)c[i].logit - mx) / temperature);
-    double u = (double)mw_rng_f32(rng) * sum, acc = 0;
-    for (int i = 0; i < k; i++) {
-        acc += exp(((double)c[i].logit - mx) / temperature);
-        if (u < acc) return c[i].id;
-    }
-    return c[k - 1].id;
-}
-
+/* The end of a run's sample: the sampler of `memwall generate` (mw_gen_pick: temperature, top-k,
+ * the same seeded draw) over full forward passes through the residency interface, so that streamed
+ * weights are fetched unit by unit as for any pass (the family's KV cache reads resident weights),
+ * and a sequence longer than the context slides. */
 int mw_trainer_sample(struct mw_trainer *tr, const int32_t *prompt, int n_prompt, int n,
                       float temperature, int top_k, uint64_t seed, int32_t *out)
 {
@@ -435,10 +410,15 @@ int mw_trainer_sample(struct mw_trainer *tr, const int32_t *prompt, int n_prompt
         return mw_error_set(-EINVAL, "sampling needs a prompt of >= 1 token and a temperature > 0");
     const int V = tr->model.vocab, Vp = tr->model.padded_vocab;
     const int ctx = tr->model.opts.max_seq;
+    struct mw_gen_params gp;
+    mw_gen_params_default(&gp);
+    gp.temperature = temperature;
+    gp.top_k = top_k > 0 ? top_k : 0;
+    gp.seed = seed;
     int32_t *seq = malloc(((size_t)n_prompt + (size_t)n) * sizeof *seq);
-    struct cand *cand = malloc((size_t)V * sizeof *cand);
+    void *scratch = malloc(mw_gen_scratch_bytes(V));
     int err = 0;
-    if (!seq || !cand) { err = mw_error_set(-ENOMEM, "no memory for sampling"); goto out; }
+    if (!seq || !scratch) { err = mw_error_set(-ENOMEM, "no memory for sampling"); goto out; }
     memcpy(seq, prompt, (size_t)n_prompt * sizeof *seq);
     uint64_t rng = seed;
     int len = n_prompt;
@@ -447,12 +427,12 @@ int mw_trainer_sample(struct mw_trainer *tr, const int32_t *prompt, int n_prompt
         if ((err = pass_begin(tr, 0))) goto out;
         if ((err = mw_net_forward(&tr->model, seq + len - w, NULL, 1, w))) goto out;
         const float *lg = mw_net_logits(&tr->model) + (size_t)(w - 1) * (size_t)Vp;
-        seq[len] = pick(lg, V, temperature, top_k, &rng, cand);
+        seq[len] = mw_gen_pick(lg, V, &gp, &rng, scratch);
         out[i] = seq[len++];
     }
 out:
     free(seq);
-    free(cand);
+    free(scratch);
     return err;
 }
 
