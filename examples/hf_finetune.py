@@ -4,7 +4,9 @@
 "Whole-state offload").
 
 The loop is the ordinary transformers one (model(input_ids, labels=...).loss, backward, clip, step,
-an LR schedule); the lines that make it offloaded are marked OFFLOAD below. Each block of the model is
+an LR schedule); the lines that make it offloaded are marked OFFLOAD below. The model is never whole in
+DRAM: it is built on the meta device (no values), and offload(weights_from=DIR) reads the directory's
+safetensors a tensor at a time into memwall, unit by unit, straight to NVMe. Each block of the model is
 a unit that memwall fetches from NVMe a few units ahead of its use and drops after it; gradients go
 back to NVMe as backward finishes each block; the AdamW update runs behind the next forward pass.
 
@@ -71,7 +73,7 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
 
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM
     import memwall.torch as mt
 
     if a.threads:
@@ -90,21 +92,26 @@ def main():
         sys.exit(f"hf_finetune: {a.data} has {len(ids)} tokens, too few for --seq {a.seq}")
 
     t0 = time.time()
-    model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float32)
+    # OFFLOAD: the model's structure only (parameters on the meta device: no memory, no values); an
+    # ordinary run would call AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float32) here.
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(a.model), dtype=torch.float32)
     model.train()
     n = sum(p.numel() for p in model.parameters())
-    print(f"{a.model}: {model.config.model_type}, {n / 1e6:.1f} M parameters, loaded in {time.time() - t0:.1f} s; "
-          f"{len(ids)} tokens of text")
 
     nvme_dir = a.nvme_dir or tempfile.mkdtemp(prefix="hf_finetune-")
-    # OFFLOAD: the weights, gradients and optimizer state move into memwall (the model's own
-    # tensors are freed); decay on matrices only, as transformers' Trainer does.
-    off = mt.offload(model, nvme_dir=nvme_dir, weights=a.weights, dram_budget=a.dram_budget, prefetch=a.prefetch,
-                     grad_accum=a.grad_accum, threads=a.threads or None, no_decay=lambda name, p: p.dim() < 2)
+    # OFFLOAD: the weights, gradients and optimizer state live in memwall; the initial weights are read
+    # from the directory's safetensors unit by unit (weights_from); decay on matrices only, as
+    # transformers' Trainer does.
+    off = mt.offload(model, nvme_dir=nvme_dir, weights=a.weights, optimizer="nvme", dram_budget=a.dram_budget,
+                     prefetch=a.prefetch, grad_accum=a.grad_accum, threads=a.threads or None,
+                     no_decay=lambda name, p: p.dim() < 2, weights_from=a.model)
+    print(f"{a.model}: {model.config.model_type}, {n / 1e6:.1f} M parameters, loaded into memwall in "
+          f"{time.time() - t0:.1f} s (peak RSS {peak_rss_gib():.2f} GiB); {len(ids)} tokens of text")
     opt = off.optimizer(lr=a.lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)  # OFFLOAD: memwall's AdamW
     st = off.stats()
-    print(f"offload: {len(off.units)} units, weights {a.weights}, state in {nvme_dir}; planned DRAM peak "
-          f"{st['planned_dram_peak'] / (1 << 30):.2f} GiB (streamed weights)")
+    print(f"offload: {len(off.units)} units, weights {a.weights}, optimizer state on NVMe in {nvme_dir}"
+          + (f"; planned DRAM peak {st['planned_dram_peak'] / (1 << 30):.2f} GiB" if a.weights == "nvme" else ""))
 
     def lr_at(s):
         if s < a.warmup:

@@ -16,6 +16,13 @@ Why this shape:
   this one acquired. Gradients: one post-accumulate-grad hook per parameter counts the unit's
   parameters; when all are accumulated the unit is reported (grad_ready, decreasing unit order,
   after its weights are released, as the C trainer does).
+- A tied parameter (embedding and head) is one unit's; its later use (the head) runs through an alias
+  leaf over the same weights, so that autograd does not hold the head's vocabulary-sized gradient
+  through the whole backward pass and sum it out of place with the embedding's (_plan): the alias's
+  gradient is added into the session's array once the head's weights are released.
+- weights_from: a model built on the meta device gets placeholders for its parameters (no memory) and
+  its initial weights from a safetensors checkpoint, a tensor at a time in the session's init_unit
+  callback (_weights.py), so that it is never whole in DRAM.
 - The schedule is static, from the module structure (forward: unit 0, the blocks, the last unit,
   and unit 0 again for a tied head; backward: the reverse, without the embedding lookups, which
   need no weights) and every use is checked against it: a module that runs out of that order is
@@ -29,6 +36,7 @@ import warnings
 import torch
 
 from . import _lib
+from . import _weights
 
 __all__ = ["offload", "Offload", "OffloadAdamW", "clip_grad_norm_"]
 
@@ -160,7 +168,7 @@ class Offload:
 
     def __init__(self, model, *, weights="nvme", optimizer=None, nvme_dir=None, dram_budget=None, prefetch=2,
                  units=None, activations="dram", grad_accum=1, no_decay=None, subgroup_size=None,
-                 buffer_count=None, threads=None):
+                 buffer_count=None, threads=None, weights_from=None):
         if activations == "nvme":
             raise NotImplementedError("memwall.torch.offload: activations='nvme' (saved tensors on NVMe) is not "
                                       "implemented yet (a later item of issue 25); use activations='dram'")
@@ -185,20 +193,41 @@ class Offload:
         if nvme_dir is None and (weights == "nvme" or optimizer == "nvme"):
             raise ValueError("memwall.torch.offload: nvme_dir= is needed with weights or optimizer state on NVMe: the "
                              "directory of the state (created if missing; files removed at close)")
+        on_meta = [n for n, p in model.named_parameters() if p.is_meta]
+        if on_meta and weights_from is None:
+            raise ValueError(f"memwall.torch.offload: {len(on_meta)} parameters are on the meta device "
+                             f"({', '.join(on_meta[:3])}{', ...' if len(on_meta) > 3 else ''}): they have no values to "
+                             "start from; give weights_from=DIR (a Hugging Face directory: its safetensors are read "
+                             "into the session unit by unit, the model never whole in DRAM), or build the model on "
+                             "the CPU")
         self.model = model
         self.weights = weights
         self.grad_accum = grad_accum
         self.nvme_dir = None if nvme_dir is None else str(nvme_dir)
-        self._plan(model, units, no_decay)
-        self._open(weights, optimizer, dram_budget, prefetch, subgroup_size, buffer_count, threads)
+        self._source = None if weights_from is None else _weights.SafetensorsWeights(weights_from)
+        self._keys = {}
+        if self._source is not None or any(b.is_meta for b in model.buffers()):
+            # Before the parameters get their placeholders: the model's _init_weights may touch them (a no-op
+            # on the meta device). Small: rotary frequencies and the like.
+            self._made_buffers = _weights.materialise_buffers(model, self._source)
+        slots = _weights.meta_placeholders(model)
+        try:
+            self._plan(model, units, no_decay)
+            if self._source is not None:
+                self._bind()
+            self._open(weights, optimizer, dram_budget, prefetch, subgroup_size, buffer_count, threads)
+        except BaseException:
+            _weights.undo_placeholders(slots)  # the model as it was given (its buffers on the CPU now)
+            raise
         self._attach()
 
     # ------------------------------------------------------------------ the units and the schedule
 
     def _plan(self, model, units, no_decay):
-        names = {}
+        names, aliases = {}, {}
         for n, p in model.named_parameters(remove_duplicate=False):
             names.setdefault(id(p), n)
+            aliases.setdefault(id(p), []).append(n)
         mod_names = {id(m): (n or "(the model)") for n, m in model.named_modules()}
         groups = _default_units(model) if units is None else list(units)
         if not groups:
@@ -277,11 +306,29 @@ class Offload:
             first.backward = False
         self._runs = runs
         self._bwd_runs = [r for r in reversed(runs) if r.backward]
+        # A unit used again later in forward (a tied head): its parameters are used there through aliases
+        # (_attach), so that autograd does not sum the two uses' gradients itself. It would hold the
+        # head's gradient (vocabulary x width) in the AccumulateGrad node's input buffer from the head's
+        # backward to the embedding's, the whole backward pass, and add the embedding's to it out of place
+        # at the end: three arrays of the unit's size at once with the session's, the peak of the step for
+        # a large vocabulary. The alias's gradient is added into the session's array once the head's
+        # weights are released (_fold_alias); the embedding's is then accumulated in place: two at most.
+        seen_units = set()
+        for r in runs:
+            r.alias_slots = []
+            if r.unit in seen_units:
+                for s in r.sites:
+                    for sub in s.modules():
+                        for pname, q in sub._parameters.items():
+                            if q is not None and owner.get(id(q)) == r.unit:
+                                r.alias_slots.append((sub, pname, q))
+            seen_units.add(r.unit)
         self._site_run = {id(m): r for r in runs for m in r.sites}
         self._site_name = {id(m): mod_names[id(m)] for m, _ in sites}
         self._unit_params = unit_params
         self._unit_names = unit_names
         self._param_names = names
+        self._aliases = aliases
         self._params = [p for ps in unit_params for p in ps]
         self._param_unit = {id(p): u for u, ps in enumerate(unit_params) for p in ps}
         if no_decay is None:
@@ -294,6 +341,33 @@ class Offload:
             if unknown:
                 raise ValueError(f"memwall.torch.offload: no_decay names unknown parameters: {sorted(unknown)[:4]}")
             self._no_decay = {id(p) for p in self._params if names[id(p)] in want}
+
+    def _bind(self):
+        """Every parameter's tensor in the checkpoint (a tied one under any of its names), its shape and
+        type checked before anything is written."""
+        src = self._source
+        prefix = getattr(self.model, "base_model_prefix", "") or ""
+        missing = []
+        for p in self._params:
+            names = self._aliases[id(p)]
+            k = src.key_for(names, prefix)
+            if k is None:
+                missing.append(names[0])
+                continue
+            src.check(k, p.shape, names[0])
+            self._keys[id(p)] = k
+        if missing:
+            have = sorted(src.where)
+            raise ValueError(f"memwall.torch.offload: {len(missing)} parameters are not in weights_from='{src.path}' "
+                             f"({', '.join(missing[:4])}{', ...' if len(missing) > 4 else ''}); its "
+                             f"{len(have)} tensors are named like {', '.join(have[:3])}: the checkpoint is not of "
+                             "this model")
+        used = set(self._keys.values())
+        for n, _ in self.model.named_buffers(remove_duplicate=False):
+            k = src.key_for([n], prefix)
+            if k is not None:
+                used.add(k)
+        _weights.unexpected_keys(src, used)
 
     def _run_modules(self, run):
         return "+".join(self._site_name[id(m)] for m in run.sites)
@@ -321,6 +395,8 @@ class Offload:
                                                        for p in self._params])
         failure = []
 
+        src = self._source
+
         def init_unit(user, unit, dst, n):
             try:
                 flat = torch.frombuffer((ctypes.c_float * n).from_address(dst), dtype=torch.float32)
@@ -328,7 +404,10 @@ class Offload:
                 with torch.no_grad():
                     for p in self._unit_params[unit]:
                         k = p.numel()
-                        flat[off:off + k].copy_(p.detach().reshape(-1))
+                        if src is not None:  # a tensor at a time from the checkpoint, converted to fp32
+                            src.read_into(self._keys[id(p)], flat[off:off + k].view(p.shape))
+                        else:
+                            flat[off:off + k].copy_(p.detach().reshape(-1))
                         off += k
                 return 0
             except Exception as e:  # noqa: BLE001 - told after the C call returns
@@ -347,8 +426,9 @@ class Offload:
         if failure:
             if h.value:
                 L.mw_pysession_close(h)
-            raise RuntimeError(f"memwall.torch.offload: copying the model's weights into the session failed: "
-                               f"{failure[0]!r}") from failure[0]
+            what = "copying the model's weights into the session" if src is None else \
+                f"reading the initial weights from '{src.path}'"
+            raise RuntimeError(f"memwall.torch.offload: {what} failed: {failure[0]!r}") from failure[0]
         _lib.check(rc, "memwall.torch.offload: opening the session")
         sess.handle = h
         self._sess = sess
@@ -374,6 +454,8 @@ class Offload:
     def _attach(self):
         """p.data and p.grad become views of the session's arrays (the model's own storage goes), then the hooks."""
         self._views = []
+        self._gview = {}
+        self._wview = {}
         for u, ps in enumerate(self._unit_params):
             off = self._ranges[u][0]
             for p in ps:
@@ -383,7 +465,24 @@ class Offload:
                 p.data = w
                 p.grad = g
                 self._views.append((p, w.data_ptr(), g))
+                self._gview[id(p)] = g
+                self._wview[id(p)] = w
                 off += k
+        # The aliases of the later uses of a unit (see _plan): leaves over the same weights, their
+        # gradient taken by _on_alias_grad.
+        self._swapped = []          # (module, name, param) slots holding an alias now
+        self._alias_pending = []    # (unit, param, gradient) not yet added into the session's array
+        alias_hooks = []
+        for r in self._runs:
+            r.aliases = []
+            made = {}
+            for sub, pname, q in r.alias_slots:
+                a = made.get(id(q))
+                if a is None:
+                    a = made[id(q)] = torch.nn.Parameter(self._wview[id(q)], requires_grad=True)
+                    a._memwall_alias_of = (r.unit, q)
+                    alias_hooks.append(a.register_post_accumulate_grad_hook(self._on_alias_grad))
+                r.aliases.append((sub, pname, q, a))
         self._closed = False
         self._broken = None
         self._gen = 0               # training forward passes
@@ -418,7 +517,7 @@ class Offload:
         for x in with_params:
             hooks.append(x.register_load_state_dict_pre_hook(_plain(self._load_pre)))
         hooks.append(m.register_load_state_dict_post_hook(_plain(self._load_post)))
-        self._hooks = hooks
+        self._hooks = hooks + alias_hooks
         for p in self._params:
             p._memwall_offload = weakref.ref(self)
         m._memwall_offload = self
@@ -463,6 +562,8 @@ class Offload:
             if self._in_bwd:
                 raise RuntimeError("memwall.torch.offload: a forward pass of the model inside its backward pass "
                                    "(activation checkpointing, a closure in a hook) is not supported yet")
+            self._unswap()
+            self._alias_pending = []  # a forward whose backward never ran: its aliases' gradients go
             if self._open_run is not None:  # an earlier forward raised halfway: its unit is let go
                 r = self._open_run[0]
                 self._open_run = None
@@ -522,8 +623,18 @@ class Offload:
                                         f"position {self._fpos})")
             self._unit(_lib.UNIT_ACQUIRE, r.unit, 0, name)
             self._open_run = (r, set(), [])
+            if r.aliases and torch.is_grad_enabled():
+                for sub, pname, q, a in r.aliases:
+                    sub._parameters[pname] = a
+                    self._swapped.append((sub, pname, q))
         except Exception as e:
             raise self._fail(e)
+
+    def _unswap(self):
+        """The modules of a later use of a unit get their parameters back (see _plan)."""
+        sw, self._swapped = self._swapped, []
+        for sub, pname, q in sw:
+            sub._parameters[pname] = q
 
     def _site_post(self, module, args, output):
         try:
@@ -539,6 +650,7 @@ class Offload:
                 return
             self._open_run = None
             self._fpos += 1
+            self._unswap()
             self._unit(_lib.UNIT_RELEASE, r.unit, 0, self._run_modules(r))
             tok = _Token(r, self._gen)
             for t in outs:
@@ -598,8 +710,42 @@ class Offload:
             return
         self._held = None
         self._unit(_lib.UNIT_RELEASE, r.unit, 1, self._run_modules(r))
+        self._fold(r.unit)
         if self._done[r.unit] and r.unit < self._mark:
             self._report(r.unit)
+
+    def _on_alias_grad(self, a):
+        """The gradient of a later use of a unit's parameter (a tied head), through its alias: kept until
+        the unit's weights are released, then added into the session's array (_fold)."""
+        try:
+            if self._broken:
+                return
+            self._begin_backward()
+            u, q = a._memwall_alias_of
+            g, a.grad = a.grad, None
+            if g is None:
+                return
+            if u >= self._mark:
+                self._report(u)  # raises: its unit was reported already
+            self._alias_pending.append((u, q, g))
+            if self._held is None or self._held.unit != u:
+                self._fold(u)
+        except Exception as e:
+            raise self._fail(e)
+
+    def _fold(self, u):
+        """Adds the aliases' gradients of unit u into the session's array (in place: the array holds the
+        micro-batches before, and zeros at the first)."""
+        if not self._alias_pending:
+            return
+        keep = []
+        for v, q, g in self._alias_pending:
+            if v == u:
+                with torch.no_grad():
+                    self._gview[id(q)].add_(g)
+            else:
+                keep.append((v, q, g))
+        self._alias_pending = keep
 
     def _report(self, u):
         """grad_ready(u), after the units above it (in decreasing order; a unit whose parameters had no
@@ -610,6 +756,7 @@ class Offload:
                                "run the units in reverse forward order (name the units so that it does)")
         L = _lib.lib()
         for v in range(self._mark - 1, u - 1, -1):
+            self._fold(v)
             self._call(f"grad_ready({self._unit_names[v]})", L.mw_pysession_grad_ready(self._h, v))
         self._mark = u
 
@@ -857,6 +1004,10 @@ class Offload:
             except Exception as e:
                 raise RuntimeError(f"memwall.torch.offload: close(): reading the weights back failed ({e}); "
                                    "close(restore=False) ends the offload without them") from e
+        self._unswap()
+        self._alias_pending = []
+        for r in self._runs:
+            r.aliases = []  # they view the session's array
         for h in self._hooks:
             h.remove()
         self._hooks = []
@@ -923,9 +1074,19 @@ class OffloadAdamW(torch.optim.Optimizer):
 
 
 def offload(model, nvme_dir=None, dram_budget=None, prefetch=2, units=None, activations="dram", *, weights="nvme",
-            optimizer=None, grad_accum=1, no_decay=None, subgroup_size=None, buffer_count=None, threads=None):
-    """Moves the whole training state of `model` (fp32 CPU parameters) into a memwall session and
-    returns the handle (Offload): off.optimizer(lr=...) is its AdamW.
+            optimizer=None, grad_accum=1, no_decay=None, subgroup_size=None, buffer_count=None, threads=None,
+            weights_from=None):
+    """Moves the whole training state of `model` (fp32 CPU parameters, or fp32 parameters on the meta
+    device with weights_from) into a memwall session and returns the handle (Offload):
+    off.optimizer(lr=...) is its AdamW.
+
+    weights_from: None (the model's own values are the initial weights), or a Hugging Face checkpoint (a
+                  directory with model.safetensors or model.safetensors.index.json, a .safetensors file or
+                  an index file): each unit's initial weights are read from it a tensor at a time (fp32,
+                  bf16, fp16 files, converted to fp32) when the session asks for them, so that a model built
+                  on the meta device (`with torch.device("meta"): AutoModelForCausalLM.from_config(cfg)`)
+                  is never whole in DRAM; its buffers (rotary inv_freq, ...) are made on the CPU
+                  (persistent ones from the checkpoint, the others by the model's _init_weights)
 
     weights:      "nvme" (streamed: a unit is fetched `prefetch` units ahead of its use and dropped after
                   it; gradients are written to NVMe as they finish) or "dram" (resident)
@@ -940,7 +1101,7 @@ def offload(model, nvme_dir=None, dram_budget=None, prefetch=2, units=None, acti
     """
     return Offload(model, weights=weights, optimizer=optimizer, nvme_dir=nvme_dir, dram_budget=dram_budget,
                    prefetch=prefetch, units=units, activations=activations, grad_accum=grad_accum, no_decay=no_decay,
-                   subgroup_size=subgroup_size, buffer_count=buffer_count, threads=threads)
+                   subgroup_size=subgroup_size, buffer_count=buffer_count, threads=threads, weights_from=weights_from)
 
 
 def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False, foreach=None):

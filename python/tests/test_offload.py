@@ -15,6 +15,10 @@ gradients as views of its arrays, the session's AdamW), docs/python.md "Whole-st
   skipped, a DRAM budget below the plan (up front, with the numbers, the model untouched),
   activations="nvme", backward passes that do not match grad_accum, units that miss parameters,
   torch's clip_grad_norm_ on streamed gradients (they are on NVMe by then).
+- A model built on the meta device with weights_from=DIR (fp32, bf16, fp16, sharded checkpoints): the
+  logits, buffers (rotary inv_freq), losses and trained weights bitwise those of from_pretrained(DIR)
+  offloaded the same way, each tensor read once; its refusals. The tied head's alias. The example
+  examples/hf_finetune.py runs.
 """
 import math
 
@@ -23,6 +27,7 @@ import torch
 
 import memwall
 import memwall.torch as mt
+from memwall._weights import SafetensorsWeights
 
 transformers = pytest.importorskip("transformers")
 
@@ -271,3 +276,209 @@ def test_torch_clip_refused_when_streamed(tmp_path):
     torch.nn.utils.clip_grad_norm_(m.parameters(), 1e-3)
     opt.step()
     off.close()
+
+
+# ---------------------------------------------------------------- a model built on the meta device
+
+def meta_model(path):
+    """The model of a checkpoint directory with no values anywhere: its parameters and buffers on the meta device."""
+    cfg = transformers.AutoConfig.from_pretrained(path)
+    with torch.device("meta"):
+        return transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+
+
+def save_dir(kind, tmp_path, dtype, shard):
+    m = make(kind)
+    if kind == "llama":  # llama3 rope scaling: inv_freq is computed by a rope function, not the default one
+        m.config.rope_parameters = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+                                    "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                    "original_max_position_embeddings": 16}
+    path = tmp_path / f"{kind}-{str(dtype)[6:]}"
+    m.to(dtype).save_pretrained(path, **({"max_shard_size": "20KB"} if shard else {}))
+    return path
+
+
+@pytest.mark.parametrize("kind,dtype,shard", [("llama", torch.bfloat16, False), ("qwen2", torch.float32, True),
+                                              ("gpt2", torch.float16, False)])
+def test_meta_model_weights_from(kind, dtype, shard, tmp_path, monkeypatch):
+    """offload(meta model, weights_from=DIR) == offload(from_pretrained(DIR)), bitwise: the logits before
+    training (also against the ordinary model), 3 steps of losses, the trained weights; the buffers
+    (rotary inv_freq) as from_pretrained computes them; tied weights read once; never whole in DRAM."""
+    path = save_dir(kind, tmp_path, dtype, shard)
+    assert (path / "model.safetensors.index.json").exists() == shard
+    x = batches(1, seed=3)[0]
+    ref = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    with torch.no_grad():
+        want = ref.eval()(input_ids=x).logits
+    ref_bufs = {k: v.clone() for k, v in ref.named_buffers()}
+    reads = {}
+    orig = SafetensorsWeights.read_into
+
+    def counting(self, key, dst):
+        reads[key] = reads.get(key, 0) + 1
+        return orig(self, key, dst)
+
+    monkeypatch.setattr(SafetensorsWeights, "read_into", counting)
+    runs = {}
+    for how in ("from_pretrained", "meta"):
+        for weights in ("nvme", "dram"):
+            reads.clear()
+            if how == "meta":
+                m = meta_model(path)
+                assert all(p.is_meta for p in m.parameters())
+                off = mt.offload(m, nvme_dir=tmp_path / f"{how}-{weights}", weights=weights, weights_from=path,
+                                 prefetch=1, subgroup_size=4096, threads=1)
+                assert len(reads) == len(list(m.parameters())) and set(reads.values()) == {1}, reads  # tied: once
+                assert all(not p.is_meta for p in m.parameters()) and not any(b.is_meta for b in m.buffers())
+                for k, v in m.named_buffers():
+                    assert torch.equal(v, ref_bufs[k]), k
+            else:
+                m = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+                off = mt.offload(m, nvme_dir=tmp_path / f"{how}-{weights}", weights=weights, prefetch=1,
+                                 subgroup_size=4096, threads=1)
+                assert not reads
+            if kind != "qwen2":
+                assert m.lm_head.weight is m.get_input_embeddings().weight
+            m.eval()
+            with torch.no_grad():
+                logits = m(input_ids=x).logits
+            m.train()
+            opt = off.optimizer(lr=LR, betas=BETAS, eps=EPS, weight_decay=WD)
+            losses = []
+            for xb in batches(1, seed=4) * 3:  # one batch thrice: the loss falls
+                loss = m(input_ids=xb, labels=xb).loss
+                loss.backward()
+                losses.append(loss.item())
+                opt.step()
+            trained = {k: v.clone() for k, v in m.state_dict().items()}
+            st = off.stats()
+            if weights == "nvme":
+                assert 0 < st["weights_resident_peak"] < 4 * st["n_params"], st
+            off.close(restore=False)
+            runs[how, weights] = (logits, losses, trained)
+    base = runs["from_pretrained", "nvme"]
+    assert torch.equal(base[0], want)
+    assert base[1][-1] < base[1][0]
+    for key, (logits, losses, trained) in runs.items():
+        assert torch.equal(logits, want), f"{key}: logits differ from from_pretrained's"
+        assert losses == base[1], f"{key}: losses {losses} != {base[1]}"
+        assert trained.keys() == base[2].keys()
+        for k in trained:
+            assert torch.equal(bits(trained[k]), bits(base[2][k])), f"{key}: {k}"
+
+
+def test_meta_model_refusals(tmp_path):
+    path = save_dir("qwen2", tmp_path, torch.bfloat16, False)
+    m = meta_model(path)
+    with pytest.raises(ValueError, match=r"parameters are on the meta device .*weights_from=DIR"):
+        mt.offload(m, nvme_dir=tmp_path / "a")
+    assert all(p.is_meta for p in m.parameters())
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        mt.offload(m, nvme_dir=tmp_path / "a", weights_from=tmp_path / "nowhere")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="neither model.safetensors nor model.safetensors.index.json"):
+        mt.offload(m, nvme_dir=tmp_path / "a", weights_from=tmp_path / "empty")
+    # A checkpoint of another configuration: refused before anything is written, the model as it was.
+    other = make("qwen2", layers=2)
+    other.save_pretrained(tmp_path / "other")
+    with pytest.raises(ValueError, match=r"2 parameters are not in weights_from|not in weights_from"):
+        mt.offload(m, nvme_dir=tmp_path / "a", weights_from=tmp_path / "other")
+    assert all(p.is_meta for p in m.parameters())
+    wide = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=256, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=2, tie_word_embeddings=False, use_sliding_window=False))
+    wide.save_pretrained(tmp_path / "wide")
+    with pytest.raises(ValueError, match=r"is \[128, 64\] in the model but .* is \[256, 64\]"):
+        mt.offload(m, nvme_dir=tmp_path / "a", weights_from=tmp_path / "wide")
+    assert all(p.is_meta for p in m.parameters())
+    # A budget too small: refused up front, the parameters back on the meta device.
+    with pytest.raises(memwall.MemwallError, match="DRAM budget"):
+        mt.offload(m, nvme_dir=tmp_path / "a", weights_from=path, dram_budget=1 << 20)
+    assert all(p.is_meta for p in m.parameters())
+    # An extra tensor in the checkpoint: warned about, not silently dropped.
+    from safetensors.torch import load_file, save_file
+    sd = load_file(path / "model.safetensors")
+    sd["stray.weight"] = torch.zeros(3)
+    (tmp_path / "extra").mkdir()
+    save_file(sd, tmp_path / "extra" / "model.safetensors", metadata={"format": "pt"})
+    with pytest.warns(RuntimeWarning, match=r"1 tensors of .* match no parameter or buffer .*stray\.weight"):
+        off = mt.offload(m, nvme_dir=tmp_path / "a", weights_from=tmp_path / "extra", threads=1)
+    off.close(restore=False)
+
+
+def test_tied_head_alias(tmp_path):
+    """A tied head uses its unit's weights through an alias: autograd gives the embedding's parameter the
+    lookup's gradient only (it does not hold the head's, vocabulary x width, through the whole backward
+    to sum it), the offload adds the head's in, and p.grad is torch's sum. The model's parameters are its
+    own again after the head's forward, and after a forward that raised inside the head."""
+    ref = make("llama")
+    x = batches(1)[0]
+    ref(input_ids=x, labels=x).loss.backward()
+    want = ref.model.embed_tokens.weight.grad.clone()
+    m = make("llama")
+    W = m.model.embed_tokens.weight
+    off = mt.offload(m, nvme_dir=tmp_path, weights="dram", threads=1)
+    in_head, arrived = [], []
+    h = m.lm_head.register_forward_pre_hook(lambda mod, args: in_head.append(mod.weight is W))
+    W.register_hook(lambda g: arrived.append(g.clone()))
+    m(input_ids=x, labels=x).loss.backward()
+    assert in_head == [False] and m.lm_head.weight is W
+    assert len(arrived) == 1 and not torch.allclose(arrived[0], want)  # the lookup's part only
+    torch.testing.assert_close(W.grad, want, rtol=1e-5, atol=1e-7)
+    opt = off.optimizer(lr=1e-3)
+    opt.step()
+    h.remove()
+
+    def boom(mod, args):
+        raise ValueError("boom")
+
+    h = m.lm_head.register_forward_pre_hook(boom)
+    with pytest.raises(ValueError, match="boom"):
+        m(input_ids=x, labels=x)
+    assert m.lm_head.weight is not W  # the alias, until the next forward or close()
+    h.remove()
+    m(input_ids=x, labels=x).loss.backward()  # the next forward puts the parameter back first
+    assert m.lm_head.weight is W
+    opt.step()
+    h = m.lm_head.register_forward_pre_hook(boom)
+    with pytest.raises(ValueError, match="boom"):
+        m(input_ids=x, labels=x)
+    off.close()  # and close() does
+    assert m.lm_head.weight is W and not any(hasattr(p, "_memwall_alias_of") for p in m.parameters())
+    h.remove()
+    m(input_ids=x, labels=x).loss.backward()  # an ordinary model again
+
+
+def test_hf_finetune_example(tmp_path):
+    """examples/hf_finetune.py runs (the model on the meta device, weights_from its directory), streamed,
+    and its saved model loads in transformers."""
+    pytest.importorskip("tokenizers")
+    import os
+    import subprocess
+    import sys
+    root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+    model = tmp_path / "tiny"
+    text = tmp_path / "text.txt"
+    with open(os.path.join(root, "data", "kjv_excerpt.txt"), encoding="utf-8") as f:
+        text.write_text(f.read(60000), encoding="utf-8")
+    torch.manual_seed(0)  # a directory as scripts/make_hf_model.py writes it: bf16 weights, a byte-level BPE
+    transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, tie_word_embeddings=True)).to(torch.bfloat16).save_pretrained(model)
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train([str(text)], trainers.BpeTrainer(vocab_size=512, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                               show_progress=False))
+    tok.save(str(model / "tokenizer.json"))
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    r = subprocess.run([sys.executable, os.path.join(root, "examples", "hf_finetune.py"), "--model", str(model),
+                        "--data", str(text), "--steps", "2", "--seq", "32", "--grad-accum", "2", "--threads", "1", "--nvme-dir",
+                        str(tmp_path / "nvme"), "--save", str(tmp_path / "tuned")], capture_output=True, text=True,
+                       env=env)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "step    2  loss" in r.stdout and "loaded into memwall" in r.stdout
+    tuned = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "tuned", dtype=torch.float32)
+    start = transformers.AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
+    assert not torch.equal(tuned.model.embed_tokens.weight, start.model.embed_tokens.weight)
