@@ -51,4 +51,4 @@ bench: deps
 	bash bench/run_all.sh $(BUILD)/memwall
 
 clean:
-	rm -rf build build-asan build-clang build-fuzz
+	rm -rf build build-asan build-clang build-fuzz build-cuda build-gpu

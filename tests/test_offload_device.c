@@ -1,15 +1,19 @@
 /*
- * test_offload_device.c — the device table (src/offload/device.h) driven directly, on the
- * emulated accelerator: the checks a CUDA device must pass too.
+ * test_offload_device.c — the device table (src/offload/device.h) driven directly, once per
+ * device: the emulated accelerator, the CUDA device, and the CUDA device's kernel code run on
+ * the host (its arithmetic checked where there is no GPU).
+ * CTest variants: emu cuda cuda_host
  *
  *  - registry: the default device, lookup by name, an unknown name refused naming the others;
  *  - memory: a device buffer counted on the device tier, copies outside it refused at once;
  *  - AdamW on a region: every state format (fp32, bf16, bf16 with stochastic rounding, 8-bit
- *    moments) with and without a bf16/fp16 weight copy, sizes that no SIMD width divides,
- *    three steps each, state copied in on IN, updated on COMPUTE after an event, copied out on
- *    OUT after another: element by element (bitwise) the CPU kernel's results;
+ *    moments) with and without a bf16/fp16 weight copy, sizes that no SIMD width, warp or CUDA
+ *    block divides, three steps each, state copied in on IN, updated on COMPUTE after an event,
+ *    copied out on OUT after another: element by element (bitwise) the CPU kernel's results;
  *  - decay runs (a tensor without decay inside the region; with 8-bit moments a block that
- *    straddles the boundary): bitwise ofl_update on the CPU;
+ *    straddles the boundary): bitwise ofl_update on the CPU; and a region of ninety runs of
+ *    mixed decay and per-tensor steps (some not stepped), more pieces and straddling blocks than
+ *    one CUDA launch takes;
  *  - events: never recorded = complete, query/wait after work, completion times in queue order;
  *  - errors arrive late: a kernel that fails (an 8-bit region off its block) fails the event
  *    recorded after it on its queue, with the kernel's message, not the queue that waited for
@@ -17,16 +21,26 @@
  *  - a host callback runs after the work before it, and may query events and queue work;
  *  - the engine's side (device.c): twenty jobs submitted at once (more than the device takes, so
  *    jobs wait, slots and event sets are reused), two steps, fp32 and 8-bit moments with a bf16 weight
- *    copy: the CPU's results, the bytes moved, the times in order; a job the device cannot
+ *    copy, some jobs with a tensor not stepped (its weight copy stays the host's): the CPU's
+ *    results, the bytes moved, the times in order; a job the device cannot
  *    queue breaks it for good: that job and the later ones fail, each handed back once.
+ * Variant cuda skips (77) when the CUDA device does not open (a build without CUDA, no GPU, no
+ * driver), printing why; cuda_host runs the AdamW checks (formats, runs, the refused region)
+ * through ofl_cuda_adamw_host, and skips only in a build without CUDA.
  */
 #include "memwall/common.h"
 #include "memwall/optim.h"
 #include "memwall/tier.h"
+#include "offload/device_cuda.h"
 #include "offload/internal.h"
 #include "testutil.h"
 
 #include <errno.h>
+
+/* The variant: the device's registry name (NULL: its kernels on the host) and the words its
+ * messages start with. */
+static const char *g_dev = "emu";
+static const char *g_label = "emulated accelerator";
 
 /* Host arrays of one region, and where each sits in the device buffer. */
 struct region {
@@ -101,13 +115,30 @@ struct dev {
     struct ofl_dev_event *ev_in, *ev_k, *ev_out;
 };
 
-/* One step on the device: copies in, AdamW after them, copies out after it. 0 or the error. */
+/* A device buffer for a region (variant cuda_host: none needed). */
+static void buf_alloc(struct dev *d, size_t bytes, const char *label, struct mw_buf *b)
+{
+    memset(b, 0, sizeof *b);
+    if (d->dv) REQUIRE(d->dv->alloc(d->ctx, bytes, MW_KIND_STAGING, label, b) == 0);
+}
+
+static void buf_free(struct dev *d, struct mw_buf *b)
+{
+    if (d->dv) d->dv->free(d->ctx, b);
+}
+
+/* One step on the device: copies in, AdamW after them, copies out after it. 0 or the error.
+ * Variant cuda_host (no device): the CUDA device's AdamW run on the host, in place. */
 static int dev_step(struct dev *d, struct mw_buf *buf, struct region *g, const struct mw_adamw_hp *hp,
                     size_t offset, const struct ofl_run *runs, uint32_t nruns)
 {
+    if (!d->dv) {
+        struct ofl_dev_adamw op = {g->fmt, *hp, region_slice(g, NULL, offset), runs, nruns, 7};
+        return ofl_cuda_adamw_host(&op);
+    }
     const struct ofl_device_iface *dv = d->dv;
-    for (int r = 0; r < R_N; r++)
-        if (g->bytes[r] && r != R_W) CHECK(dv->copy_in(d->ctx, OFL_DEVQ_IN, buf, g->off[r], g->a[r], g->bytes[r]) == 0);
+    for (int r = 0; r < R_N; r++) /* the weight copy too: a run not stepped keeps it as it was */
+        if (g->bytes[r]) CHECK(dv->copy_in(d->ctx, OFL_DEVQ_IN, buf, g->off[r], g->a[r], g->bytes[r]) == 0);
     CHECK(dv->record(d->ctx, OFL_DEVQ_IN, d->ev_in) == 0);
     struct ofl_dev_adamw op = {g->fmt, *hp, region_slice(g, buf->ptr, offset), runs, nruns, 7};
     CHECK(dv->wait_event(d->ctx, OFL_DEVQ_COMPUTE, d->ev_in) == 0);
@@ -146,7 +177,8 @@ static void test_formats(struct dev *d)
 {
     static const enum mw_optim_dtype moments[] = {MW_OPTIM_F32, MW_OPTIM_BF16, MW_OPTIM_BF16_SR, MW_OPTIM_Q8};
     static const enum mw_optim_dtype wout[] = {MW_OPTIM_NONE, MW_OPTIM_BF16, MW_OPTIM_F16};
-    static const size_t sizes[] = {1, 7, 17, 31, 1003, 3 * 256 + 5, 16384 + 37};
+    /* none a multiple of 8 or 16 (SIMD), 32 (a warp) or 256 (a CUDA block, an 8-bit block) */
+    static const size_t sizes[] = {1, 7, 17, 31, 33, 1003, 3 * 256 + 5, 16384 + 37};
     int cases = 0;
     for (size_t mi = 0; mi < sizeof moments / sizeof *moments; mi++)
         for (size_t wi = 0; wi < sizeof wout / sizeof *wout; wi++)
@@ -157,7 +189,7 @@ static void test_formats(struct dev *d)
                 region_init(&dev, fmt, n, 1000 + mi * 100 + wi * 10 + si);
                 region_copy(&cpu, &dev);
                 struct mw_buf buf;
-                REQUIRE(d->dv->alloc(d->ctx, region_total(&dev), MW_KIND_STAGING, "test region", &buf) == 0);
+                buf_alloc(d, region_total(&dev), "test region", &buf);
                 char what[96];
                 snprintf(what, sizeof what, "moments %s, weights %s, n %zu", mw_optim_dtype_name(fmt.moments),
                          mw_optim_dtype_name(fmt.weights_out), n);
@@ -172,12 +204,12 @@ static void test_formats(struct dev *d)
                     for (size_t i = 0; i < n; i++) ((float *)dev.a[R_GRAD])[i] *= -0.75f; /* new gradients */
                     memcpy(cpu.a[R_GRAD], dev.a[R_GRAD], 4 * n);
                 }
-                d->dv->free(d->ctx, &buf);
+                buf_free(d, &buf);
                 region_free(&dev);
                 region_free(&cpu);
                 cases++;
             }
-    CHECK_EQ_INT(cases, 4 * 3 * 7);
+    CHECK_EQ_INT(cases, 4 * 3 * 8);
 }
 
 /* Runs of equal decay inside the region: the device against ofl_update on the CPU. */
@@ -194,7 +226,7 @@ static void test_runs(struct dev *d)
         region_init(&dev, fmt, n, 77 + mi);
         region_copy(&cpu, &dev);
         struct mw_buf buf;
-        REQUIRE(d->dv->alloc(d->ctx, region_total(&dev), MW_KIND_STAGING, "test runs", &buf) == 0);
+        buf_alloc(d, region_total(&dev), "test runs", &buf);
         for (int step = 1; step <= 2; step++) {
             struct mw_adamw_hp hp = hp_of(step);
             CHECK_MSG(dev_step(d, &buf, &dev, &hp, 256, runs, 3) == 0, "%s", mw_error_msg());
@@ -203,10 +235,76 @@ static void test_runs(struct dev *d)
             CHECK(ofl_update(&fmt, &hp, &s, runs, 3, &ex) == 0);
             CHECK(regions_equal(&dev, &cpu, mw_optim_dtype_name(fmt.moments), step));
         }
-        d->dv->free(d->ctx, &buf);
+        buf_free(d, &buf);
         region_free(&dev);
         region_free(&cpu);
     }
+}
+
+/* Ninety runs of mixed decay and steps (lag 0, 1, 2 or not stepped) in a region of 40 8-bit
+ * blocks and a ragged end: more pieces and straddling blocks than one CUDA launch takes
+ * (device_cuda.h). With 8-bit moments the step changes only where a run starts a block (the
+ * runs of one block share it, as mw_offload_set_tensor_steps requires). */
+static void test_many_runs(struct dev *d)
+{
+    static const enum mw_optim_dtype moments[] = {MW_OPTIM_F32, MW_OPTIM_BF16_SR, MW_OPTIM_Q8};
+    enum { NR = 90 };
+    const size_t n = 40 * 256 + 77;
+    for (size_t mi = 0; mi < sizeof moments / sizeof *moments; mi++) {
+        struct mw_optim_format fmt = {MW_OPTIM_F32, moments[mi], MW_OPTIM_F16};
+        int q8 = fmt.moments == MW_OPTIM_Q8;
+        uint64_t seed = 4242 + mi;
+        size_t cut[NR + 1];
+        cut[0] = 0;
+        cut[NR] = n;
+        for (int i = 1; i < NR; i++) { /* increasing, every eighth on a block boundary */
+            size_t lo = cut[i - 1] + 1, span = (n - lo) / (size_t)(NR - i + 1);
+            cut[i] = lo + (size_t)((tu_randf(&seed) + 1.0f) * 0.5f * (float)span);
+            if (i % 8 == 0) cut[i] = (cut[i] + 255) / 256 * 256;
+            if (cut[i] <= cut[i - 1] || cut[i] + (size_t)(NR - i) > n) cut[i] = cut[i - 1] + 1; /* room for the rest */
+        }
+        struct ofl_run runs[NR];
+        int64_t lag = 0;
+        for (int i = 0; i < NR; i++) {
+            if (!q8 || cut[i] % 256 == 0) {
+                int r = (int)((tu_randf(&seed) + 1.0f) * 2.0f); /* 0..3 */
+                lag = r == 3 ? OFL_LAG_SKIP : r;
+            }
+            runs[i] = (struct ofl_run){cut[i], cut[i + 1] - cut[i], tu_randf(&seed) > -0.2f, lag};
+        }
+        struct region dev, cpu;
+        region_init(&dev, fmt, n, 91 + mi);
+        region_copy(&cpu, &dev);
+        struct mw_buf buf;
+        buf_alloc(d, region_total(&dev), "test many runs", &buf);
+        for (int step = 3; step <= 4; step++) {
+            struct mw_adamw_hp hp = hp_of(step);
+            CHECK_MSG(dev_step(d, &buf, &dev, &hp, 1024, runs, NR) == 0, "%s", mw_error_msg());
+            struct mw_optim_slice s = region_slice(&cpu, NULL, 1024);
+            struct mw_optim_exec ex = {1, MW_SIMD_AUTO, 0};
+            CHECK(ofl_update(&fmt, &hp, &s, runs, NR, &ex) == 0);
+            CHECK(regions_equal(&dev, &cpu, "many runs", step));
+        }
+        buf_free(d, &buf);
+        region_free(&dev);
+        region_free(&cpu);
+    }
+}
+
+/* Variant cuda_host: the refused region (an 8-bit region off its block) is refused the same way. */
+static void test_errors_host(struct dev *d)
+{
+    struct mw_optim_format fmt = {MW_OPTIM_F32, MW_OPTIM_Q8, MW_OPTIM_NONE};
+    struct region g;
+    region_init(&g, fmt, 600, 5);
+    struct mw_adamw_hp hp = hp_of(1);
+    struct ofl_run all = {0, g.n, 1, 0};
+    CHECK_EQ_INT(dev_step(d, NULL, &g, &hp, 100, &all, 1), -EINVAL);
+    CHECK_MSG(strstr(mw_error_msg(), g_label) && strstr(mw_error_msg(), "multiple"), "%s", mw_error_msg());
+    hp.step = 0;
+    CHECK_EQ_INT(dev_step(d, NULL, &g, &hp, 512, &all, 1), -EINVAL);
+    CHECK_MSG(strstr(mw_error_msg(), "step 0 < 1") != NULL, "%s", mw_error_msg());
+    region_free(&g);
 }
 
 /* Late errors: they travel through events, stick until synchronize, and then go. */
@@ -226,7 +324,7 @@ static void test_errors(struct dev *d)
     struct ofl_run all = {0, g.n, 1, 0};
     int rc = dev_step(d, &buf, &g, &hp, 100, &all, 1);
     CHECK_EQ_INT(rc, -EINVAL);
-    CHECK_MSG(strstr(mw_error_msg(), "emulated accelerator") != NULL, "%s", mw_error_msg());
+    CHECK_MSG(strstr(mw_error_msg(), g_label) != NULL, "%s", mw_error_msg());
     CHECK_EQ_INT(dv->event_query(d->ctx, d->ev_k), -EINVAL); /* recorded after the kernel, on its queue */
     CHECK_EQ_INT(dv->event_query(d->ctx, d->ev_out), 1);      /* a wait does not pass errors on */
     CHECK_EQ_INT(dv->synchronize(d->ctx), 0);                 /* the record took it */
@@ -236,7 +334,7 @@ static void test_errors(struct dev *d)
     struct ofl_dev_adamw op = {g.fmt, hp, region_slice(&g, buf.ptr, 100), &all, 1, 7};
     CHECK(dv->adamw(d->ctx, OFL_DEVQ_COMPUTE, &op) == 0);
     CHECK_EQ_INT(dv->synchronize(d->ctx), -EINVAL);
-    CHECK_MSG(strstr(mw_error_msg(), "emulated accelerator") != NULL, "%s", mw_error_msg());
+    CHECK_MSG(strstr(mw_error_msg(), g_label) != NULL, "%s", mw_error_msg());
     CHECK_EQ_INT(dv->synchronize(d->ctx), 0);
     dv->free(d->ctx, &buf);
     region_free(&g);
@@ -299,7 +397,7 @@ static void test_runner(struct mw_tier *tier, enum mw_offload_mfmt mf)
     struct ofl_dev *d = NULL;
     CHECK_EQ_INT(ofl_dev_init(&d, "no-such-device", tier, 1 << 20, &cfg, NULL), -EINVAL);
     CHECK(d == NULL && strstr(mw_error_msg(), "emu") != NULL);
-    REQUIRE(ofl_dev_init(&d, "emu", tier, ofl_dev_job_bytes(&cfg, 1400), &cfg, NULL) == 0);
+    REQUIRE(ofl_dev_init(&d, g_dev, tier, ofl_dev_job_bytes(&cfg, 1400), &cfg, NULL) == 0);
     struct region dev[NJOBS], cpu[NJOBS];
     struct ofl_devjob jobs[NJOBS];
     struct ofl_run runs[NJOBS][2]; /* decay, then none from element 500 */
@@ -309,6 +407,7 @@ static void test_runner(struct mw_tier *tier, enum mw_offload_mfmt mf)
         region_copy(&cpu[i], &dev[i]);
         runs[i][0] = (struct ofl_run){0, 500, 1, 0};
         runs[i][1] = (struct ofl_run){500, dev[i].n - 500, 0, 0};
+        if (mf == MW_OFFLOAD_M_FP32 && i % 5 == 3) runs[i][1].lag = OFL_LAG_SKIP; /* a tensor not stepped */
         REQUIRE(ofl_dev_pin(d, dev[i].a[R_MASTER], dev[i].bytes[R_MASTER]) == 0);
     }
     for (int step = 1; step <= 2; step++) {
@@ -339,7 +438,7 @@ static void test_runner(struct mw_tier *tier, enum mw_offload_mfmt mf)
             CHECK(j->t_queued <= j->t_h2d0 && j->t_h2d0 <= j->t_h2d1 && j->t_h2d1 <= j->t_k0 && j->t_k0 <= j->t_k1 &&
                   j->t_k1 <= j->t_d2h0 && j->t_d2h0 <= j->t_d2h1);
             uint64_t n = dev[i].n, mb = dev[i].bytes[R_M], sb = dev[i].bytes[R_MS];
-            CHECK_EQ_INT(j->h2d_bytes, 8 * n + 2 * mb + 2 * sb);
+            CHECK_EQ_INT(j->h2d_bytes, 8 * n + 2 * mb + 2 * sb + (runs[i][1].lag == OFL_LAG_SKIP ? 2 * n : 0));
             CHECK_EQ_INT(j->d2h_bytes, 4 * n + 2 * mb + 2 * sb + 2 * n);
             if (i) CHECK(jobs[i - 1].t_k1 <= j->t_k0); /* one compute queue, in order */
         }
@@ -360,7 +459,7 @@ static void test_runner_broken(struct mw_tier *tier)
     mw_offload_config_default(&cfg);
     struct mw_optim_format fmt = {MW_OPTIM_F32, MW_OPTIM_F32, MW_OPTIM_NONE};
     struct ofl_dev *d = NULL;
-    REQUIRE(ofl_dev_init(&d, NULL, tier, ofl_dev_job_bytes(&cfg, 1000), &cfg, NULL) == 0);
+    REQUIRE(ofl_dev_init(&d, g_dev, tier, ofl_dev_job_bytes(&cfg, 1000), &cfg, NULL) == 0);
     struct region g[NJOBS], ref;
     struct ofl_devjob jobs[NJOBS];
     struct ofl_run runs[NJOBS];
@@ -393,16 +492,47 @@ static void test_runner_broken(struct mw_tier *tier)
     region_free(&ref);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    const char *variant = argc > 1 ? argv[1] : "emu";
     CHECK(ofl_device_find(NULL) == &ofl_device_emu);
     CHECK(ofl_device_find("emu") == &ofl_device_emu);
+    CHECK(ofl_device_find("cuda") == &ofl_device_cuda); /* in every build (a stand-in without nvcc) */
     CHECK(ofl_device_find("no-such-device") == NULL);
-    CHECK_MSG(strstr(mw_error_msg(), "'no-such-device'") && strstr(mw_error_msg(), "emu"), "%s", mw_error_msg());
+    CHECK_MSG(strstr(mw_error_msg(), "'no-such-device'") && strstr(mw_error_msg(), "emu") &&
+              strstr(mw_error_msg(), "cuda"), "%s", mw_error_msg());
 
-    struct dev d = {ofl_device_find("emu"), NULL, NULL, NULL, NULL, NULL};
+    struct dev d = {NULL, NULL, NULL, NULL, NULL, NULL};
+    if (!strcmp(variant, "cuda_host")) { /* the CUDA kernels' code on the host: no device, no tier */
+        g_dev = NULL;
+        g_label = "CUDA accelerator";
+        struct ofl_dev_adamw none = {{MW_OPTIM_F32, MW_OPTIM_F32, MW_OPTIM_NONE}, hp_of(1), {0}, NULL, 0, 0};
+        if (ofl_cuda_adamw_host(&none) == -ENOTSUP) {
+            printf("SKIP: %s\n", mw_error_msg());
+            SKIP("%s", mw_error_msg());
+        }
+        test_formats(&d);
+        test_runs(&d);
+        test_many_runs(&d);
+        test_errors_host(&d);
+        TEST_END();
+    }
+    if (!strcmp(variant, "cuda")) {
+        g_dev = "cuda";
+        g_label = "CUDA accelerator";
+    } else if (strcmp(variant, "emu")) {
+        fprintf(stderr, "usage: %s [emu|cuda|cuda_host]\n", argv[0]);
+        return 2;
+    }
+    d.dv = ofl_device_find(g_dev);
+    REQUIRE(d.dv != NULL);
     REQUIRE(mw_tier_init(&d.tier, MW_TIER_DEVICE, 0, NULL) == 0);
-    REQUIRE(d.dv->open(&d.ctx, d.tier, NULL) == 0);
+    int rc = d.dv->open(&d.ctx, d.tier, NULL);
+    if (rc && strcmp(variant, "emu") && (rc == -ENODEV || rc == -ENOTSUP)) {
+        printf("SKIP: the %s device does not open here: %s\n", g_dev, mw_error_msg());
+        SKIP("%s", mw_error_msg());
+    }
+    REQUIRE(rc == 0);
     REQUIRE(d.dv->event_new(d.ctx, &d.ev_in) == 0 && d.dv->event_new(d.ctx, &d.ev_k) == 0 &&
             d.dv->event_new(d.ctx, &d.ev_out) == 0);
     CHECK_EQ_INT(d.dv->event_query(d.ctx, d.ev_in), 1); /* never recorded: complete */
@@ -419,6 +549,7 @@ int main(void)
 
     test_formats(&d);
     test_runs(&d);
+    test_many_runs(&d);
     test_errors(&d);
     test_host_fn(&d);
     test_runner(d.tier, MW_OFFLOAD_M_FP32);

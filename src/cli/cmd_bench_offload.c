@@ -200,7 +200,7 @@ static void print_result(const struct result *x, int json)
             printf("  NVMe           read %s, written %s per step; %s read, %s write, %s together\n",
                    mw_fmt_bytes(b1, sizeof b1, x->st->nvme_read_bytes), mw_fmt_bytes(b2, sizeof b2, x->st->nvme_write_bytes),
                    mw_fmt_rate(b3, sizeof b3, x->rd_bw), mw_fmt_rate(b4, sizeof b4, x->wr_bw), mw_fmt_rate(b5, sizeof b5, x->rw_bw));
-        if (x->device) printf("  updates        %llu on the CPU, %llu on the emulated accelerator\n",
+        if (x->device) printf("  updates        %llu on the CPU, %llu on the accelerator\n",
                            (unsigned long long)x->st->cpu_updates, (unsigned long long)x->st->dev_updates);
         if (x->kernel_s > 0)
             printf("bare AdamW kernel %.3f s on the same parameters: update phase / kernel = %.3f\n", x->kernel_s, x->update_s / x->kernel_s);
@@ -253,7 +253,7 @@ static int bench_offload(int argc, char **argv)
         {"moments", MW_OPT_CHOICE, &moments, NULL, "moment storage format", 0, 0, mfs},
         {"steps", MW_OPT_INT, &steps, "K", "timed steps (medians are reported), after one warm-up step", 1, 1000, NULL},
         {"threads", MW_OPT_INT, &threads, "T", "optimizer kernel threads, 0 = OpenMP default", 0, 1024, NULL},
-        {"device", MW_OPT_FLAG, &device, NULL, "also run the emulated accelerator (hybrid schedule)", 0, 0, NULL},
+        {"device", MW_OPT_FLAG, &device, NULL, "also run the accelerator (hybrid schedule): the emulated one, or the GPU with MEMWALL_DEVICE=cuda", 0, 0, NULL},
         {"policy", MW_OPT_STRING, &policy, "P", "update placement with --device: auto, all-cpu, all-device, every-K", 0, 0, NULL},
         {"profile", MW_OPT_STRING, &profile, "FILE", "cost-model profile for --policy auto (from --calibrate)", 0, 0, NULL},
         {"no-kernel", MW_OPT_FLAG, &no_kernel, NULL, "skip the bare-kernel comparison (saves memory)", 0, 0, NULL},

@@ -9,7 +9,7 @@
  *
  * Job number k (one subgroup) uses arena slot k % 2 and event set k % DEV_DEPTH, and is queued as
  *   IN       wait for d2h1 of job k-2 (the slot's last user), record h2d0, copy master, grad, m,
- *            [m scales], v, [v scales], record h2d1
+ *            [m scales], v, [v scales], [weights, when a run is not stepped], record h2d1
  *   COMPUTE  wait for h2d1, record k0, AdamW, record k1
  *   OUT      wait for k1, record d2h0, copy master, m, [scales], v, [weights], record d2h1,
  *            then a host callback: job_done_cb
@@ -35,9 +35,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The registry: one line per device; the first is the default. */
+/* The registry: one line per device; the first is the default. "cuda" is in every build (without
+ * nvcc, a stand-in whose open says how to build it: device_cuda_none.c). */
 static const struct ofl_device_iface *const g_devices[] = {
     &ofl_device_emu,
+    &ofl_device_cuda,
 };
 #define N_DEVICES (sizeof g_devices / sizeof g_devices[0])
 
@@ -138,13 +140,18 @@ static int queue_job(struct ofl_dev *d, struct ofl_devjob *j, uint64_t k)
     uint64_t base = slot * d->slot_bytes;
     struct dev_lay L;
     dev_lay_make(c, n, &L);
-    const struct xfer in[6] = {{L.master, h->master, 4 * n}, {L.grad, (void *)(uintptr_t)h->grad, 4 * n},
-                               {L.m, h->m, mb}, {L.ms, h->m_scale, sb}, {L.v, h->v, mb}, {L.vs, h->v_scale, sb}};
+    /* A run not stepped (per-tensor steps, update.c) keeps its weight copy as it is on the host: the
+     * copy goes in too, so that what comes back there is what went in, not the slot's last job's. */
+    int skips = 0;
+    for (uint32_t i = 0; i < j->nruns; i++) skips |= j->runs[i].n && j->runs[i].lag == OFL_LAG_SKIP;
+    const struct xfer in[7] = {{L.master, h->master, 4 * n}, {L.grad, (void *)(uintptr_t)h->grad, 4 * n},
+                               {L.m, h->m, mb}, {L.ms, h->m_scale, sb}, {L.v, h->v, mb}, {L.vs, h->v_scale, sb},
+                               {L.w, skips ? h->weights_out : NULL, 2 * n}};
     const struct xfer out[6] = {{L.master, h->master, 4 * n}, {L.m, h->m, mb}, {L.ms, h->m_scale, sb},
                                 {L.v, h->v, mb}, {L.vs, h->v_scale, sb}, {L.w, h->weights_out, 2 * n}};
     int rc = k >= 2 ? dv->wait_event(x, OFL_DEVQ_IN, d->ev[(k - 2) % DEV_DEPTH][EV_D2H1]) : 0;
     if (!rc) rc = dv->record(x, OFL_DEVQ_IN, ev[EV_H2D0]);
-    for (int i = 0; i < 6 && !rc; i++) {
+    for (int i = 0; i < 7 && !rc; i++) {
         if (!in[i].host || !in[i].bytes) continue;
         rc = dv->copy_in(x, OFL_DEVQ_IN, &d->arena, base + in[i].off, in[i].host, in[i].bytes);
         j->h2d_bytes += in[i].bytes;
@@ -344,7 +351,14 @@ int ofl_dev_init(struct ofl_dev **out, const char *name, struct mw_tier *dev_tie
                  const struct mw_offload_config *c, struct mw_trace *tr)
 {
     *out = NULL;
+    const char *env = getenv("MEMWALL_DEVICE"); /* the choice of a run that does not name one (docs/gpu.md) */
+    if (!name && env && *env) name = env;
     const struct ofl_device_iface *dv = ofl_device_find(name);
+    if (!dv && name == env) {
+        char msg[400];
+        snprintf(msg, sizeof msg, "%s", mw_error_msg());
+        return mw_error_set(-EINVAL, "MEMWALL_DEVICE=%s: %s", env, msg);
+    }
     if (!dv) return -EINVAL;
     struct ofl_dev *d = calloc(1, sizeof *d);
     if (!d) return mw_error_set(-ENOMEM, "offload: out of memory for the accelerator");

@@ -37,12 +37,21 @@
  *            (fp32, bf16, bf16 with stochastic rounding, 8-bit moments; optional bf16/fp16
  *            weight copy), over the subgroup's runs of equal weight decay. The reference is
  *            ofl_update (update.c) on the CPU: a device's results must be bitwise its results
- *            (tests/test_offload_device.c checks the emulated one element by element).
+ *            (tests/test_offload_device.c checks each device element by element). A run that is
+ *            not stepped (OFL_LAG_SKIP) is left as it is in device memory, its weight copy too.
  * Settings of one device (the emulator's, a CUDA ordinal) live in its own context, not here.
  *
  * Adding a device: an implementation file defining `const struct ofl_device_iface
  * ofl_device_<name>`, its declaration below, and its line in the registry of device.c; then
- * tests/test_offload_device.c's checks for it.
+ * tests/test_offload_device.c's checks for it (one more of its "CTest variants").
+ * A device whose kernels are not ofl_update itself (CUDA) walks the region with ofl_update_walk
+ * below, the cut ofl_update makes, and takes each piece's constants from mw_adamw_prepare
+ * (src/optim/optim_internal.h): the same pieces, the same floats, then the same element rule.
+ *
+ * Which device an engine opens: ofl_dev_init's name, else the environment's MEMWALL_DEVICE
+ * ("emu", "cuda"), else the registry's first. The CUDA device (device_cuda.c, docs/gpu.md) is
+ * built when CMake finds nvcc (MEMWALL_CUDA); a build without it registers a stand-in
+ * (device_cuda_none.c) whose open says so, so that the name is known in every build.
  */
 #ifndef MEMWALL_OFFLOAD_DEVICE_H
 #define MEMWALL_OFFLOAD_DEVICE_H
@@ -124,10 +133,32 @@ struct ofl_device_iface {
 };
 
 /* The implementations (registered in device.c's table, the first is the default). */
-extern const struct ofl_device_iface ofl_device_emu; /* accel_emu.c */
+extern const struct ofl_device_iface ofl_device_emu;  /* accel_emu.c */
+extern const struct ofl_device_iface ofl_device_cuda; /* device_cuda.c, or device_cuda_none.c without nvcc */
 
 /* The registered device called name (NULL: the default), or NULL with a message naming them all. */
 const struct ofl_device_iface *ofl_device_find(const char *name);
+
+/* ------------------------------------------------------------------ the cut of a region (update.c) */
+
+/* How ofl_update cuts a region of n elements into kernel calls, for a device that runs them its
+ * own way. step: one AdamW call over elements [off, off + n) with the run's decay (0: weight
+ * decay 0) and lag (the step is hp->step - lag; OFL_LAG_SKIP: not stepped, left as read);
+ * scale: master[lo, hi) *= factor before the step that covers them (an 8-bit block straddling a
+ * decay boundary, update.c). Calls come in ofl_update's order; a nonzero return stops the walk
+ * and is returned. */
+struct ofl_update_walker {
+    int (*step)(void *user, uint64_t off, uint64_t n, int decay, int64_t lag);
+    int (*scale)(void *user, uint64_t lo, uint64_t hi, float factor);
+    void *user;
+};
+int ofl_update_walk(const struct mw_optim_format *f, const struct mw_adamw_hp *hp, uint64_t n,
+                    const struct ofl_run *runs, uint32_t nruns, const struct ofl_update_walker *w);
+/* A step's slice (elements [off, off + n) of s) and hyper-parameters (decay, lag), as
+ * ofl_update passes them to mw_adamw_step. */
+struct mw_optim_slice ofl_piece_slice(const struct mw_optim_format *f, const struct mw_optim_slice *s, uint64_t off,
+                                     uint64_t n);
+struct mw_adamw_hp ofl_piece_hp(const struct mw_adamw_hp *hp, int decay, int64_t lag);
 
 /* ------------------------------------------------------------------ the engine's side (device.c) */
 
@@ -151,8 +182,8 @@ struct ofl_devjob {
     uint64_t t_queued, t_h2d0, t_h2d1, t_k0, t_k1, t_d2h0, t_d2h1; /* ns */
     struct ofl_devjob *next_;
 };
-/* Opens the device called name (NULL: the default) and its arena of two job slots of slot_bytes
- * (copies of one job overlap the kernel of the other). */
+/* Opens the device called name (NULL: MEMWALL_DEVICE, else the default) and its arena of two job
+ * slots of slot_bytes (copies of one job overlap the kernel of the other). */
 int ofl_dev_init(struct ofl_dev **out, const char *name, struct mw_tier *dev_tier, uint64_t slot_bytes,
                  const struct mw_offload_config *c, struct mw_trace *tr);
 void ofl_dev_free(struct ofl_dev *d);

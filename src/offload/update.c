@@ -4,7 +4,9 @@
  * Why here and not in the kernel: a subgroup may span tensors that decay (matrices) and
  * tensors that do not (biases, LayerNorm), and optim.h's step takes one weight decay per call.
  * The subgroup is cut into runs of equal decay, one kernel call each; AdamW has no coupling
- * between elements, so the cut does not change a bit (optim.h guarantees it).
+ * between elements, so the cut does not change a bit (optim.h guarantees it). The cut is one
+ * walk (ofl_update_walk) that ofl_update follows on the CPU and a device with kernels of its own
+ * (device.h: CUDA) follows on the device, so both see the same pieces.
  * 8-bit moments couple the MW_Q8_BLOCK elements of a block through its scale, and calls must
  * start on a block, so a block that straddles a decay boundary cannot be split: it is stepped
  * with weight_decay 0 after its decaying elements were multiplied by the kernel's own factor
@@ -152,10 +154,9 @@ int mw_offload_set_tensor_steps(struct mw_offload *e, uint32_t n, const uint64_t
     return rc;
 }
 
-static int step_piece(const struct mw_optim_format *f, struct mw_adamw_hp hp, const struct mw_optim_slice *s,
-                      uint64_t off, uint64_t n, int decay, int64_t lag, const struct mw_optim_exec *ex)
+struct mw_optim_slice ofl_piece_slice(const struct mw_optim_format *f, const struct mw_optim_slice *s, uint64_t off,
+                                     uint64_t n)
 {
-    if (lag == OFL_LAG_SKIP) return 0; /* left as read: its bytes are written back unchanged */
     struct mw_optim_slice p = *s;
     size_t mb = mw_optim_array_bytes(f->moments, off), wb = mw_optim_array_bytes(f->weights_out, off);
     p.n = n;
@@ -166,9 +167,24 @@ static int step_piece(const struct mw_optim_format *f, struct mw_adamw_hp hp, co
     p.v = (char *)s->v + mb;
     if (s->m_scale) { p.m_scale = s->m_scale + off / MW_Q8_BLOCK; p.v_scale = s->v_scale + off / MW_Q8_BLOCK; }
     if (s->weights_out) p.weights_out = (char *)s->weights_out + wb;
-    if (!decay) hp.weight_decay = 0;
-    hp.step -= lag;
-    return mw_adamw_step(f, &hp, &p, ex);
+    return p;
+}
+
+struct mw_adamw_hp ofl_piece_hp(const struct mw_adamw_hp *hp, int decay, int64_t lag)
+{
+    struct mw_adamw_hp h = *hp;
+    if (!decay) h.weight_decay = 0;
+    h.step -= lag;
+    return h;
+}
+
+static int step_piece(const struct mw_optim_format *f, const struct mw_adamw_hp *hp, const struct mw_optim_slice *s,
+                      uint64_t off, uint64_t n, int decay, int64_t lag, const struct mw_optim_exec *ex)
+{
+    if (lag == OFL_LAG_SKIP) return 0; /* left as read: its bytes are written back unchanged */
+    struct mw_optim_slice p = ofl_piece_slice(f, s, off, n);
+    struct mw_adamw_hp h = ofl_piece_hp(hp, decay, lag);
+    return mw_adamw_step(f, &h, &p, ex);
 }
 
 /* The runs in use (trailing empty slots dropped), and whether they all share one step. */
@@ -180,17 +196,17 @@ static uint32_t runs_used(const struct ofl_run *runs, uint32_t nruns, int *one_s
     return nruns;
 }
 
-int ofl_update(const struct mw_optim_format *f, const struct mw_adamw_hp *hp, const struct mw_optim_slice *s,
-               const struct ofl_run *runs, uint32_t nruns, const struct mw_optim_exec *ex)
+int ofl_update_walk(const struct mw_optim_format *f, const struct mw_adamw_hp *hp, uint64_t n,
+                    const struct ofl_run *runs, uint32_t nruns, const struct ofl_update_walker *w)
 {
     int one_step;
     nruns = runs_used(runs, nruns, &one_step);
     if ((hp->weight_decay == 0 && one_step) || nruns <= 1)
-        return step_piece(f, *hp, s, 0, s->n, nruns ? runs[0].decay : 1, nruns ? runs[0].lag : 0, ex);
+        return w->step(w->user, 0, n, nruns ? runs[0].decay : 1, nruns ? runs[0].lag : 0);
     int rc = 0;
     if (f->moments != MW_OPTIM_Q8) {
         for (uint32_t i = 0; i < nruns && !rc; i++)
-            rc = step_piece(f, *hp, s, runs[i].off, runs[i].n, runs[i].decay, runs[i].lag, ex);
+            rc = w->step(w->user, runs[i].off, runs[i].n, runs[i].decay, runs[i].lag);
         return rc;
     }
     /* 8-bit: the runs of one block share their lag (mw_offload_set_tensor_steps refuses otherwise) */
@@ -198,27 +214,56 @@ int ofl_update(const struct mw_optim_format *f, const struct mw_adamw_hp *hp, co
     const float factor = (float)(1.0 - hp->lr * hp->weight_decay); /* the kernel's decay factor */
     uint64_t pos = 0; /* always a multiple of B */
     uint32_t i = 0;
-    while (pos < s->n && !rc) {
+    while (pos < n && !rc) {
         while (runs[i].off + runs[i].n <= pos) i++;
         uint64_t end = runs[i].off + runs[i].n;
-        if (end == s->n || end % B == 0) {
-            rc = step_piece(f, *hp, s, pos, end - pos, runs[i].decay, runs[i].lag, ex);
+        if (end == n || end % B == 0) {
+            rc = w->step(w->user, pos, end - pos, runs[i].decay, runs[i].lag);
             pos = end;
             continue;
         }
         uint64_t bstart = end / B * B;
-        if (bstart > pos) rc = step_piece(f, *hp, s, pos, bstart - pos, runs[i].decay, runs[i].lag, ex);
-        uint64_t bend = MW_MIN(bstart + B, s->n);
+        if (bstart > pos) rc = w->step(w->user, pos, bstart - pos, runs[i].decay, runs[i].lag);
+        uint64_t bend = MW_MIN(bstart + B, n);
         int skip = runs[i].lag == OFL_LAG_SKIP;
         for (uint32_t j = i; j < nruns && runs[j].off < bend && !rc && !skip; j++) { /* the straddling block */
             if (!runs[j].decay) continue;
             uint64_t a = MW_MAX(runs[j].off, bstart), b = MW_MIN(runs[j].off + runs[j].n, bend);
-            for (uint64_t k = a; k < b; k++) s->master[k] *= factor;
+            if (a < b) rc = w->scale(w->user, a, b, factor);
         }
-        if (!rc) rc = step_piece(f, *hp, s, bstart, bend - bstart, 0, runs[i].lag, ex);
+        if (!rc) rc = w->step(w->user, bstart, bend - bstart, 0, runs[i].lag);
         pos = bend;
     }
     return rc;
+}
+
+/* ofl_update's walker: each piece stepped by the CPU kernel at once, in place. */
+struct cpu_walk {
+    const struct mw_optim_format *f;
+    const struct mw_adamw_hp *hp;
+    const struct mw_optim_slice *s;
+    const struct mw_optim_exec *ex;
+};
+
+static int cpu_step(void *user, uint64_t off, uint64_t n, int decay, int64_t lag)
+{
+    const struct cpu_walk *c = user;
+    return step_piece(c->f, c->hp, c->s, off, n, decay, lag, c->ex);
+}
+
+static int cpu_scale(void *user, uint64_t lo, uint64_t hi, float factor)
+{
+    const struct cpu_walk *c = user;
+    for (uint64_t k = lo; k < hi; k++) c->s->master[k] *= factor;
+    return 0;
+}
+
+int ofl_update(const struct mw_optim_format *f, const struct mw_adamw_hp *hp, const struct mw_optim_slice *s,
+               const struct ofl_run *runs, uint32_t nruns, const struct mw_optim_exec *ex)
+{
+    struct cpu_walk c = {f, hp, s, ex};
+    const struct ofl_update_walker w = {cpu_step, cpu_scale, &c};
+    return ofl_update_walk(f, hp, s->n, runs, nruns, &w);
 }
 
 int ofl_update_range(const struct mw_optim_format *f, const struct mw_adamw_hp *hp, const struct mw_optim_slice *s,
@@ -229,11 +274,11 @@ int ofl_update_range(const struct mw_optim_format *f, const struct mw_adamw_hp *
     int one_step;
     nruns = runs_used(runs, nruns, &one_step);
     if ((hp->weight_decay == 0 && one_step) || nruns <= 1)
-        return step_piece(f, *hp, s, lo, hi - lo, nruns ? runs[0].decay : 1, nruns ? runs[0].lag : 0, ex);
+        return step_piece(f, hp, s, lo, hi - lo, nruns ? runs[0].decay : 1, nruns ? runs[0].lag : 0, ex);
     int rc = 0;
     for (uint32_t i = 0; i < nruns && !rc; i++) {
         uint64_t a = MW_MAX(runs[i].off, lo), b = MW_MIN(runs[i].off + runs[i].n, hi);
-        if (a < b) rc = step_piece(f, *hp, s, a, b - a, runs[i].decay, runs[i].lag, ex);
+        if (a < b) rc = step_piece(f, hp, s, a, b - a, runs[i].decay, runs[i].lag, ex);
     }
     return rc;
 }

@@ -193,12 +193,10 @@ static int scale_ok(float sc)
     return isfinite(sc) && sc > 0.0f;
 }
 
-int mw_adamw_step(const struct mw_optim_format *fmt, const struct mw_adamw_hp *hp,
-                  const struct mw_optim_slice *s, const struct mw_optim_exec *ex)
+int mw_adamw_prepare(const struct mw_optim_format *fmt, const struct mw_adamw_hp *hp, const struct mw_optim_slice *s,
+                     struct mw_kargs *k)
 {
-    const struct mw_optim_kernels *kt;
     int r = check_format(fmt, 1);
-    if (!r) r = resolve(&ex, &kt);
     if (!r) r = check_slice(fmt, s, 1, 1);
     if (r) return r;
     if (!hp) return mw_error_set(-EINVAL, "adamw: no hyper-parameters");
@@ -207,27 +205,37 @@ int mw_adamw_step(const struct mw_optim_format *fmt, const struct mw_adamw_hp *h
         return mw_error_set(-EINVAL, "adamw: betas (%g, %g) must lie in [0, 1)", hp->beta1, hp->beta2);
     if (!scale_ok(hp->grad_scale) || !isfinite(hp->lr) || !isfinite(hp->eps) || !isfinite(hp->weight_decay))
         return mw_error_set(-EINVAL, "adamw: grad_scale must be > 0 and lr/eps/weight_decay finite");
-    if (s->n == 0) return 0;
+    memset(k, 0, sizeof *k);
+    k->fmt = *fmt;
+    k->s = *s;
+    double t = (double)hp->step, b1 = hp->beta1, b2 = hp->beta2;
+    k->a.gscale = hp->grad_scale;
+    k->a.b1 = (float)b1;
+    k->a.c1 = (float)(1.0 - b1);
+    k->a.b2 = (float)b2;
+    k->a.c2 = (float)(1.0 - b2);
+    k->a.decay = (float)(1.0 - hp->lr * hp->weight_decay);
+    k->a.step_size = (float)(hp->lr / (1.0 - pow(b1, t)));
+    k->a.isb2 = (float)(1.0 / sqrt(1.0 - pow(b2, t)));
+    k->a.eps = (float)hp->eps;
+    k->off32 = (uint32_t)s->offset;
+    k->seed = mw_sr_hash((uint32_t)hp->step, 0x6d0f27bdu);
+    return 0;
+}
+
+int mw_adamw_step(const struct mw_optim_format *fmt, const struct mw_adamw_hp *hp,
+                  const struct mw_optim_slice *s, const struct mw_optim_exec *ex)
+{
+    const struct mw_optim_kernels *kt;
+    int r = check_format(fmt, 1);
+    if (!r) r = resolve(&ex, &kt);
+    struct mw_kargs k;
+    if (!r) r = mw_adamw_prepare(fmt, hp, s, &k);
+    if (r || s->n == 0) return r;
     if (ex->flags & MW_OPTIM_CHECK_FINITE) {
         r = check_finite(kt, fmt, s, hp->grad_scale, ex->nthreads);
         if (r) return r;
     }
-    struct mw_kargs k;
-    memset(&k, 0, sizeof k);
-    k.fmt = *fmt;
-    k.s = *s;
-    double t = (double)hp->step, b1 = hp->beta1, b2 = hp->beta2;
-    k.a.gscale = hp->grad_scale;
-    k.a.b1 = (float)b1;
-    k.a.c1 = (float)(1.0 - b1);
-    k.a.b2 = (float)b2;
-    k.a.c2 = (float)(1.0 - b2);
-    k.a.decay = (float)(1.0 - hp->lr * hp->weight_decay);
-    k.a.step_size = (float)(hp->lr / (1.0 - pow(b1, t)));
-    k.a.isb2 = (float)(1.0 / sqrt(1.0 - pow(b2, t)));
-    k.a.eps = (float)hp->eps;
-    k.off32 = (uint32_t)s->offset;
-    k.seed = mw_sr_hash((uint32_t)hp->step, 0x6d0f27bdu);
     run_tiles(kt->adamw, &k, s->n, ex->nthreads);
     return 0;
 }

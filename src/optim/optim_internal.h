@@ -41,6 +41,13 @@ struct mw_kargs {
     uint32_t seed;          /* BF16_SR: per-step seed; element i's hash: low 16 bits round m, high 16 v */
 };
 
+/* AdamW's checks and per-step constants for one slice (what mw_adamw_step does before it runs a
+ * kernel): 0 with *k filled, or the error mw_adamw_step would return (message set). Another
+ * implementation of the kernels (a CUDA device, src/offload/device_cuda.c) takes its constants
+ * from here, so that they are the CPU's floats bit for bit. */
+int mw_adamw_prepare(const struct mw_optim_format *fmt, const struct mw_adamw_hp *hp, const struct mw_optim_slice *s,
+                     struct mw_kargs *k);
+
 typedef void (*mw_range_fn)(const struct mw_kargs *k, size_t begin, size_t end);
 /* Sum of squares of one tile (<= MW_OPTIM_TILE elements), see mw_sumsq_tile_scalar. */
 typedef double (*mw_sumsq_fn)(enum mw_optim_dtype dt, const void *g, size_t begin, size_t end, float scale);
