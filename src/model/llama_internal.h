@@ -123,6 +123,19 @@ void lk_swiglu_fwd(float *h, const float *gate, const float *up, size_t n, int n
 void lk_swiglu_bwd(float *dgate, float *dup, const float *dh, const float *gate, const float *up, size_t n, int nt);
 void lk_rope_tables(const struct mw_llama_config *c, float *cos, float *sin);
 
+/* llama_avx512.c: AVX-512 kernels (call them only when mw_simd_active() is MW_SIMD_AVX512).
+ * lk_gemm_avx512: C[M, N] = alpha op(A) op(B) + beta C, row-major, one thread. tri: what a
+ * causal product may skip: OUT_LOWER computes C only where column <= row (elements above are
+ * left as they are or written); IN_LOWER / IN_UPPER say op(A) is zero above / below its
+ * diagonal (the terms are skipped). Bits do not depend on how the caller splits C among threads. */
+enum lk_tri { LK_TRI_NONE, LK_TRI_OUT_LOWER, LK_TRI_IN_LOWER, LK_TRI_IN_UPPER };
+void lk_gemm_avx512(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+                    int ldb, float beta, float *C, int ldc, enum lk_tri tri);
+/* Causal softmax rows: row[0..n) <- softmax(row[0..n)), row[n..T) <- 0; and its backward,
+ * d[j] <- p[j] (d[j] - sum_k<n p[k] d[k]) scale for j < n, d[n..T) <- 0. */
+void lk_softmax_row_avx512(float *row, int n, int T);
+void lk_softmax_bwd_row_avx512(float *d, const float *p, int n, int T, float scale);
+
 /* llama_net.c / llama_safetensors.c */
 int llama_load_safetensors(struct mw_net *n, const char *path);
 int llama_loader_open(void **loader, const struct mw_net *n, const char *path);

@@ -3,11 +3,18 @@
  * (HF rotate-half), grouped-query causal attention, SwiGLU, and the linear layers (nn.Linear
  * layout: W [out, in], y = x W^T + b).
  *
- * Two paths where it matters (the products): `ref` = plain scalar loops, the reference the tests
- * hold the fast path against element by element; otherwise OpenBLAS sgemm through mw_k_sgemm
- * (gpt2_layers.c: one OpenMP pool, each piece a single-threaded sgemm). The element-wise layers
- * are the same loops for both. Reductions into parameter gradients go by column blocks in fixed
- * row order (gpt2_layers.c says why): no float atomics, the same bits for any thread count.
+ * Two paths where it matters (the products, the attention's softmax): `ref` = plain scalar
+ * loops, the reference the tests hold the fast path against element by element; otherwise the
+ * products go through gemm() below: on an AVX-512 CPU memwall's own sgemm (llama_avx512.c,
+ * which says why), elsewhere OpenBLAS through mw_k_sgemm (gpt2_layers.c). Either way one OpenMP
+ * pool, C split by rows or columns among the threads, each piece a single-threaded product whose
+ * bits do not depend on the split. The element-wise layers are the same loops for both paths.
+ * Reductions into parameter gradients go by column blocks in fixed row order (gpt2_layers.c says
+ * why): no float atomics, the same bits for any thread count.
+ *
+ * Causal attention, fast path: the products skip the tiles above the diagonal (score tiles right
+ * of a row strip's last row; the terms of P V, dS K, dS^T Q, P^T dY that are zero), about half
+ * the work at T = 256; the softmax rows are AVX-512 loops (llama_avx512.c).
  *
  * Grouped heads: query head h reads key/value head h / (NH / KV), as HF's repeat_kv. In backward
  * one thread owns a (batch, kv head) pair and adds its query heads' dk/dv in head order.
@@ -15,6 +22,7 @@
 #include "llama_internal.h"
 #include "gpt2_internal.h"
 #include "memwall/common.h"
+#include "memwall/optim.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -22,6 +30,41 @@
 #include <string.h>
 
 #define CB 64 /* column block of the fixed-order column reductions */
+
+static int have_avx512(void) { return mw_simd_active() == MW_SIMD_AVX512; }
+
+/* C[M, N] = alpha op(A) op(B) + beta C, row-major, over nt threads: each takes a slice of the
+ * rows (M >= N) or columns and runs a single-threaded product on it (as mw_k_sgemm). Fewer than
+ * 16 rows (decoding a token: 1) go to OpenBLAS, whose matrix-vector paths read a weight once,
+ * where packing it would cost more than the product. */
+static void gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb,
+                 float beta, float *C, int ldc, int nt)
+{
+    if (!have_avx512() || M < 16) {
+        mw_k_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, nt);
+        return;
+    }
+    int split_rows = M >= N, dim = split_rows ? M : N;
+    if (nt > 1 && dim < 64 * nt) nt = MW_MAX(1, dim / 64);
+    if (nt <= 1) {
+        lk_gemm_avx512(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, LK_TRI_NONE);
+        return;
+    }
+#pragma omp parallel num_threads(nt)
+    {
+        int tid = omp_get_thread_num(), n = omp_get_num_threads();
+        int chunk = MW_ALIGN_UP((dim + n - 1) / n, 16);
+        int s = MW_MIN(dim, tid * chunk), e = MW_MIN(dim, s + chunk);
+        if (e > s) {
+            if (split_rows)
+                lk_gemm_avx512(ta, tb, e - s, N, K, alpha, ta ? A + s : A + (size_t)s * (size_t)lda, lda, B, ldb, beta,
+                               C + (size_t)s * (size_t)ldc, ldc, LK_TRI_NONE);
+            else
+                lk_gemm_avx512(ta, tb, M, e - s, K, alpha, A, lda, tb ? B + (size_t)s * (size_t)ldb : B + s, ldb, beta,
+                               C + s, ldc, LK_TRI_NONE);
+        }
+    }
+}
 
 void lk_embed_fwd(float *out, const int32_t *tok, const float *E, int N, int C, int nt)
 {
@@ -94,7 +137,7 @@ void lk_linear_fwd(float *out, const float *in, const float *W, const float *b, 
         for (int c = 0; c < NO; c++) o[c] = (x ? x[c] : 0.0f) + (b ? b[c] : 0.0f);
     }
     if (!ref) {
-        mw_k_sgemm(0, 1, N, NO, NI, 1.0f, in, NI, W, NI, 1.0f, out, NO, nt);
+        gemm(0, 1, N, NO, NI, 1.0f, in, NI, W, NI, 1.0f, out, NO, nt);
         return;
     }
 #pragma omp parallel for num_threads(nt) schedule(static)
@@ -111,8 +154,8 @@ void lk_linear_bwd(float *din, int acc, float *dW, float *db, const float *dout,
                    int N, int NI, int NO, int ref, int nt)
 {
     if (!ref) {
-        if (din) mw_k_sgemm(0, 0, N, NI, NO, 1.0f, dout, NO, W, NI, acc ? 1.0f : 0.0f, din, NI, nt);
-        if (dW) mw_k_sgemm(1, 0, NO, NI, N, 1.0f, dout, NO, in, NI, 1.0f, dW, NI, nt);
+        if (din) gemm(0, 0, N, NI, NO, 1.0f, dout, NO, W, NI, acc ? 1.0f : 0.0f, din, NI, nt);
+        if (dW) gemm(1, 0, NO, NI, N, 1.0f, dout, NO, in, NI, 1.0f, dW, NI, nt);
     } else {
         if (din) {
 #pragma omp parallel for num_threads(nt) schedule(static)
@@ -204,10 +247,15 @@ void lk_rope_bwd(float *dx, const float *cos_t, const float *sin_t, int N, int T
     }
 }
 
-/* C[M, N] = op(A) op(B) (+ C with acc), row-major: sgemm or scalar loops. */
-static void mm(int ref, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
-               int ldb, int acc, float *C, int ldc)
+/* C[M, N] = op(A) op(B) (+ C with acc), row-major, one thread: sgemm (on AVX-512 memwall's, which
+ * skips what `tri` allows) or the scalar loops (every term). */
+static void mm(int ref, enum lk_tri tri, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+               const float *B, int ldb, int acc, float *C, int ldc)
 {
+    if (!ref && have_avx512()) {
+        lk_gemm_avx512(ta, tb, M, N, K, alpha, A, lda, B, ldb, acc ? 1.0f : 0.0f, C, ldc, tri);
+        return;
+    }
     if (!ref) {
         cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A,
                     lda, B, ldb, acc ? 1.0f : 0.0f, C, ldc);
@@ -226,7 +274,7 @@ static void mm(int ref, int ta, int tb, int M, int N, int K, float alpha, const 
 void lk_attention_fwd(float *out, float *att, const float *q, const float *k, const float *v, int B, int T, int NH,
                       int KV, int hd, int ref, int nt)
 {
-    int rep = NH / KV, QD = NH * hd, KD = KV * hd;
+    int rep = NH / KV, QD = NH * hd, KD = KV * hd, fast = !ref && have_avx512();
     float scale = 1.0f / sqrtf((float)hd);
     size_t TT = (size_t)T * (size_t)T;
 #pragma omp parallel for num_threads(nt) schedule(static)
@@ -236,17 +284,21 @@ void lk_attention_fwd(float *out, float *att, const float *q, const float *k, co
         const float *kb = k + (size_t)b * (size_t)T * (size_t)KD + (size_t)kh * (size_t)hd;
         const float *vb = v + (size_t)b * (size_t)T * (size_t)KD + (size_t)kh * (size_t)hd;
         float *S = att + (size_t)bh * TT;
-        mm(ref, 0, 1, T, T, hd, scale, qb, QD, kb, KD, 0, S, T);
+        mm(ref, LK_TRI_OUT_LOWER, 0, 1, T, T, hd, scale, qb, QD, kb, KD, 0, S, T);
         for (int i = 0; i < T; i++) {
             float *row = S + (size_t)i * (size_t)T, mx = -INFINITY, s = 0.0f;
+            if (fast) {
+                lk_softmax_row_avx512(row, i + 1, T);
+                continue;
+            }
             for (int j = 0; j <= i; j++) mx = row[j] > mx ? row[j] : mx;
             for (int j = 0; j <= i; j++) { float e = expf(row[j] - mx); row[j] = e; s += e; }
             float inv = 1.0f / s;
             for (int j = 0; j <= i; j++) row[j] *= inv;
             for (int j = i + 1; j < T; j++) row[j] = 0.0f;
         }
-        mm(ref, 0, 0, T, hd, T, 1.0f, S, T, vb, KD, 0, out + (size_t)b * (size_t)T * (size_t)QD + (size_t)h * (size_t)hd,
-           QD);
+        mm(ref, LK_TRI_IN_LOWER, 0, 0, T, hd, T, 1.0f, S, T, vb, KD, 0,
+           out + (size_t)b * (size_t)T * (size_t)QD + (size_t)h * (size_t)hd, QD);
     }
 }
 
@@ -254,7 +306,7 @@ void lk_attention_bwd(float *dq, float *dk, float *dv, float *scratch, const flo
                       const float *k, const float *v, const float *att, int B, int T, int NH, int KV, int hd, int ref,
                       int nt)
 {
-    int rep = NH / KV, QD = NH * hd, KD = KV * hd;
+    int rep = NH / KV, QD = NH * hd, KD = KV * hd, fast = !ref && have_avx512();
     float scale = 1.0f / sqrtf((float)hd);
     size_t TT = (size_t)T * (size_t)T;
 #pragma omp parallel for num_threads(nt) schedule(static)
@@ -266,17 +318,21 @@ void lk_attention_bwd(float *dq, float *dk, float *dv, float *scratch, const flo
             int h = kh * rep + r;
             size_t qo = (size_t)b * (size_t)T * (size_t)QD + (size_t)h * (size_t)hd;
             const float *P = att + ((size_t)b * (size_t)NH + (size_t)h) * TT, *dy = dout + qo;
-            mm(ref, 0, 1, T, T, hd, 1.0f, dy, QD, v + ko, KD, 0, dS, T);
+            mm(ref, LK_TRI_OUT_LOWER, 0, 1, T, T, hd, 1.0f, dy, QD, v + ko, KD, 0, dS, T);
             for (int i = 0; i < T; i++) {
                 const float *p = P + (size_t)i * (size_t)T;
                 float *d = dS + (size_t)i * (size_t)T, s = 0.0f;
+                if (fast) {
+                    lk_softmax_bwd_row_avx512(d, p, i + 1, T, scale);
+                    continue;
+                }
                 for (int j = 0; j <= i; j++) s += p[j] * d[j];
                 for (int j = 0; j <= i; j++) d[j] = p[j] * (d[j] - s) * scale;
                 for (int j = i + 1; j < T; j++) d[j] = 0.0f;
             }
-            mm(ref, 0, 0, T, hd, T, 1.0f, dS, T, k + ko, KD, 0, dq + qo, QD);
-            mm(ref, 1, 0, T, hd, T, 1.0f, dS, T, q + qo, QD, r > 0, dk + ko, KD);
-            mm(ref, 1, 0, T, hd, T, 1.0f, P, T, dy, QD, r > 0, dv + ko, KD);
+            mm(ref, LK_TRI_IN_LOWER, 0, 0, T, hd, T, 1.0f, dS, T, k + ko, KD, 0, dq + qo, QD);
+            mm(ref, LK_TRI_IN_UPPER, 1, 0, T, hd, T, 1.0f, dS, T, q + qo, QD, r > 0, dk + ko, KD);
+            mm(ref, LK_TRI_IN_UPPER, 1, 0, T, hd, T, 1.0f, P, T, dy, QD, r > 0, dv + ko, KD);
         }
     }
 }
