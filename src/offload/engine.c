@@ -455,20 +455,7 @@ static void journal_ask_locked(struct mw_offload *e)
         pthread_cond_signal(&e->cv_pipe);
         return;
     }
-    e->jstate = 2;
-    uint64_t step = e->jstep;
-    pthread_mutex_unlock(&e->mu);
-    int jrc = ofl_journal_write(e, step);
-    char msg[480];
-    if (jrc) snprintf(msg, sizeof msg, "%s", mw_error_msg());
-    pthread_mutex_lock(&e->mu);
-    if (jrc && !e->jerr) {
-        e->jerr = jrc;
-        snprintf(e->jmsg, sizeof e->jmsg, "recording step %llu failed (a resume finds step %llu): %s",
-                 (unsigned long long)step, (unsigned long long)step - 1, msg);
-    }
-    e->jstate = 0;
-    pthread_cond_broadcast(&e->cv_done);
+    ofl_journal_record_locked(e);
 }
 
 void mw_offload_journal_allow(struct mw_offload *e, uint64_t step)

@@ -243,6 +243,8 @@ void ofl_refresh_weights(struct mw_offload *e, uint64_t first, uint64_t n, const
  * the check of a record against this engine's settings and objects; the restore of its
  * committed state (read, checksums adopted, working copy refreshed); stale temporaries. */
 int ofl_journal_write(struct mw_offload *e, uint64_t step);
+/* pipeline.c: ofl_journal_write of e->jstep with e->mu dropped meanwhile (held on entry and return). */
+void ofl_journal_record_locked(struct mw_offload *e);
 int ofl_journal_settle(struct mw_offload *e); /* engine.c: waits for a pending record (a held one is allowed); its error */
 int ofl_journal_check(struct mw_offload *e, const struct mw_offload_record *r);
 int ofl_journal_restore(struct mw_offload *e, const struct mw_offload_record *r);

@@ -495,20 +495,7 @@ static void *pipe_main(void *arg)
             e->jstate = 1;
         }
         if (e->jstate == 1) { /* durable, then recorded, while the caller computes */
-            e->jstate = 2;
-            uint64_t step = e->jstep;
-            pthread_mutex_unlock(&e->mu);
-            int jrc = ofl_journal_write(e, step);
-            char msg[480];
-            if (jrc) snprintf(msg, sizeof msg, "%s", mw_error_msg());
-            pthread_mutex_lock(&e->mu);
-            if (jrc && !e->jerr) {
-                e->jerr = jrc;
-                snprintf(e->jmsg, sizeof e->jmsg, "recording step %llu failed (a resume finds step %llu): %s",
-                         (unsigned long long)step, (unsigned long long)step - 1, msg);
-            }
-            e->jstate = 0;
-            pthread_cond_broadcast(&e->cv_done);
+            ofl_journal_record_locked(e);
             continue;
         }
         pthread_cond_wait(&e->cv_pipe, &e->mu);
@@ -838,4 +825,24 @@ void ofl_preread_drop(struct mw_offload *e)
             }
     }
     pthread_mutex_unlock(&e->mu);
+}
+
+/* Writes the record of e->jstep with the lock dropped meanwhile (e->mu held on entry and on
+ * return); a failure is kept for ofl_journal_settle; waiters on cv_done are woken. */
+void ofl_journal_record_locked(struct mw_offload *e)
+{
+    e->jstate = 2;
+    uint64_t step = e->jstep;
+    pthread_mutex_unlock(&e->mu);
+    int jrc = ofl_journal_write(e, step);
+    char msg[480];
+    if (jrc) snprintf(msg, sizeof msg, "%s", mw_error_msg());
+    pthread_mutex_lock(&e->mu);
+    if (jrc && !e->jerr) {
+        e->jerr = jrc;
+        snprintf(e->jmsg, sizeof e->jmsg, "recording step %llu failed (a resume finds step %llu): %s",
+                 (unsigned long long)step, (unsigned long long)step - 1, msg);
+    }
+    e->jstate = 0;
+    pthread_cond_broadcast(&e->cv_done);
 }
