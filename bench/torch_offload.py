@@ -12,7 +12,8 @@ Cases:
   capability   Qwen2.5-1.5B shape (28 blocks, width 1536, 12/2 heads, MLP 8960, vocabulary 151,936,
                1.54 B parameters, about 25 GB of fp32 state on NVMe), batch 1 x 128, 3 steps, everything
                streamed: peak resident set (target: under 4 GiB) and the losses.
-  offloaded    Qwen2.5-0.5B shape, batch 1 x 256, 3 steps, weights streamed from NVMe (offload()'s default).
+  offloaded    Qwen2.5-0.5B shape, batch 1 x 256, 3 steps, weights streamed from NVMe (offload()'s default);
+               --activations nvme puts the saved activations of the streamed cases on NVMe too.
   resident     the same with the weights and gradients in DRAM and the optimizer state on NVMe
                (offload(weights="dram", optimizer="nvme")); offloaded / resident is the memory figure
                (target: at most 1/3).
@@ -91,9 +92,11 @@ def child(a):
     if how == "offload":
         with torch.device("meta"):
             model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(a.model), dtype=torch.float32)
+        acts = a.activations if weights == "nvme" else "dram"  # the resident baseline keeps them in DRAM
+        out["activations"] = acts
         off = mt.offload(model, nvme_dir=a.nvme_dir, weights=weights, optimizer=optimizer, weights_from=a.model,
                          threads=a.threads, prefetch=a.prefetch, subgroup_size=a.subgroup_size or None,
-                         buffer_count=a.buffer_count or None)
+                         buffer_count=a.buffer_count or None, activations=acts)
         opt = off.optimizer(lr=a.lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.0)
     else:
         model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float32)
@@ -111,6 +114,8 @@ def child(a):
     for _ in range(steps):
         t = time.time()
         loss = model(input_ids=x, labels=x).loss
+        if not losses:
+            out["rss_forward_gib"] = status_kib("VmRSS") / (1 << 20)  # resident after the first forward
         loss.backward()
         opt.step()
         opt.zero_grad()
@@ -123,6 +128,8 @@ def child(a):
         st = off.stats()
         out["planned_dram_peak_gib"] = st["planned_dram_peak"] / GIB
         out["weights_resident_peak_gib"] = st["weights_resident_peak"] / GIB
+        if off._acts is not None:
+            out["activations_stats"] = off._acts.stats()
     out["nvme_state_gb"] = dir_bytes(a.nvme_dir) / 1e9
     out.update(losses=losses, step_s=times, peak_rss_gib=status_kib("VmHWM") / (1 << 20))
     print("RESULT " + json.dumps(out), flush=True)
@@ -157,6 +164,9 @@ def main():
     ap.add_argument("--subgroup-size", type=int, default=1 << 20, help="optimizer subgroup, elements (default 1M: "
                     "12 MiB of fp32 state per staging buffer; 0: the engine's default, 4M: 48 MiB)")
     ap.add_argument("--buffer-count", type=int, default=0, help="staging buffers (0: the engine's default, 8)")
+    ap.add_argument("--activations", choices=("dram", "nvme"), default="dram",
+                    help="where the streamed cases keep the saved activations (offload(activations=...); the "
+                    "resident case keeps them in DRAM)")
     ap.add_argument("--clean", action="store_true", help="remove the model directories at the end")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)
@@ -187,7 +197,8 @@ def main():
         shutil.rmtree(nvme, ignore_errors=True)
         cmd = [sys.executable, os.path.abspath(__file__), "--child", c, "--model", model, "--nvme-dir", nvme,
                "--threads", str(a.threads), "--lr", str(a.lr), "--prefetch", str(a.prefetch), "--steps", str(a.steps),
-               "--subgroup-size", str(a.subgroup_size), "--buffer-count", str(a.buffer_count)]
+               "--subgroup-size", str(a.subgroup_size), "--buffer-count", str(a.buffer_count),
+               "--activations", a.activations]
         print(f"$ {' '.join(cmd)}    ({free / 1e9:.0f} GB free)", flush=True)
         t = time.time()
         p = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
@@ -201,7 +212,8 @@ def main():
 
     print()
     print(f"threads {a.threads}, prefetch {a.prefetch}, subgroup {a.subgroup_size or 'default'}, staging buffers "
-          f"{a.buffer_count or 'default'}; GiB = 2^30 B, GB = 10^9 B; peak RSS = VmHWM of the case's process")
+          f"{a.buffer_count or 'default'}, streamed cases' activations {a.activations}; GiB = 2^30 B, GB = 10^9 B; "
+          "peak RSS = VmHWM of the case's process")
     hdr = ("case", "model", "params", "batch", "weights", "optimizer", "peak RSS", "after load", "load", "step",
            "losses", "NVMe state")
     rows = []

@@ -13,6 +13,11 @@ back to NVMe as backward finishes each block; the AdamW update runs behind the n
     python3 scripts/make_hf_model.py --shape smollm2-135m --out smol --tokenizer-from data/kjv_excerpt.txt
     python3 examples/hf_finetune.py --model smol --steps 20 --nvme-dir /mnt/nvme/ft --save tuned
     python3 examples/hf_finetune.py --model smol --steps 20 --weights dram     # weights resident, for comparison
+    python3 examples/hf_finetune.py --model smol --steps 20 --nvme-dir /mnt/nvme/ft --resume   # after a crash
+
+With --nvme-dir the run's committed state stays there at the end (and after a crash or kill: each
+step is committed); --resume continues it from its last committed step with the same batches and
+learning rates as an uninterrupted run (the windows of step s are drawn from seed + s), bitwise.
 
 Text: --data FILE (default data/kjv_excerpt.txt), tokenized with the directory's tokenizer.json;
 training windows of --seq tokens at random places of the first 95 %, the held-out loss on the rest.
@@ -71,6 +76,8 @@ def main():
     ap.add_argument("--save", metavar="DIR", help="write the fine-tuned model here (save_pretrained: a directory "
                     "transformers and `memwall train --init-hf` load)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--resume", action="store_true", help="continue the run committed in --nvme-dir (from its "
+                    "last committed step; without a committed run there: start afresh)")
     a = ap.parse_args()
 
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -105,10 +112,13 @@ def main():
     # transformers' Trainer does.
     off = mt.offload(model, nvme_dir=nvme_dir, weights=a.weights, optimizer="nvme", dram_budget=a.dram_budget,
                      prefetch=a.prefetch, grad_accum=a.grad_accum, threads=a.threads or None,
-                     no_decay=lambda name, p: p.dim() < 2, weights_from=a.model)
+                     no_decay=lambda name, p: p.dim() < 2, weights_from=a.model, resume="auto" if a.resume else False)
     print(f"{a.model}: {model.config.model_type}, {n / 1e6:.1f} M parameters, loaded into memwall in "
           f"{time.time() - t0:.1f} s (peak RSS {peak_rss_gib():.2f} GiB); {len(ids)} tokens of text")
     opt = off.optimizer(lr=a.lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)  # OFFLOAD: memwall's AdamW
+    first = off.steps  # steps committed before (a resumed run); 0 for a fresh one
+    if a.resume:
+        print(f"resumed at step {first} from {nvme_dir}" if first else f"nothing committed in {nvme_dir}: a fresh run")
     st = off.stats()
     print(f"offload: {len(off.units)} units, weights {a.weights}, optimizer state on NVMe in {nvme_dir}"
           + (f"; planned DRAM peak {st['planned_dram_peak'] / (1 << 30):.2f} GiB" if a.weights == "nvme" else ""))
@@ -118,8 +128,7 @@ def main():
             return (s + 1) / a.warmup
         return 0.1 + 0.45 * (1 + math.cos(math.pi * (s - a.warmup) / max(1, a.steps - a.warmup)))
 
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
-    g = torch.Generator().manual_seed(a.seed)
+    g = torch.Generator()
 
     def window(src):
         i = torch.randint(0, len(src) - a.seq - 1, (a.batch,), generator=g)
@@ -134,8 +143,10 @@ def main():
         return loss
 
     print(f"held-out loss before: {val_loss():.4f}")
-    for step in range(a.steps):
+    for step in range(first, a.steps):
         t = time.time()
+        g.manual_seed(a.seed * 1000003 + step)  # the same windows whether the run was resumed or not
+        opt.param_groups[0]["lr"] = a.lr * lr_at(step)  # the schedule read by the session's step
         total = 0.0
         for _ in range(a.grad_accum):
             x = window(train_ids)
@@ -143,10 +154,10 @@ def main():
             (loss / a.grad_accum).backward()
             total += loss.item() / a.grad_accum
         norm = mt.clip_grad_norm_(model.parameters(), a.clip).item() if a.clip > 0 else float("nan")  # OFFLOAD
+        lr = opt.param_groups[0]["lr"]
         opt.step()
-        sched.step()
         opt.zero_grad()
-        print(f"step {step + 1:4d}  loss {total:.4f}  norm {norm:.3f}  lr {sched.get_last_lr()[0]:.2e}  "
+        print(f"step {step + 1:4d}  loss {total:.4f}  norm {norm:.3f}  lr {lr:.2e}  "
               f"{time.time() - t:.2f} s  peak RSS {peak_rss_gib():.2f} GiB", flush=True)
     print(f"held-out loss after: {val_loss():.4f}")
     st = off.stats()
@@ -158,7 +169,7 @@ def main():
         model.save_pretrained(a.save)  # model.state_dict() gathers the weights from the session
         shutil.copy(tok_path, os.path.join(a.save, "tokenizer.json"))
         print(f"saved {a.save}")
-    off.close(restore=False)
+    off.close(restore=False, keep=bool(a.nvme_dir))  # a given directory keeps the run (--resume continues it)
     if not a.nvme_dir:
         shutil.rmtree(nvme_dir, ignore_errors=True)
     return 0

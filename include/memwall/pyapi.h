@@ -23,6 +23,7 @@
 
 #include "memwall/foreign.h"
 #include "memwall/offload.h"
+#include "memwall/trace.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -163,6 +164,88 @@ int mw_pysession_unit_write(struct mw_pysession *s, int unit, const float *src);
  *   11 prefetch depth */
 #define MW_PYSESSION_NSTATS 12
 int mw_pysession_stats(const struct mw_pysession *s, double *out, int n);
+
+/* ---- the session's commit records and resume (src/pyapi/pysession.c; docs/python.md, "Resume") ----
+ *
+ * With the optimizer state on NVMe every step of a session is committed as `memwall train`'s are
+ * (docs/resume.md): a process killed at any instant leaves DIR0/memwall-offload.commit naming the
+ * last committed step, and a session opened on that directory with resume continues from it,
+ * bitwise (the step in flight runs again). The record keeps the model description's digest (the
+ * units' sizes and names, the unit orders, the tensors): another description is refused. */
+
+/* mw_pysession_open, plus:
+ *   resume: 0 a fresh session (a committed state in nvme_dir is refused, -EEXIST, naming its step),
+ *           1 continue the committed state in nvme_dir (none: -ENOENT; another model description or
+ *           placement: -EINVAL; a corrupt record or object: MW_EFORMAT / MW_ECHECKSUM, naming it),
+ *           2 continue it when there is one, else fresh. init_unit is not called for a streamed
+ *           resume (the weights are the committed master); subgroup_size 0 takes the record's.
+ *   trace:  an optional recorder (memwall/trace.h) for the engine, the stream's residency events
+ *           and the units' names (metadata "units", "unit.<u>.name"), as `memwall train --trace`:
+ *           `memwall report` draws the same unit lanes. It must outlive the session. */
+int mw_pysession_open2(struct mw_pysession **out, int n_units, const uint64_t *unit_numel,
+                       const char *const *unit_names, int n_fwd, const int *fwd_order, int n_bwd,
+                       const int *bwd_order, int n_tensors, const uint64_t *tensor_numel,
+                       const char *const *tensor_names, const unsigned *tensor_flags,
+                       mw_foreign_init_fn init_unit, void *init_user, const char *weights,
+                       const char *optimizer, const char *nvme_dir, uint64_t dram_budget, int grad_accum,
+                       int prefetch_depth, uint64_t subgroup_size, int buffer_count, int threads, int resume,
+                       struct mw_trace *trace);
+/* 1 when the session commits every step (the optimizer state on NVMe), else 0. */
+int mw_pysession_resumable(const struct mw_pysession *s);
+/* The AdamW moments of elements [first, first+n) (fp32, n each; between steps; waits for the
+ * update in flight), read from the committed state, each subgroup once. */
+int mw_pysession_state_read(struct mw_pysession *s, uint64_t first, uint64_t n, float *exp_avg, float *exp_avg_sq);
+/* Writes them (n may be 0) and sets the step count to `steps` (the bias correction of the next step
+ * is steps + 1); the record is rewritten to match. Between steps. */
+int mw_pysession_state_write(struct mw_pysession *s, uint64_t first, uint64_t n, const float *exp_avg,
+                             const float *exp_avg_sq, int64_t steps);
+/* The session finished: waits for the update in flight, removes the commit record; the store
+ * files go at close. Without it a closed session keeps its committed state for a resume. */
+int mw_pysession_end(struct mw_pysession *s);
+
+/* ---- activations on NVMe: the spill store of saved tensors (src/pyapi/pyacts.c; memwall.torch.offload(
+ * activations="nvme"), python/memwall/_activations.py; docs/python.md) ----
+ *
+ * A store of byte strings (the tensors autograd saves in forward), one NVMe object each, in a
+ * directory of its own (its file grows with the live tensors; crc32c per 64 KiB block, O_DIRECT,
+ * io_uring). put copies the bytes through a fixed staging pool (staging_bytes in chunks of
+ * chunk_bytes; a put waits for the oldest chunk's write when all are writing) and returns once
+ * they are copied. Backward reads a tensor back straight into the caller's buffer, started ahead
+ * (read_start) and waited for when needed (read_wait); the caller picks the order and how many
+ * ahead. drop deletes one (waiting for its I/O); close drops all and removes the files.
+ *
+ *     mw_pyacts_open(&a, "/nvme/run/activations", 0, 0, 0);
+ *     forward:  mw_pyacts_put(a, t.data, t.nbytes, &h)           (t may be freed on return)
+ *     backward: buf = 4096-aligned, mw_pyacts_room(t.nbytes) bytes
+ *               mw_pyacts_read_start(a, h, buf, room) ... mw_pyacts_read_wait(a, h)  -> t's bytes in buf
+ *               mw_pyacts_drop(a, h)                            (once no one needs them again)
+ *     mw_pyacts_close(a);
+ *
+ * Handles are checked (a dropped or made-up one is -EINVAL); a failed write makes the next put or
+ * flush fail and its tensor unreadable; a failed read (EIO, a crc32c mismatch) is its read_wait's
+ * error, naming the tensor. */
+struct mw_pyacts;
+
+/* staging_bytes 0: 32 MiB; chunk_bytes 0: 8 MiB (a multiple of 64 KiB, 1..64 chunks of staging);
+ * capacity 0: the free space of dir's file system (nothing is reserved up front). */
+int mw_pyacts_open(struct mw_pyacts **out, const char *dir, uint64_t staging_bytes, uint64_t chunk_bytes,
+                   uint64_t capacity);
+void mw_pyacts_close(struct mw_pyacts *a);
+int mw_pyacts_put(struct mw_pyacts *a, const void *src, uint64_t bytes, uint64_t *handle);
+/* Bytes a read buffer must have for a tensor of `bytes` (rounded up to 4096); 0 for a size put refuses. */
+uint64_t mw_pyacts_room(uint64_t bytes);
+int mw_pyacts_bytes(struct mw_pyacts *a, uint64_t handle, uint64_t *bytes);
+int mw_pyacts_read_start(struct mw_pyacts *a, uint64_t handle, void *dst, uint64_t room);
+int mw_pyacts_read_wait(struct mw_pyacts *a, uint64_t handle);
+int mw_pyacts_drop(struct mw_pyacts *a, uint64_t handle);
+/* Waits for every write; returns the first failed one's error. */
+int mw_pyacts_flush(struct mw_pyacts *a);
+/* Figures, in this order (returns how many were written, at most n):
+ *   0 tensors live, 1 bytes live, 2 peak bytes live, 3 bytes written, 4 bytes read, 5 puts,
+ *   6 reads, 7 s waited for writes (back-pressure and before reads), 8 s waited for reads,
+ *   9 staging bytes, 10 O_DIRECT (1) or buffered (0) */
+#define MW_PYACTS_NSTATS 11
+int mw_pyacts_stats(struct mw_pyacts *a, double *out, int n);
 
 #ifdef __cplusplus
 }

@@ -126,6 +126,14 @@ def lib():
         "mw_pysession_unit_read": (i32, [P, i32, P]),
         "mw_pysession_unit_write": (i32, [P, i32, P]),
         "mw_pysession_stats": (i32, [P, P, i32]),
+        # the session's commit records and resume (pyapi.h, "resume"; memwall.torch.offload(resume=, trace=))
+        "mw_pysession_open2": (i32, [ctypes.POINTER(P), i32, P, P, i32, P, i32, P, i32, P, P, P, INIT_UNIT_FN, P,
+                                     ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, u64, i32, i32, u64, i32, i32,
+                                     i32, P]),
+        "mw_pysession_resumable": (i32, [P]),
+        "mw_pysession_state_read": (i32, [P, u64, u64, P, P]),
+        "mw_pysession_state_write": (i32, [P, u64, u64, P, P, ctypes.c_int64]),
+        "mw_pysession_end": (i32, [P]),
         "mw_trace_init": (i32, [ctypes.POINTER(P), ctypes.c_size_t]),
         "mw_trace_write": (i32, [P, ctypes.c_char_p]),
         "mw_trace_free": (None, [P]),
@@ -156,3 +164,33 @@ def check(rc, what):
     if -rc in (5, 28, 2, 13, 30, 122):  # EIO, ENOSPC, ENOENT, EACCES, EROFS, EDQUOT
         raise OSError(-rc, text)
     raise MemwallError(rc, text)
+
+
+# ---- activations on NVMe: the spill store of saved tensors (memwall/pyapi.h, mw_pyacts_*; _activations.py) ----
+ACTS_STATS_FIELDS = ("live", "live_bytes", "peak_live_bytes", "bytes_written", "bytes_read", "puts", "reads",
+                     "write_wait_s", "read_wait_s", "staging_bytes", "direct")
+_acts_declared = False
+
+
+def acts_lib():
+    """lib(), with the spill store's functions declared (once)."""
+    global _acts_declared
+    L = lib()
+    if not _acts_declared:
+        P, u64, i32 = ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int
+        for name, (res, args) in {
+            "mw_pyacts_open": (i32, [ctypes.POINTER(P), ctypes.c_char_p, u64, u64, u64]),
+            "mw_pyacts_close": (None, [P]),
+            "mw_pyacts_put": (i32, [P, P, u64, ctypes.POINTER(u64)]),
+            "mw_pyacts_room": (u64, [u64]),
+            "mw_pyacts_bytes": (i32, [P, u64, ctypes.POINTER(u64)]),
+            "mw_pyacts_read_start": (i32, [P, u64, P, u64]),
+            "mw_pyacts_read_wait": (i32, [P, u64]),
+            "mw_pyacts_drop": (i32, [P, u64]),
+            "mw_pyacts_flush": (i32, [P]),
+            "mw_pyacts_stats": (i32, [P, P, i32]),
+        }.items():
+            f = getattr(L, name)
+            f.restype, f.argtypes = res, args
+        _acts_declared = True
+    return L

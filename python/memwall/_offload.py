@@ -23,6 +23,9 @@ Why this shape:
 - weights_from: a model built on the meta device gets placeholders for its parameters (no memory) and
   its initial weights from a safetensors checkpoint, a tensor at a time in the session's init_unit
   callback (_weights.py), so that it is never whole in DRAM.
+- Resume: with the optimizer on NVMe the session commits every step as `memwall train` does (a record
+  the engine replaces atomically once a step's writes landed); offload(resume=True) reopens that state
+  for the same model description, so this file keeps no state of its own beyond the step count.
 - The schedule is static, from the module structure (forward: unit 0, the blocks, the last unit,
   and unit 0 again for a tied head; backward: the reverse, without the embedding lookups, which
   need no weights) and every use is checked against it: a module that runs out of that order is
@@ -30,11 +33,13 @@ Why this shape:
 """
 import atexit
 import ctypes
+import os
 import weakref
 import warnings
 
 import torch
 
+from . import _activations
 from . import _lib
 from . import _weights
 
@@ -119,11 +124,12 @@ def _default_units(model):
 
 
 def _close_at_exit(ref):
-    """Interpreter exit: an offload still open is closed (its NVMe files removed)."""
+    """Interpreter exit: an offload still open is closed; a committed state stays for resume= (a
+    script that stopped without close() is one that did not finish), the trace is written."""
     off = ref()
     if off is not None:
         try:
-            off.close(restore=False)
+            off.close(restore=False, keep=True)
         except Exception:  # noqa: BLE001 - at exit there is no caller to tell
             pass
 
@@ -134,11 +140,15 @@ class _Session:
 
     def __init__(self):
         self.handle = None
+        self.trace = None  # the recorder the session writes into (trace=): freed after it
 
     def close(self):
         if self.handle:
             _lib.lib().mw_pysession_close(self.handle)
             self.handle = None
+        if self.trace:
+            _lib.lib().mw_trace_free(self.trace)
+            self.trace = None
 
     def __del__(self):
         try:
@@ -168,12 +178,13 @@ class Offload:
 
     def __init__(self, model, *, weights="nvme", optimizer=None, nvme_dir=None, dram_budget=None, prefetch=2,
                  units=None, activations="dram", grad_accum=1, no_decay=None, subgroup_size=None,
-                 buffer_count=None, threads=None, weights_from=None):
-        if activations == "nvme":
-            raise NotImplementedError("memwall.torch.offload: activations='nvme' (saved tensors on NVMe) is not "
-                                      "implemented yet (a later item of issue 25); use activations='dram'")
-        if activations != "dram":
-            raise ValueError(f"memwall.torch.offload: activations={activations!r}: use 'dram'")
+                 buffer_count=None, threads=None, weights_from=None, resume=False, trace=None):
+        if resume not in (False, True, "auto"):
+            raise ValueError(f"memwall.torch.offload: resume={resume!r}: use False (a fresh session), True (continue "
+                             "the committed state in nvme_dir) or 'auto' (continue it if there is one)")
+        self._resume = resume
+        self._trace_path = None if trace is None else str(trace)
+        acts = _activations.options(activations)  # None: in DRAM; else saved tensors on NVMe (_activations.py)
         if weights not in _WEIGHTS:
             raise ValueError(f"memwall.torch.offload: weights={weights!r}: use 'nvme' (streamed) or 'dram' (resident)")
         if optimizer not in _OPTIMIZERS:
@@ -190,8 +201,9 @@ class Offload:
             raise ValueError(f"memwall.torch.offload: grad_accum={grad_accum}: 1..65536 backward passes per step")
         if not 0 <= prefetch <= 8:
             raise ValueError(f"memwall.torch.offload: prefetch={prefetch}: 0..8 units fetched ahead")
-        if nvme_dir is None and (weights == "nvme" or optimizer == "nvme"):
-            raise ValueError("memwall.torch.offload: nvme_dir= is needed with weights or optimizer state on NVMe: the "
+        if nvme_dir is None and (weights == "nvme" or optimizer == "nvme" or acts is not None):
+            raise ValueError("memwall.torch.offload: nvme_dir= is needed with weights, optimizer state or activations "
+                             "on NVMe: the "
                              "directory of the state (created if missing; files removed at close)")
         on_meta = [n for n, p in model.named_parameters() if p.is_meta]
         if on_meta and weights_from is None:
@@ -216,10 +228,14 @@ class Offload:
             if self._source is not None:
                 self._bind()
             self._open(weights, optimizer, dram_budget, prefetch, subgroup_size, buffer_count, threads)
+            self._acts = None if acts is None else _activations.Spill(acts, self.nvme_dir, [
+                (t.data_ptr(), t.data_ptr() + 4 * t.numel()) for t in (self._flat_params, self._flat_grads)], self._fail)
         except BaseException:
             _weights.undo_placeholders(slots)  # the model as it was given (its buffers on the CPU now)
             raise
         self._attach()
+        if self._acts is not None:  # the saved-tensor hooks around the model's forward
+            self._hooks += self._acts.attach(model)
 
     # ------------------------------------------------------------------ the units and the schedule
 
@@ -417,18 +433,26 @@ class Offload:
         cb = self._init_cb = _lib.INIT_UNIT_FN(init_unit)  # kept: the net holds the pointer
         sess = _Session()
         h = ctypes.c_void_p()
-        rc = L.mw_pysession_open(ctypes.byref(h), nu, unit_numel, strs(self._unit_names), len(fwd), fwd, len(bwd), bwd,
-                                 len(self._params), tnumel, strs(tnames), tflags, cb, None, weights.encode(),
-                                 optimizer.encode() if optimizer else None,
-                                 self.nvme_dir.encode() if self.nvme_dir else None, int(dram_budget or 0),
-                                 self.grad_accum, prefetch, int(subgroup_size or 0), int(buffer_count or 0),
-                                 int(threads or 0))
+        if self._trace_path:  # the recorder lives as long as the session (freed after it)
+            th = ctypes.c_void_p()
+            _lib.check(L.mw_trace_init(ctypes.byref(th), 0), "creating the trace recorder")
+            sess.trace = th
+            L.mw_trace_meta(th, b"source", b"memwall.torch.offload")
+        resume = {False: 0, True: 1, "auto": 2}[self._resume]
+        rc = L.mw_pysession_open2(ctypes.byref(h), nu, unit_numel, strs(self._unit_names), len(fwd), fwd, len(bwd),
+                                  bwd, len(self._params), tnumel, strs(tnames), tflags, cb, None, weights.encode(),
+                                  optimizer.encode() if optimizer else None,
+                                  self.nvme_dir.encode() if self.nvme_dir else None, int(dram_budget or 0),
+                                  self.grad_accum, prefetch, int(subgroup_size or 0), int(buffer_count or 0),
+                                  int(threads or 0), resume, sess.trace)
         if failure:
             if h.value:
                 L.mw_pysession_close(h)
             what = "copying the model's weights into the session" if src is None else \
                 f"reading the initial weights from '{src.path}'"
             raise RuntimeError(f"memwall.torch.offload: {what} failed: {failure[0]!r}") from failure[0]
+        if rc < 0:
+            sess.close()  # the recorder
         _lib.check(rc, "memwall.torch.offload: opening the session")
         sess.handle = h
         self._sess = sess
@@ -521,6 +545,7 @@ class Offload:
         for p in self._params:
             p._memwall_offload = weakref.ref(self)
         m._memwall_offload = self
+        self._steps = int(self.stats()["steps"])  # a resumed session's committed steps
         atexit.register(_close_at_exit, weakref.ref(self))
 
     def _guard(self, reading=False):
@@ -821,7 +846,7 @@ class Offload:
         self._call("the gradient norm", rc)
         return v.value
 
-    def _step(self, lr, betas, eps, weight_decay):
+    def _step(self, lr, betas, eps, weight_decay, max_grad_norm=None):
         self._guard()
         if self._in_bwd:
             raise RuntimeError("memwall.torch.offload: step() inside a backward pass")
@@ -837,7 +862,7 @@ class Offload:
                 "clip_grad_norm_, a GradScaler, p.grad.mul_()?); with weights='nvme' they are on NVMe by then and "
                 "p.grad reads zeros, so that change is lost: clip with memwall.torch.clip_grad_norm_(model."
                 "parameters(), max_norm), which the session applies inside the step"))
-        clip = self._clip or 0.0
+        clip = self._clip or max_grad_norm or 0.0
         try:
             rc = _lib.lib().mw_pysession_step(self._h, float(lr), float(betas[0]), float(betas[1]), float(eps),
                                               float(weight_decay), float(clip))
@@ -952,12 +977,16 @@ class Offload:
 
     # ------------------------------------------------------------------ the optimizer
 
-    def optimizer(self, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
-        """The session's AdamW as a torch.optim.Optimizer (OffloadAdamW); one per offload."""
+    def optimizer(self, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, max_grad_norm=None):
+        """The session's AdamW as a torch.optim.Optimizer (OffloadAdamW); one per offload.
+        max_grad_norm: clip every step by the global L2 norm of its gradients, inside the update (the
+        session computes the norm as the gradients are written), as memwall.torch.clip_grad_norm_ does
+        for one step; for loops that cannot call it (transformers' Trainer: give it max_grad_norm=0 and
+        this one instead). A clip_grad_norm_ call in a step takes precedence."""
         self._guard()
         if self._opt is not None and self._opt() is not None:
             raise RuntimeError("memwall.torch.offload: this offload has its optimizer already (one per offload)")
-        opt = OffloadAdamW(self, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+        opt = OffloadAdamW(self, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, max_grad_norm=max_grad_norm)
         self._opt = weakref.ref(opt)
         return opt
 
@@ -981,13 +1010,47 @@ class Offload:
         """The forward and backward unit orders the session checks every pass against."""
         return [r.unit for r in self._runs], [r.unit for r in self._bwd_runs]
 
-    def close(self, restore=True):
+    @property
+    def steps(self):
+        """Optimizer steps taken (committed ones, after a resume: where the caller's data continues)."""
+        return self._steps
+
+    @property
+    def resumable(self):
+        """True when every step is committed to nvme_dir (the optimizer state on NVMe): a process killed
+        at any instant continues with offload(..., resume=True)."""
+        self._guard(reading=True)
+        return bool(_lib.lib().mw_pysession_resumable(self._h))
+
+    def write_trace(self):
+        """Writes the trace collected so far (trace=...) for `memwall report` (close() writes it too)."""
+        if not self._trace_path or self._sess is None or not self._sess.trace:
+            raise RuntimeError("memwall.torch.offload: no trace requested (offload(..., trace='run/trace.json'))")
+        d = os.path.dirname(os.path.abspath(self._trace_path))
+        os.makedirs(d, exist_ok=True)
+        _lib.check(_lib.lib().mw_trace_write(self._sess.trace, self._trace_path.encode()),
+                   f"memwall.torch.offload: writing the trace {self._trace_path}")
+
+    def close(self, restore=True, keep=False):
         """Ends the offload: with restore=True the parameters get their current values back as ordinary
         tensors (the model trains on without memwall); with restore=False they become empty tensors
         (nothing is read: for a model larger than memory). The hooks go; the session is freed when no
-        view of its arrays is left."""
+        view of its arrays is left. The trace (trace=) is written.
+
+        A resumable session (the optimizer state on NVMe) has finished: its committed state in nvme_dir
+        is removed, unless keep=True (a later offload(..., resume=True) continues it) or an earlier
+        error left the session unusable (the state of the last committed step stays, for a resume); at
+        interpreter exit without close() it stays too."""
         if self._closed:
             return
+        if self._trace_path and self._sess is not None and self._sess.trace:
+            try:
+                self.finish()  # the engine quiet while the recorder is read
+            except Exception:  # noqa: BLE001 - the trace of a failed run is still written; the error was told
+                pass
+            self.write_trace()
+        if not keep and not self._broken:
+            self._call("ending the session", _lib.lib().mw_pysession_end(self._h))
         values = None
         if restore:
             try:
@@ -1011,6 +1074,8 @@ class Offload:
         for h in self._hooks:
             h.remove()
         self._hooks = []
+        if getattr(self, "_acts", None) is not None:
+            self._acts.close()  # the activations' files
         for p in self._params:
             p.data = values[id(p)] if values is not None else torch.empty(0)
             p.grad = None
@@ -1022,6 +1087,7 @@ class Offload:
             del self.model._memwall_offload
         self._closed = True
         self._views = []
+        self._gview, self._wview = {}, {}  # views of the session's arrays: it is freed once none is left
         self._cache = None
         self._flat_params = self._flat_grads = None
         self._sess = None  # the session is freed here, unless a tensor still views its arrays
@@ -1035,12 +1101,16 @@ class OffloadAdamW(torch.optim.Optimizer):
     optimizer on NVMe it runs behind the next forward pass); zero_grad() keeps the gradients as the
     session's views (the session zeroes them when the next step's first backward begins)."""
 
-    def __init__(self, off, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+    def __init__(self, off, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, max_grad_norm=None):
         if not 0.0 <= lr or not 0.0 <= eps or not 0.0 <= weight_decay or not all(0.0 <= b < 1.0 for b in betas):
             raise ValueError(f"memwall.torch.offload: bad AdamW hyper-parameters (lr {lr}, betas {betas}, eps {eps}, "
                              f"weight decay {weight_decay})")
+        if max_grad_norm is not None and not float(max_grad_norm) > 0:
+            raise ValueError(f"memwall.torch.offload: max_grad_norm={max_grad_norm}: a positive number, or None (no "
+                             "clipping)")
         self._off = off
-        super().__init__(off.parameters(), dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
+        super().__init__(off.parameters(), dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
+                                                max_grad_norm=None if max_grad_norm is None else float(max_grad_norm)))
 
     def add_param_group(self, param_group):
         if self.param_groups:
@@ -1055,7 +1125,7 @@ class OffloadAdamW(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         g = self.param_groups[0]
-        self._off._step(g["lr"], g["betas"], g["eps"], g["weight_decay"])
+        self._off._step(g["lr"], g["betas"], g["eps"], g["weight_decay"], g.get("max_grad_norm"))
         return loss
 
     def zero_grad(self, set_to_none=True):
@@ -1063,19 +1133,73 @@ class OffloadAdamW(torch.optim.Optimizer):
         backward begins (streamed, their pages are given back after each step)."""
         return None
 
+    _KEY = "memwall_offload"
+
     def state_dict(self):
-        raise NotImplementedError("memwall.torch.offload: the optimizer's state (moments, the master on NVMe) lives in "
-                                  "the session and cannot be exported yet (resume is a later item of issue 25); "
-                                  "model.state_dict() saves the weights")
+        """The session's optimizer state by content, for a framework's checkpoint (transformers' Trainer
+        saves it beside the model's weights): the param group's hyper-parameters as torch's AdamW keeps
+        them, and under "memwall_offload" the step count, the units (names and sizes: a load checks them)
+        and the AdamW moments as two flat fp32 tensors (exp_avg, exp_avg_sq), read from the committed
+        state a subgroup at a time. The weights are the model's (model.state_dict())."""
+        off = self._off
+        off._guard(reading=True)
+        off._between_steps("OffloadAdamW.state_dict()")
+        n = int(_lib.lib().mw_pysession_n_params(off._h))
+        m, v = torch.empty(n, dtype=torch.float32), torch.empty(n, dtype=torch.float32)
+        off._call("reading the optimizer state", _lib.lib().mw_pysession_state_read(off._h, 0, n, m.data_ptr(),
+                                                                                    v.data_ptr()))
+        groups = [{k: (list(x) if k == "betas" else x) for k, x in g.items() if k != "params"}
+                  for g in self.param_groups]
+        for g in groups:
+            g["params"] = list(range(len(off._params)))
+        return {"state": {}, "param_groups": groups,
+                self._KEY: {"version": 1, "steps": off.steps, "units": [list(u) for u in off.units],
+                            "exp_avg": m, "exp_avg_sq": v}}
 
     def load_state_dict(self, state_dict):
-        raise NotImplementedError("memwall.torch.offload: the optimizer's state cannot be loaded yet (resume is a "
-                                  "later item of issue 25)")
+        """The inverse of state_dict(): the hyper-parameters into the param group, the moments and the
+        step count into the session (its committed state and record: a resume of the session after this
+        continues from it). Between steps; the units must be this offload's (names and sizes)."""
+        off = self._off
+        off._guard()
+        off._between_steps("OffloadAdamW.load_state_dict()")
+        st = state_dict.get(self._KEY) if isinstance(state_dict, dict) else None
+        if not isinstance(st, dict) or st.get("version") != 1:
+            raise ValueError("memwall.torch.offload: OffloadAdamW.load_state_dict() takes what "
+                             "OffloadAdamW.state_dict() returned (a 'memwall_offload' entry of version 1); this state dict is not one "
+                             "(torch.optim.AdamW's?)")
+        units = [tuple(u) for u in st.get("units", [])]
+        if units != list(off.units):
+            diff = next((i for i, (a, b) in enumerate(zip(units, off.units)) if a != b), min(len(units),
+                                                                                             len(off.units)))
+            raise ValueError(f"memwall.torch.offload: the optimizer state was saved for other units ({len(units)} "
+                             f"units; unit {diff}: {units[diff] if diff < len(units) else None}, this offload's: "
+                             f"{off.units[diff] if diff < len(off.units) else None}): load it into an offload of the "
+                             "same model and units")
+        n = int(_lib.lib().mw_pysession_n_params(off._h))
+        m, v, steps = st.get("exp_avg"), st.get("exp_avg_sq"), st.get("steps")
+        for name, t in (("exp_avg", m), ("exp_avg_sq", v)):
+            if not isinstance(t, torch.Tensor) or t.dtype != torch.float32 or t.numel() != n:
+                raise ValueError(f"memwall.torch.offload: the optimizer state's {name} is not {n} fp32 values")
+        if not isinstance(steps, int) or isinstance(steps, bool) or steps < 0:
+            raise ValueError(f"memwall.torch.offload: the optimizer state's step count {steps!r} is not a count")
+        groups = state_dict.get("param_groups") or []
+        if len(groups) != 1:
+            raise ValueError(f"memwall.torch.offload: the optimizer state has {len(groups)} param groups; OffloadAdamW "
+                             "has one")
+        m, v = m.detach().contiguous(), v.detach().contiguous()
+        off._call("writing the optimizer state", _lib.lib().mw_pysession_state_write(off._h, 0, n, m.data_ptr(),
+                                                                                     v.data_ptr(), steps))
+        for k, x in groups[0].items():
+            if k != "params":
+                self.param_groups[0][k] = tuple(x) if k == "betas" else x
+        off._steps = steps
+        off._version += 1
 
 
 def offload(model, nvme_dir=None, dram_budget=None, prefetch=2, units=None, activations="dram", *, weights="nvme",
             optimizer=None, grad_accum=1, no_decay=None, subgroup_size=None, buffer_count=None, threads=None,
-            weights_from=None):
+            weights_from=None, resume=False, trace=None):
     """Moves the whole training state of `model` (fp32 CPU parameters, or fp32 parameters on the meta
     device with weights_from) into a memwall session and returns the handle (Offload):
     off.optimizer(lr=...) is its AdamW.
@@ -1092,16 +1216,30 @@ def offload(model, nvme_dir=None, dram_budget=None, prefetch=2, units=None, acti
                   it; gradients are written to NVMe as they finish) or "dram" (resident)
     optimizer:    where the AdamW state lives: "nvme", "dram", or None (nvme when the weights stream)
     nvme_dir:     the directory of the NVMe state (created if missing; default ./run/nvme)
-    dram_budget:  bytes; a streamed run whose planned DRAM peak is above it is refused up front
+    dram_budget:  bytes; with streamed weights, subgroup_size and buffer_count left None are chosen so that the
+                  planned DRAM peak (this process's resident set at open plus the session's arrays and staging,
+                  not the model's activations) fits it, the largest that do (as `memwall train --dram-budget`);
+                  a run whose plan is above it even so is refused up front, the parts named with their bytes
     units:        None (the model's repeated block list, one unit per block, plus one unit for the
                   modules before it and one for those after), or [module or [modules], ...] in forward order
     grad_accum:   backward passes per step (micro-batches; each step() takes exactly that many)
     no_decay:     parameters without weight decay: a callable (name, param) -> bool or names
-    activations:  "dram" ("nvme" is a later item)
+    activations:  "dram", or "nvme" (the large tensors autograd saves in the model's forward are written to
+                  nvme_dir/activations as forward makes them and read back ahead of backward, bitwise the same;
+                  memwall.torch.NvmeActivations(min_bytes=..., prefetch=...) sets the details)
+    resume:       False (a fresh session; a committed state left in nvme_dir is refused), True (continue the
+                  committed state in nvme_dir: weights, moments and step count as the last committed step left
+                  them; off.steps says where the data continues; another model or units are refused), or
+                  "auto" (continue it if there is one). With the optimizer on NVMe every step is committed, so
+                  a process killed at any instant loses at most the step in flight (docs/python.md, "Resume")
+    trace:        a path: the run's events (I/O, updates, the units' fetches, waits and gradient writes) are
+                  written there at close() as a Chrome/Perfetto JSON that `memwall report` reads, with the
+                  units as lanes, as for `memwall train --trace`
     """
     return Offload(model, weights=weights, optimizer=optimizer, nvme_dir=nvme_dir, dram_budget=dram_budget,
                    prefetch=prefetch, units=units, activations=activations, grad_accum=grad_accum, no_decay=no_decay,
-                   subgroup_size=subgroup_size, buffer_count=buffer_count, threads=threads, weights_from=weights_from)
+                   subgroup_size=subgroup_size, buffer_count=buffer_count, threads=threads, weights_from=weights_from,
+                   resume=resume, trace=trace)
 
 
 def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False, foreach=None):

@@ -47,8 +47,10 @@ import torch
 
 from . import _lib
 from ._offload import Offload, OffloadAdamW, clip_grad_norm_, offload  # noqa: F401 (whole-state offload)
+from ._activations import NvmeActivations  # noqa: F401 (offload(activations=...))
 
-__all__ = ["AdamW", "sweep_stale_state", "offload", "Offload", "OffloadAdamW", "clip_grad_norm_"]
+__all__ = ["AdamW", "sweep_stale_state", "offload", "Offload", "OffloadAdamW", "clip_grad_norm_",
+           "NvmeActivations"]
 
 
 def _close_at_exit(ref):

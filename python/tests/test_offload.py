@@ -13,7 +13,7 @@ gradients as views of its arrays, the session's AdamW), docs/python.md "Whole-st
   the session's AdamW and of the hooks' bracketing), gradient norms within 1e-5 relative.
 - Refusals: a module order that changes after the first step (the error names the modules), a block
   skipped, a DRAM budget below the plan (up front, with the numbers, the model untouched),
-  activations="nvme", backward passes that do not match grad_accum, units that miss parameters,
+  an unknown activations= place, backward passes that do not match grad_accum, units that miss parameters,
   torch's clip_grad_norm_ on streamed gradients (they are on NVMe by then).
 - A model built on the meta device with weights_from=DIR (fp32, bf16, fp16, sharded checkpoints): the
   logits, buffers (rotary inv_freq), losses and trained weights bitwise those of from_pretrained(DIR)
@@ -220,10 +220,71 @@ def test_budget_refused_up_front(tmp_path):
     m(input_ids=x, labels=x).loss.backward()  # and trains as before
 
 
+def test_optimizer_max_grad_norm(tmp_path):
+    """off.optimizer(max_grad_norm=c) clips every step inside the update (for loops such as transformers'
+    Trainer that cannot call memwall.torch.clip_grad_norm_): bitwise the loop that calls it each step; a
+    call in a step takes precedence; a bad value is refused."""
+    finals = []
+    for how in ("call", "optimizer"):
+        m = make("llama")
+        off = mt.offload(m, nvme_dir=tmp_path / how, weights="nvme", prefetch=1, threads=1, subgroup_size=4096)
+        opt = off.optimizer(lr=LR, max_grad_norm=0.05 if how == "optimizer" else None)
+        norms = []
+        for x in batches(4):
+            m(input_ids=x, labels=x).loss.backward()
+            if how == "call":
+                norms.append(float(mt.clip_grad_norm_(m.parameters(), 0.05)))
+            opt.step()
+        finals.append({k: v.clone() for k, v in m.state_dict().items()})
+        if how == "call":
+            assert min(norms) > 0.05  # the clipping acted in every step
+        off.close(restore=False)
+    assert all(torch.equal(finals[0][k], finals[1][k]) for k in finals[0])
+    m = make("llama")
+    off = mt.offload(m, nvme_dir=tmp_path / "bad", weights="nvme", threads=1)
+    with pytest.raises(ValueError, match="max_grad_norm=0"):
+        off.optimizer(max_grad_norm=0)
+    off.close(restore=False)
+
+
+def test_budget_picks_the_knobs(tmp_path):
+    """dram_budget with subgroup_size/buffer_count left to memwall: a budget the defaults (4 Mi-element
+    subgroups, 8 staging buffers) are over, but smaller knobs fit, runs with those (as memwall train
+    --dram-budget does); the same numbers as the defaults' run."""
+    T = transformers
+    torch.manual_seed(0)
+    cfg = T.LlamaConfig(vocab_size=32768, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                        tie_word_embeddings=True)  # 8.4 M parameters: two 4 Mi-element subgroups and more
+    peaks = {}
+    for name, kw in (("defaults", {}), ("small", dict(subgroup_size=256 << 10, buffer_count=3))):
+        m = T.LlamaForCausalLM(cfg)
+        off = mt.offload(m, nvme_dir=tmp_path / name, weights="nvme", prefetch=1, threads=1, **kw)
+        st = off.stats()
+        peaks[name] = (st["planned_dram_peak"], st["subgroup_size"])
+        off.close(restore=False)
+    assert peaks["defaults"][1] == 4 << 20 and peaks["small"][1] == 256 << 10
+    (big, _), (small, _) = peaks["defaults"], peaks["small"]
+    assert big - small > (64 << 20), peaks  # room for a budget between them, above the fit's margin
+    budget = (big + small) // 2
+    m = T.LlamaForCausalLM(cfg)
+    off = mt.offload(m, nvme_dir=tmp_path / "budget", weights="nvme", prefetch=1, threads=1, dram_budget=budget)
+    st = off.stats()
+    assert small <= st["planned_dram_peak"] <= budget < big, (st, budget)  # fewer buffers or smaller subgroups
+    x = torch.randint(0, 32768, (1, 8), generator=torch.Generator().manual_seed(0))
+    opt = off.optimizer(lr=1e-3)
+    m(input_ids=x, labels=x).loss.backward()
+    opt.step()
+    off.close(restore=False)
+    with pytest.raises(memwall.MemwallError, match="too small"):  # given knobs are kept: the plan refuses
+        mt.offload(T.LlamaForCausalLM(cfg), nvme_dir=tmp_path / "given", weights="nvme", prefetch=1, threads=1,
+                   dram_budget=budget, subgroup_size=4 << 20, buffer_count=8)
+
+
 def test_refusals(tmp_path):
     m = make("llama", layers=2)
-    with pytest.raises(NotImplementedError, match="activations='nvme'.*later item"):
-        mt.offload(m, nvme_dir=tmp_path, activations="nvme")
+    with pytest.raises(ValueError, match="activations='disk': use 'dram', 'nvme'"):
+        mt.offload(m, nvme_dir=tmp_path, activations="disk")  # "nvme": test_offload_acts.py
     with pytest.raises(ValueError, match="nvme_dir= is needed"):
         mt.offload(m)
     with pytest.raises(ValueError, match="in no unit"):
@@ -252,8 +313,10 @@ def test_refusals(tmp_path):
     opt = off.optimizer(lr=1e-3)
     one_step(m, opt)
     assert math.isfinite(off.stats()["planned_dram_peak"])
-    with pytest.raises(NotImplementedError, match="optimizer's state"):
-        opt.state_dict()
+    sd = opt.state_dict()  # by content (test_offload_trainer.py resumes through it)
+    assert sd["memwall_offload"]["steps"] == 1 and [tuple(u) for u in sd["memwall_offload"]["units"]] == off.units
+    with pytest.raises(ValueError, match="OffloadAdamW.state_dict"):
+        opt.load_state_dict(torch.optim.AdamW(m.parameters()).state_dict())
     off.close()
 
 
@@ -473,12 +536,24 @@ def test_hf_finetune_example(tmp_path):
                                                show_progress=False))
     tok.save(str(model / "tokenizer.json"))
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    r = subprocess.run([sys.executable, os.path.join(root, "examples", "hf_finetune.py"), "--model", str(model),
-                        "--data", str(text), "--steps", "2", "--seq", "32", "--grad-accum", "2", "--threads", "1", "--nvme-dir",
-                        str(tmp_path / "nvme"), "--save", str(tmp_path / "tuned")], capture_output=True, text=True,
-                       env=env)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    assert "step    2  loss" in r.stdout and "loaded into memwall" in r.stdout
+
+    def example(steps, nvme, save, *more):
+        r = subprocess.run([sys.executable, os.path.join(root, "examples", "hf_finetune.py"), "--model", str(model),
+                            "--data", str(text), "--steps", str(steps), "--seq", "32", "--grad-accum", "2", "--threads",
+                            "1", "--nvme-dir", str(tmp_path / nvme), "--save", str(tmp_path / save), *more],
+                           capture_output=True, text=True, env=env)
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+        return r.stdout
+
+    out = example(2, "nvme", "tuned")
+    assert "step    2  loss" in out and "loaded into memwall" in out
     tuned = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "tuned", dtype=torch.float32)
     start = transformers.AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
     assert not torch.equal(tuned.model.embed_tokens.weight, start.model.embed_tokens.weight)
+    # --resume continues the committed run in --nvme-dir: steps 3-4 after steps 1-2 == 4 steps at once
+    out = example(4, "nvme", "resumed", "--resume")
+    assert "resumed at step 2" in out and "step    3  loss" in out and "step    1  loss" not in out
+    example(4, "nvme-once", "once")
+    a = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "resumed", dtype=torch.float32).state_dict()
+    b = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "once", dtype=torch.float32).state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in b)
