@@ -96,7 +96,8 @@ def child(a):
         out["activations"] = acts
         off = mt.offload(model, nvme_dir=a.nvme_dir, weights=weights, optimizer=optimizer, weights_from=a.model,
                          threads=a.threads, prefetch=a.prefetch, subgroup_size=a.subgroup_size or None,
-                         buffer_count=a.buffer_count or None, activations=acts)
+                         buffer_count=a.buffer_count or None, activations=acts,
+                         dram_budget=int(a.dram_budget * GIB) if weights == "nvme" and a.dram_budget else None)
         opt = off.optimizer(lr=a.lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.0)
     else:
         model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float32)
@@ -164,6 +165,8 @@ def main():
     ap.add_argument("--subgroup-size", type=int, default=1 << 20, help="optimizer subgroup, elements (default 1M: "
                     "12 MiB of fp32 state per staging buffer; 0: the engine's default, 4M: 48 MiB)")
     ap.add_argument("--buffer-count", type=int, default=0, help="staging buffers (0: the engine's default, 8)")
+    ap.add_argument("--dram-budget", type=float, default=0, help="GiB: offload(dram_budget=) for the streamed cases "
+                    "(with --subgroup-size 0 --buffer-count 0 the budget picks both); 0: none")
     ap.add_argument("--activations", choices=("dram", "nvme"), default="dram",
                     help="where the streamed cases keep the saved activations (offload(activations=...); the "
                     "resident case keeps them in DRAM)")
@@ -198,7 +201,7 @@ def main():
         cmd = [sys.executable, os.path.abspath(__file__), "--child", c, "--model", model, "--nvme-dir", nvme,
                "--threads", str(a.threads), "--lr", str(a.lr), "--prefetch", str(a.prefetch), "--steps", str(a.steps),
                "--subgroup-size", str(a.subgroup_size), "--buffer-count", str(a.buffer_count),
-               "--activations", a.activations]
+               "--activations", a.activations, "--dram-budget", str(a.dram_budget)]
         print(f"$ {' '.join(cmd)}    ({free / 1e9:.0f} GB free)", flush=True)
         t = time.time()
         p = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
