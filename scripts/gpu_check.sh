@@ -13,9 +13,12 @@
 #      NVMe, --offload-policy all-cpu, auto and all-device on the CUDA device: the losses and the
 #      final checkpoints' state bitwise equal to all-cpu in DRAM (fp32 state: deterministic), the
 #      step times and the update counts side by side;
-#   5. the Python package's CUDA path (kept from before): the pytest suite, where
-#      test_cuda_matches_cpu runs (CUDA parameters through pinned host copies, bitwise against the
-#      CPU path), examples/torch_gpt.py on the GPU with memwall's and torch's optimizer, and
+#   5. the Python package's CUDA path: first memwall.torch.offload of CUDA models
+#      (python/tests/test_offload_device.py: units NVMe -> pinned staging -> GPU on side streams and
+#      gradients back, Llama and Qwen2 against the CPU run, the device memory bounded; its figures
+#      into this file), then the rest of the pytest suite, where test_cuda_matches_cpu runs (CUDA
+#      parameters through pinned host copies, bitwise against the CPU path),
+#      examples/torch_gpt.py on the GPU with memwall's and torch's optimizer, and
 #      bench/torch_optim.py (BENCH_ARGS, default --quick: "" runs the full bench, longer than the
 #      8 minutes this script is sized for).
 # A part that fails is reported (FAIL) and the next one still runs; the exit status is the number
@@ -182,13 +185,29 @@ done
 [ -n "$first" ] && rm -rf "$first"
 
 # ---------------------------------------------------------------- 5. the Python package's CUDA path
-fig "== Python package (CUDA parameters through pinned host copies)"
+fig "== Python package: offload of CUDA models, then the suite (CUDA parameters through pinned host copies)"
 if [ "${GPU_CHECK_PYTHON:-1}" = 0 ]; then
   fig "  skipped (GPU_CHECK_PYTHON=0)"
 elif PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install -q ./python >"$OUT/pip.log" 2>&1; then
   fig "  $(python3 -c "import torch; print('torch', torch.__version__, 'CUDA available:', torch.cuda.is_available())" 2>&1 | tail -1)"
+  # memwall.torch.offload of a CUDA model: every CUDA test must run (a skip on a GPU machine fails).
+  t=$(date +%s)
+  log=$OUT/pytest_offload_device.log
+  : >"$OUT/offload_device.txt"
+  MEMWALL_LIB=$B/libmemwall.so PYTHONPATH=python MW_CLI=$cli GPU_CHECK_FIGURES=$OUT/offload_device.txt timeout 600 \
+    python3 -m pytest -q -rs -p no:cacheprovider python/tests/test_offload_device.py >"$log" 2>&1
+  rc=$?
+  res=$(tail -1 "$log")
+  if [ $rc = 0 ]; then fig "  offload of CUDA models (test_offload_device.py): $res, $(since "$t") s"
+  else tail -15 "$log"; failed "offload of CUDA models (test_offload_device.py): $res (see $log)"; fi
+  sed 's/^/    /' "$OUT/offload_device.txt" | tee -a "$FIG"
+  if [ "$gpu" = 1 ] && grep -q '^SKIPPED.*test_offload_device' "$log"; then
+    grep '^SKIPPED' "$log" | sed 's/^/    /' | tee -a "$FIG"
+    failed "offload of CUDA models: CUDA tests skipped on a GPU machine (see $log)"
+  fi
   MEMWALL_LIB=$B/libmemwall.so PYTHONPATH=python MW_CLI=$cli timeout 900 \
-    python3 -m pytest -q -rs -p no:cacheprovider python/tests >"$OUT/pytest.log" 2>&1
+    python3 -m pytest -q -rs -p no:cacheprovider python/tests --ignore=python/tests/test_offload_device.py \
+    >"$OUT/pytest.log" 2>&1
   rc=$?
   res=$(tail -1 "$OUT/pytest.log")
   if [ $rc = 0 ]; then fig "  pytest: $res"; else tail -15 "$OUT/pytest.log"; failed "pytest: $res (see $OUT/pytest.log)"; fi

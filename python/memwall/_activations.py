@@ -124,6 +124,7 @@ class Spill:
         self._live = 0
         self._storages = {}                 # storage data_ptr -> entry (deduplication)
         self._ctx = None
+        self.front = None                   # sees each saved tensor first (_device.DeviceUnits: a model on a device)
         self._deferred = None               # a failure found where it could not be raised (a handle's __del__)
         self.kept = 0                       # saved tensors left in DRAM, bytes (figures)
         self.shared = 0                     # packs that found their bytes written already
@@ -145,7 +146,8 @@ class Spill:
         m = self._model() if self._model is not None else None
         if m is not None:
             self._buffers = {b.untyped_storage().data_ptr() for b in m.buffers() if b.device.type == "cpu"}
-        self._ctx = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+        pack, unpack = (self._pack, self._unpack) if self.front is None else self.front.chain(self._pack, self._unpack)
+        self._ctx = torch.autograd.graph.saved_tensors_hooks(pack, unpack)
         self._ctx.__enter__()
 
     def exit(self, module=None, args=None, output=None):

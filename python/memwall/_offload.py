@@ -26,6 +26,9 @@ Why this shape:
 - Resume: with the optimizer on NVMe the session commits every step as `memwall train` does (a record
   the engine replaces atomically once a step's writes landed); offload(resume=True) reopens that state
   for the same model description, so this file keeps no state of its own beyond the step count.
+- A model on a device (CUDA): the session's arrays stay on the host and are the staging of the copies;
+  a unit's weights go to the device at its acquire and its gradients come back at its grad_ready
+  (_device.py, which says why: pinned staging, the saved-tensor hook for the weights' views).
 - The schedule is static, from the module structure (forward: unit 0, the blocks, the last unit,
   and unit 0 again for a tied head; backward: the reverse, without the embedding lookups, which
   need no weights) and every use is checked against it: a module that runs out of that order is
@@ -40,6 +43,7 @@ import warnings
 import torch
 
 from . import _activations
+from . import _device
 from . import _lib
 from . import _weights
 
@@ -215,6 +219,7 @@ class Offload:
         self.model = model
         self.weights = weights
         self.grad_accum = grad_accum
+        self._prefetch = prefetch
         self.nvme_dir = None if nvme_dir is None else str(nvme_dir)
         self._source = None if weights_from is None else _weights.SafetensorsWeights(weights_from)
         self._keys = {}
@@ -236,6 +241,14 @@ class Offload:
         self._attach()
         if self._acts is not None:  # the saved-tensor hooks around the model's forward
             self._hooks += self._acts.attach(model)
+            if self._dev is not None:
+                self._acts.front = self._dev  # the weights' saved views first (_device.py), the rest spilled
+                if self._dev.cuda:
+                    warnings.warn("memwall.torch.offload: activations='nvme' spills CPU tensors; the activations of "
+                                  f"a model on {self._device} stay on the device (only its weights and gradients "
+                                  "go through the session)", RuntimeWarning, stacklevel=3)
+        elif self._dev is not None:
+            self._hooks += self._dev.attach(model)
 
     # ------------------------------------------------------------------ the units and the schedule
 
@@ -301,13 +314,26 @@ class Offload:
                 if p.dtype != torch.float32:
                     raise ValueError(f"memwall.torch.offload: parameter '{n}' is {p.dtype}; offload trains fp32 "
                                      "parameters (model.float() first)")
-                if p.device.type != "cpu":
+                if p.device.type not in ("cpu", "cuda"):
                     raise NotImplementedError(f"memwall.torch.offload: parameter '{n}' is on {p.device}; offload runs "
-                                              "CPU models for now (CUDA is a later item of issue 25)")
+                                              "CPU and CUDA models (model.to('cpu') or model.to('cuda') first)")
                 if p.is_sparse or not p.requires_grad:
                     raise ValueError(f"memwall.torch.offload: parameter '{n}' is "
                                      f"{'sparse' if p.is_sparse else 'frozen (requires_grad=False)'}; offload trains "
                                      "every parameter of the model, dense")
+        devices = {p.device for p in self._all_params(unit_params)}
+        if len(devices) > 1:
+            where = {}
+            for p in self._all_params(unit_params):
+                where.setdefault(p.device, names[id(p)])
+            raise ValueError("memwall.torch.offload: the parameters are on several devices (" +
+                             ", ".join(f"'{n}' on {d}" for d, n in where.items()) + "); offload trains a model whose "
+                             "parameters are all on one device: model.to(device) first")
+        dev = devices.pop() if devices else torch.device("cpu")
+        if dev.type == "cpu" and os.environ.get(_device.SIM_ENV, "0") not in ("", "0"):
+            self._device = dev  # the device path simulated on the CPU (tests; _device.py)
+        else:
+            self._device = None if dev.type == "cpu" else dev
         # Forward runs: consecutive sites of one unit.
         runs = []
         for m, u in sites:
@@ -357,6 +383,10 @@ class Offload:
             if unknown:
                 raise ValueError(f"memwall.torch.offload: no_decay names unknown parameters: {sorted(unknown)[:4]}")
             self._no_decay = {id(p) for p in self._params if names[id(p)] in want}
+
+    @staticmethod
+    def _all_params(unit_params):
+        return [p for ps in unit_params for p in ps]
 
     def _bind(self):
         """Every parameter's tensor in the checkpoint (a tied one under any of its names), its shape and
@@ -476,18 +506,22 @@ class Offload:
     # ------------------------------------------------------------------ the model's tensors and hooks
 
     def _attach(self):
-        """p.data and p.grad become views of the session's arrays (the model's own storage goes), then the hooks."""
+        """p.data and p.grad become views of the session's arrays (the model's own storage goes), then the hooks.
+        On a device (_device.py) p.data is a placeholder on it between the unit's uses and p.grad is None
+        between backward passes; the views of the session's arrays are the host side of the copies."""
         self._views = []
         self._gview = {}
         self._wview = {}
+        dev = self._device is not None
         for u, ps in enumerate(self._unit_params):
             off = self._ranges[u][0]
             for p in ps:
                 k = p.numel()
                 w = self._flat_params[off:off + k].view(p.shape)
                 g = self._flat_grads[off:off + k].view(p.shape)
-                p.data = w
-                p.grad = g
+                if not dev:
+                    p.data = w
+                    p.grad = g
                 self._views.append((p, w.data_ptr(), g))
                 self._gview[id(p)] = g
                 self._wview[id(p)] = w
@@ -507,6 +541,19 @@ class Offload:
                     a._memwall_alias_of = (r.unit, q)
                     alias_hooks.append(a.register_post_accumulate_grad_hook(self._on_alias_grad))
                 r.aliases.append((sub, pname, q, a))
+        self._dev = None
+        if dev:
+            by_unit = {}
+            for r in self._runs:
+                for _, _, q, a in r.aliases:
+                    row = by_unit.setdefault(r.unit, [])
+                    if all(a is not b for _, b in row):
+                        row.append((q, a))
+            self._dev = _device.DeviceUnits(self._device, self._unit_params, self._ranges, self._flat_params,
+                                            self._flat_grads, by_unit, self._unit_names, depth=self._prefetch)
+            self._dev.park()  # the model's own device storage goes here
+            for p in self._params:
+                p.grad = None
         self._closed = False
         self._broken = None
         self._gen = 0               # training forward passes
@@ -535,7 +582,7 @@ class Offload:
         hooks.append(m.register_state_dict_pre_hook(_plain(self._sd_pre)))
         hooks.append(m.register_state_dict_post_hook(_plain(self._sd_root_post)))
         with_params = [x for x in m.modules() if any(True for _ in x.parameters(recurse=False))]
-        if self.weights == "nvme":
+        if self.weights == "nvme" or self._dev is not None:  # the parameters hold no values between uses
             for x in with_params:
                 hooks.append(x.register_state_dict_post_hook(_plain(self._sd_post)))
         for x in with_params:
@@ -571,6 +618,8 @@ class Offload:
         return " -> ".join(names if len(names) <= 6 else names[:3] + ["..."] + names[-2:])
 
     def _unit(self, event, unit, backward, who):
+        if event == _lib.UNIT_RELEASE and self._dev is not None:
+            self._dev.release(unit)  # the parameters' device views go first
         rc = _lib.lib().mw_pysession_unit(self._h, event, unit, backward)
         if rc < 0:
             msg = _lib.lib().mw_error_msg()
@@ -578,6 +627,8 @@ class Offload:
             if "schedule expected" in msg:
                 raise self._order_error(f"module '{who}' ran out of order ({msg})")
             _lib.check(rc, f"{'acquiring' if event == _lib.UNIT_ACQUIRE else 'releasing'} unit '{who}'")
+        if event == _lib.UNIT_ACQUIRE and self._dev is not None:
+            self._dev.acquire(unit)  # the host pages hold the unit now: to the device
 
     # forward ------------------------------------------------------------
 
@@ -596,11 +647,13 @@ class Offload:
             if self._pending:
                 self._flush_pending()
             for p, wptr, g in self._views:
-                if p.data_ptr() != wptr:
+                if (p.data_ptr() != wptr) if self._dev is None else not self._dev.is_placeholder(p.data):
                     raise RuntimeError(f"memwall.torch.offload: parameter '{self._param_names[id(p)]}' is not the "
                                        "session's any more (p.data or the module was replaced, or the model moved with "
                                        ".to()); close() the offload first, then change the model")
-                if p.grad is None or p.grad.data_ptr() != g.data_ptr():  # zero_grad(set_to_none=True) / p.grad = x
+                if self._dev is not None:
+                    p.grad = None  # a device gradient lives from its backward to its unit's grad_ready only
+                elif p.grad is None or p.grad.data_ptr() != g.data_ptr():  # zero_grad(set_to_none=True) / p.grad = x
                     p.grad = g
             training = torch.is_grad_enabled()
             if training:
@@ -767,14 +820,16 @@ class Offload:
         for v, q, g in self._alias_pending:
             if v == u:
                 with torch.no_grad():
-                    self._gview[id(q)].add_(g)
+                    self._gview[id(q)].add_(g if self._dev is None else self._dev.to_host(g))
             else:
                 keep.append((v, q, g))
         self._alias_pending = keep
 
     def _report(self, u):
         """grad_ready(u), after the units above it (in decreasing order; a unit whose parameters had no
-        gradient in this pass is reported then: its gradients stay zero)."""
+        gradient in this pass is reported then: its gradients stay zero). On a device the gradients are
+        copied back first and the session is told once they are in its array, one unit late (the last at
+        _end_backward: _device.DeviceUnits.grads_start, flush)."""
         if u >= self._mark:
             raise RuntimeError(f"memwall.torch.offload: a gradient of unit '{self._unit_names[u]}' arrived after those "
                                f"of unit '{self._unit_names[self._mark]}' were reported: the backward pass does not "
@@ -782,7 +837,13 @@ class Offload:
         L = _lib.lib()
         for v in range(self._mark - 1, u - 1, -1):
             self._fold(v)
-            self._call(f"grad_ready({self._unit_names[v]})", L.mw_pysession_grad_ready(self._h, v))
+            ready = (lambda v=v: self._call(f"grad_ready({self._unit_names[v]})",
+                                            L.mw_pysession_grad_ready(self._h, v)))
+            if self._dev is None:
+                ready()
+            else:  # the device's gradients copied back and added into the session's, then ready() (_device.py)
+                with torch.no_grad():
+                    self._dev.grads_start(v, self._gview, ready)
         self._mark = u
 
     def _on_grad(self, p):
@@ -792,7 +853,12 @@ class Offload:
             self._begin_backward()
             g = p.grad
             u = self._param_unit[id(p)]
-            if g is None or g.data_ptr() != self._flat_grads.data_ptr() + 4 * self._grad_off(p):
+            if self._dev is not None:
+                if g is None or g.device != self._device:
+                    raise RuntimeError(f"memwall.torch.offload: the gradient of '{self._param_names[id(p)]}' is "
+                                       f"{'None' if g is None else 'on ' + str(g.device)} after its accumulation, not "
+                                       f"on {self._device}; do not assign p.grad")
+            elif g is None or g.data_ptr() != self._flat_grads.data_ptr() + 4 * self._grad_off(p):
                 raise RuntimeError(f"memwall.torch.offload: autograd replaced the gradient of "
                                    f"'{self._param_names[id(p)]}' (p.grad is not the session's view); do not assign "
                                    "p.grad, and do not use create_graph=True")
@@ -824,6 +890,9 @@ class Offload:
             self._release_held()
             if self._mark > 0:
                 self._report(0)
+            if self._dev is not None:
+                with torch.no_grad():
+                    self._dev.flush()  # the last unit's gradients in the session's array, grad_ready told
             self._in_bwd = False
             self._micro += 1
             self._call("backward_end", _lib.lib().mw_pysession_backward_end(self._h))
@@ -1076,8 +1145,12 @@ class Offload:
         self._hooks = []
         if getattr(self, "_acts", None) is not None:
             self._acts.close()  # the activations' files
+        where = self._device or torch.device("cpu")  # the parameters go back where the model had them
+        if self._dev is not None:
+            self._dev.close()
+            self._dev = None
         for p in self._params:
-            p.data = values[id(p)] if values is not None else torch.empty(0)
+            p.data = values[id(p)].to(where) if values is not None else torch.empty(0, device=where)
             p.grad = None
             try:
                 del p._memwall_offload
@@ -1200,9 +1273,14 @@ class OffloadAdamW(torch.optim.Optimizer):
 def offload(model, nvme_dir=None, dram_budget=None, prefetch=2, units=None, activations="dram", *, weights="nvme",
             optimizer=None, grad_accum=1, no_decay=None, subgroup_size=None, buffer_count=None, threads=None,
             weights_from=None, resume=False, trace=None):
-    """Moves the whole training state of `model` (fp32 CPU parameters, or fp32 parameters on the meta
-    device with weights_from) into a memwall session and returns the handle (Offload):
+    """Moves the whole training state of `model` (fp32 parameters on the CPU, on one CUDA device, or on
+    the meta device with weights_from) into a memwall session and returns the handle (Offload):
     off.optimizer(lr=...) is its AdamW.
+
+    A model on a CUDA device keeps the session on the host: each unit's weights are copied to the
+    device for its use (pinned staging, a side stream) and freed after it, its gradients copied back
+    and added into the session's when the unit's are complete (p.grad is None between backward
+    passes); docs/python.md, "Whole-state offload on a GPU" (_device.py).
 
     weights_from: None (the model's own values are the initial weights), or a Hugging Face checkpoint (a
                   directory with model.safetensors or model.safetensors.index.json, a .safetensors file or
