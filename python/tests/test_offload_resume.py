@@ -62,11 +62,11 @@ def run_child(nvme, out, mode, kill=None):
     p = subprocess.Popen([sys.executable, os.path.join(HERE, "offload_child.py"), str(nvme), str(N), str(out), mode],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     lines = []
-    for line in p.stdout:
-        lines.append(line.strip())
+    for line in p.stdout:  # every line the child printed, those after the kill's too (a loaded machine
+        lines.append(line.strip())  # may read the kill's line late, the child a step further on)
         if kill is not None and kill(lines[-1], p):
             p.send_signal(signal.SIGKILL)
-            break
+            kill = None
     p.stdout.close()
     err = p.stderr.read()
     p.stderr.close()
