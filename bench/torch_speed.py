@@ -199,9 +199,10 @@ def child(a):
     out["load_s"] = time.time() - t0
     g = torch.Generator().manual_seed(0)
     xs = [torch.randint(0, cfg.vocab_size, (a.batch, a.seq), generator=g) for _ in range(a.accum)]
-    losses, times, hook_py = [], [], []
+    losses, times, hook_py, waits = [], [], [], []
     for _ in range(a.steps):
         h0 = (clock.hook_s - clock.c_s) if clock else 0.0
+        w0 = off.stats()["fetch_wait_s"] if a.child != "deepspeed" else 0.0
         t = time.perf_counter()
         total = 0.0
         for x in xs:
@@ -213,15 +214,17 @@ def child(a):
         step()
         times.append(time.perf_counter() - t)
         hook_py.append(((clock.hook_s - clock.c_s) if clock else 0.0) - h0)
+        waits.append((off.stats()["fetch_wait_s"] if a.child != "deepspeed" else 0.0) - w0)
         losses.append(total / a.accum)
         print(f"  {a.child}: step {len(losses)} loss {losses[-1]:.4f} {times[-1]:.2f} s (hooks' Python "
-              f"{hook_py[-1]:.3f} s) VmHWM {status_kib('VmHWM') / (1 << 20):.2f} GiB", file=sys.stderr, flush=True)
+              f"{hook_py[-1]:.3f} s, waited for weight fetches {waits[-1]:.2f} s) VmHWM "
+              f"{status_kib('VmHWM') / (1 << 20):.2f} GiB", file=sys.stderr, flush=True)
     if a.child != "deepspeed":
         off.finish()
     kept = times[a.drop:] or times
     med = statistics.median(kept)
     out.update(losses=losses, step_s=times, median_step_s=med, tokens_per_s=a.batch * a.seq * a.accum / med,
-               hook_python_s=hook_py, hook_python_share=statistics.median(
+               hook_python_s=hook_py, fetch_wait_s=waits, hook_python_share=statistics.median(
                    [h / t for h, t in zip(hook_py[a.drop:] or hook_py, kept)]),
                peak_rss_gib=status_kib("VmHWM") / (1 << 20))
     print("RESULT " + json.dumps(out), flush=True)

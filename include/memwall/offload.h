@@ -190,6 +190,9 @@ struct mw_offload_config {
     int every_k;                     /* for MW_OFFLOAD_POLICY_EVERY_K, >= 1 */
     int use_device;                  /* create the emulated accelerator (hybrid schedule) */
     struct mw_offload_profile profile; /* cost model inputs (mw_offload_profile_default if unset) */
+    /* 0: a profile file named by the environment's MEMWALL_OFFLOAD_PROFILE (memwall bench offload
+     * --calibrate FILE writes one) replaces `profile` at init; 1: `profile` is used as given. */
+    int profile_fixed;
     int cpu_threads;                 /* optimizer kernel threads on the CPU path, 0 = OpenMP default */
     struct mw_trace *trace;          /* optional recorder */
     int stream;                      /* 1: the caller streams its weights and gradients (above);
@@ -367,6 +370,25 @@ void mw_offload_tier_usage(const struct mw_offload *e, uint64_t bytes[MW_TIER_CO
 
 void mw_offload_stats_get(const struct mw_offload *e, struct mw_offload_stats *s);
 void mw_offload_stats_reset(struct mw_offload *e);
+
+/* The cost model as it has learned (docs/offload.md, "A cost model that learns"): per component of
+ * a subgroup's update (cpu, read, write, h2d, device, d2h), the correction factor it applies to the
+ * profile (measured / profile time, smoothed over steps), and its predictions beside the measured
+ * times, over the whole run and over the steps after it learned (step 6 on); with auto, the plan of
+ * the next step and the best fixed policy's predicted time beside it. Seconds. */
+#define MW_OFFLOAD_COST_NCOMP 6
+struct mw_offload_cost {
+    const char *name[MW_OFFLOAD_COST_NCOMP];
+    double factor[MW_OFFLOAD_COST_NCOMP];
+    uint64_t n[MW_OFFLOAD_COST_NCOMP];              /* observations over the run */
+    double predicted_s[MW_OFFLOAD_COST_NCOMP], measured_s[MW_OFFLOAD_COST_NCOMP];
+    double late_predicted_s[MW_OFFLOAD_COST_NCOMP], late_measured_s[MW_OFFLOAD_COST_NCOMP];
+    uint64_t steps;                                 /* steps learned from */
+    int plan_policy, plan_k;                        /* auto: enum mw_offload_policy, or -1 for a split */
+    uint32_t plan_device_subgroups, plan_switches;
+    double plan_predicted_s, best_fixed_predicted_s; /* the next step's update phase, simulated */
+};
+void mw_offload_cost_get(const struct mw_offload *e, struct mw_offload_cost *c);
 
 /* ---------------------------------------------------------------- the NVMe object service
  * (src/offload/objects.c): transfers beside the update, each a handle the caller polls or waits on. */

@@ -200,6 +200,32 @@ struct mw_report_subgroup {
     double read_s, update_s, write_s, wait_s; /* sums of offload span durations */
 };
 
+/* The offload engine's cost model (cat "cost" spans, one per component and step: docs/offload.md,
+ * "A cost model that learns"): what it predicted for each component of the updates beside what was
+ * measured, per step and summed, over the whole run and after learning (steps after the first
+ * MW_REPORT_COST_LEARN_STEPS that have cost spans); auto's plans (cat "cost", name "plan"). */
+#define MW_REPORT_COST_NCOMP 6
+#define MW_REPORT_COST_LEARN_STEPS 5
+struct mw_report_cost_step {
+    int64_t step;
+    double predicted_s[MW_REPORT_COST_NCOMP], measured_s[MW_REPORT_COST_NCOMP];
+    int64_t n[MW_REPORT_COST_NCOMP];  /* observations (0: the component was not seen that step) */
+};
+struct mw_report_cost {
+    int nsteps; struct mw_report_cost_step *steps; /* in step order */
+    int64_t n[MW_REPORT_COST_NCOMP];
+    double predicted_s[MW_REPORT_COST_NCOMP], measured_s[MW_REPORT_COST_NCOMP];           /* whole run */
+    int late_steps;
+    double late_predicted_s[MW_REPORT_COST_NCOMP], late_measured_s[MW_REPORT_COST_NCOMP]; /* after learning */
+    int nplans, plan_switches;        /* auto: plans traced, and how often the split changed */
+    int64_t plan_step, plan_device_subgroups; /* the last plan */
+    double plan_predicted_s, plan_best_fixed_s;
+};
+const char *mw_report_cost_name(int comp); /* "cpu", "read", "write", "h2d", "device", "d2h" */
+/* The update's own components (the compute and copies a decision's prediction covers: cpu, h2d,
+ * device, d2h; not the disk's): 1 for those. */
+int mw_report_cost_is_update(int comp);
+
 /* The per-step detail view: one step at full resolution (bounded). */
 struct mw_report_rect { double t0_s, t1_s; int lane; int kind; int64_t sub; uint64_t bytes; };
 struct mw_report_point { double t_s; int tier; uint64_t by_kind[MW_REPORT_NKINDS]; };
@@ -219,6 +245,7 @@ struct mw_report {
     int npairs; struct mw_report_pair *pairs;
     int nsteps; struct mw_report_step *steps;
     int nsubgroups; struct mw_report_subgroup *subgroups;
+    struct mw_report_cost cost;
 
     /* Whole-run totals (same definitions as per step). */
     double compute_s, wait_s, io_busy_s, overlap_s, overlap;

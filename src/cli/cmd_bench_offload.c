@@ -172,6 +172,8 @@ struct result {
     double rd_bw, wr_bw, rw_bw, init_s;
     int device;
     const char *calibrate, *plantxt;
+    struct mw_offload_cost cost;      /* the cost model after the run */
+    double upd_pred_s, upd_meas_s;    /* the last step's updates (cpu, h2d, device, d2h): predicted, measured */
 };
 
 /* The figures: one JSON object, or text. */
@@ -182,12 +184,15 @@ static void print_result(const struct result *x, int json)
                "\"buffer_count\": %d, \"threads\": %d, \"steps\": %d, \"update_s\": %.6f, \"kernel_s\": %.6f, "
                "\"pipeline_kernel_s\": %.6f, \"io_wait_s\": %.6f, \"nvme_read_bytes\": %llu, \"nvme_write_bytes\": %llu, "
                "\"nvme_read_bytes_per_s\": %.0f, \"nvme_write_bytes_per_s\": %.0f, \"nvme_bytes_per_s\": %.0f, "
-               "\"update_over_kernel\": %.4f, \"cpu_updates\": %llu, \"dev_updates\": %llu, \"init_s\": %.3f}\n",
+               "\"update_over_kernel\": %.4f, \"cpu_updates\": %llu, \"dev_updates\": %llu, \"init_s\": %.3f, "
+               "\"plan_device_subgroups\": %u, \"plan_predicted_s\": %.6f, \"best_fixed_predicted_s\": %.6f, "
+               "\"plan_switches\": %u, \"update_predicted_s\": %.6f, \"update_measured_s\": %.6f}\n",
                (unsigned long long)x->n, x->tier, x->moments, (unsigned long long)x->plan->subgroup_size, x->plan->n_subgroups,
                x->buffers, x->threads, x->K, x->update_s, x->kernel_s, x->pipe_kernel_s, x->io_wait_s,
                (unsigned long long)x->st->nvme_read_bytes, (unsigned long long)x->st->nvme_write_bytes, x->rd_bw, x->wr_bw, x->rw_bw,
                x->kernel_s > 0 ? x->update_s / x->kernel_s : 0, (unsigned long long)x->st->cpu_updates,
-               (unsigned long long)x->st->dev_updates, x->init_s);
+               (unsigned long long)x->st->dev_updates, x->init_s, x->cost.plan_device_subgroups, x->cost.plan_predicted_s,
+               x->cost.best_fixed_predicted_s, x->cost.plan_switches, x->upd_pred_s, x->upd_meas_s);
     } else {
         char b1[32], b2[32], b3[32], b4[32], b5[32];
         printf("offload update phase: %llu parameters, state on %s (moments %s), %u subgroups of %llu, %d buffers\n",
@@ -202,6 +207,13 @@ static void print_result(const struct result *x, int json)
                    mw_fmt_rate(b3, sizeof b3, x->rd_bw), mw_fmt_rate(b4, sizeof b4, x->wr_bw), mw_fmt_rate(b5, sizeof b5, x->rw_bw));
         if (x->device) printf("  updates        %llu on the CPU, %llu on the accelerator\n",
                            (unsigned long long)x->st->cpu_updates, (unsigned long long)x->st->dev_updates);
+        if (x->upd_meas_s > 0)
+            printf("  cost model     last step's updates predicted %.3f ms, measured %.3f ms (%+.1f %%)\n",
+                   x->upd_pred_s * 1e3, x->upd_meas_s * 1e3, 100 * (x->upd_pred_s - x->upd_meas_s) / x->upd_meas_s);
+        if (x->device && x->cost.plan_predicted_s > 0)
+            printf("  auto's plan    %u of %u subgroups on the accelerator, predicted %.3f ms (best fixed policy %.3f ms)\n",
+                   x->cost.plan_device_subgroups, x->plan->n_subgroups, x->cost.plan_predicted_s * 1e3,
+                   x->cost.best_fixed_predicted_s * 1e3);
         if (x->kernel_s > 0)
             printf("bare AdamW kernel %.3f s on the same parameters: update phase / kernel = %.3f\n", x->kernel_s, x->update_s / x->kernel_s);
         if (x->calibrate) printf("profile written to %s\n", x->calibrate);
@@ -290,6 +302,7 @@ static int bench_offload(int argc, char **argv)
 
     c.use_device = device;
     if (profile && (r = mw_offload_profile_load(profile, &c.profile))) { mw_cli_fail("profile", r); return 1; }
+    c.profile_fixed = profile != NULL;
     if (device && mw_offload_policy_parse(policy, &c.policy, &c.every_k)) {
         fprintf(stderr, "memwall bench offload: %s\n", mw_error_msg());
         return 2;
@@ -343,6 +356,8 @@ static int bench_offload(int argc, char **argv)
         if (s) { upd[s - 1] = st.step_s; wait[s - 1] = st.io_wait_s; kern[s - 1] = st.kernel_s; ktimes[s - 1] = kt; }
     }
     if (rc) { mw_cli_fail("offload step", rc); bare_free(&bk); mw_offload_free(e); free(w); free(g); return 1; }
+    struct mw_offload_cost cost;
+    mw_offload_cost_get(e, &cost);
     bare_free(&bk);
     mw_offload_free(e);
     free(w);
@@ -362,7 +377,8 @@ static int bench_offload(int argc, char **argv)
     if (calibrate && write_profile(calibrate, n, md, kernel_s, !strcmp(tier, "nvme"), rd_bw, wr_bw)) return 1;
 
     struct result res = {n, tier, moments, plan, (int)buffers, (int)threads, K, update_s, kernel_s, pipe_kernel_s,
-                         io_wait_s, &st, rd_bw, wr_bw, rw_bw, init_s, device, calibrate, plantxt};
+                         io_wait_s, &st, rd_bw, wr_bw, rw_bw, init_s, device, calibrate, plantxt, cost,
+                         st.predicted_s, st.measured_s};
     print_result(&res, json);
     mw_offload_registry_free(&reg);
     return 0;

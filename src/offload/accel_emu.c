@@ -18,8 +18,21 @@
  * returns one no record took). A host callback runs on the thread serving its queue, with the
  * mutex released, so it may queue more work: the end of a job starts the next one without a
  * thread switch, as a copy engine would.
- * Settings of the emulation (none yet; a speed factor or a link bandwidth would be) are this
- * context's, not the table's.
+ * Settings of the emulation are this context's, not the table's: the environment's MEMWALL_EMU,
+ * read at open, "key=value" items separated by commas (docs/offload.md, "The emulated device"):
+ *   rate=P      its AdamW runs at P parameters/s: a kernel that finished sooner waits out the rest
+ *   link=B      its copies move B bytes/s, likewise
+ *   latency=S   seconds added to each kernel
+ *   clock=virtual  event times are not the wall clock's but the device's own simulated time: each
+ *               queue's clock advances by the modelled time of its work and takes the time of an
+ *               event it waits for; copies in and out have a link each (full duplex). Nothing
+ *               sleeps, and a job's measured times are exactly the modelled ones, whatever else the
+ *               machine does: the deterministic clock the cost model's tests inject.
+ *   work=none   copies and kernels are only timed, not done: the device uses no host core or memory
+ *               bandwidth, as a real accelerator would not, but its results are not computed
+ *               (placement benchmarks only: bench/policy_grid.sh)
+ * Why a modelled speed: the grid of devices that `--offload-policy auto` is checked on (0.25x to 8x
+ * the CPU, links of 1 to 64 GB/s) cannot come from a host thread running the CPU's own kernel.
  */
 #include "offload/internal.h"
 
@@ -27,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 enum emu_kind { EMU_COPY_IN, EMU_COPY_OUT, EMU_ADAMW, EMU_RECORD, EMU_WAIT, EMU_HOST_FN };
 
@@ -57,6 +71,13 @@ struct emu_queue {
     char msg[400];
     uint64_t tr_bytes, tr_t0, tr_t1; /* copies since its last record, traced as one transfer */
     int tr_h2d;
+    uint64_t vt;              /* clock=virtual: the queue's own time (ns) */
+};
+
+/* MEMWALL_EMU (above); zeros: as fast as the host runs it. */
+struct emu_cfg {
+    double rate, link, latency; /* parameters/s, bytes/s, seconds */
+    int virt, no_work;
 };
 
 struct emu {
@@ -68,6 +89,7 @@ struct emu {
     struct emu_queue q[OFL_DEVQ_N];
     pthread_t copy_thr, work_thr;
     int stop;
+    struct emu_cfg cfg;
 };
 
 static struct emu_event *ev_of(struct ofl_dev_event *e) { return (struct emu_event *)(void *)e; }
@@ -148,13 +170,14 @@ static void settle_locked(struct emu *x, struct emu_queue *q)
         if (h->kind == EMU_RECORD) {
             trace_flush(x, q);
             if (h->gen > ev->done) ev->done = h->gen;
-            ev->t_ns = mw_now_ns();
+            ev->t_ns = x->cfg.virt ? q->vt : mw_now_ns();
             ev->err = q->err; /* the record takes its queue's error */
             if (q->err) memcpy(ev->msg, q->msg, sizeof ev->msg);
             q->err = 0;
             q_pop(q);
             wake_for(x, ev);
         } else if (h->kind == EMU_WAIT && ev->done >= h->gen) {
+            if (x->cfg.virt && ev->t_ns > q->vt) q->vt = ev->t_ns; /* it starts after what it waited for */
             q_pop(q);
         } else {
             break;
@@ -171,21 +194,47 @@ static int run_op(struct emu *x, const struct emu_op *op, char *msg, size_t msg_
         return 0;
     }
     if (op->kind == EMU_COPY_IN) {
-        mw_tier_copy_in(op->buf, op->off, op->host, op->bytes);
+        if (!x->cfg.no_work) mw_tier_copy_in(op->buf, op->off, op->host, op->bytes);
         return 0;
     }
     if (op->kind == EMU_COPY_OUT) {
-        mw_tier_copy_out(op->host, op->buf, op->off, op->bytes);
+        if (!x->cfg.no_work) mw_tier_copy_out(op->host, op->buf, op->off, op->bytes);
         return 0;
     }
     uint64_t t0 = mw_now_ns();
     const struct ofl_dev_adamw *a = &op->adamw;
     struct mw_optim_exec ex = {1, MW_SIMD_AUTO, 0}; /* the device's own single worker */
-    int rc = ofl_update(&a->fmt, &a->hp, &a->s, a->runs, a->nruns, &ex);
+    int rc = x->cfg.no_work ? 0 : ofl_update(&a->fmt, &a->hp, &a->s, a->runs, a->nruns, &ex);
     if (rc) snprintf(msg, msg_len, "AdamW on the emulated accelerator: %s", mw_error_msg());
     struct mw_trace_arg args[2] = {{"subgroup", a->tag}, {"elems", (int64_t)a->s.n}};
     mw_trace_span(x->tr, "device", "kernel", t0, mw_now_ns(), args, 2);
     return rc;
+}
+
+/* The modelled time of a copy or kernel (ns), or 0 where MEMWALL_EMU sets none. */
+static uint64_t emu_model_ns(const struct emu *x, const struct emu_op *op)
+{
+    double s = 0;
+    if ((op->kind == EMU_COPY_IN || op->kind == EMU_COPY_OUT) && x->cfg.link > 0) s = (double)op->bytes / x->cfg.link;
+    if (op->kind == EMU_ADAMW && (x->cfg.rate > 0 || x->cfg.latency > 0))
+        s = (x->cfg.rate > 0 ? (double)op->adamw.s.n / x->cfg.rate : 0) + x->cfg.latency;
+    return s > 0 ? (uint64_t)(s * 1e9) : 0;
+}
+
+/* After an operation that started at t0: with a modelled time, the wall clock waits it out (it
+ * sleeps for the rest) or, with clock=virtual, the operation takes exactly that long on the
+ * queue's clock. Returns the operation's end on the clock that counts. */
+static uint64_t emu_pace(struct emu *x, const struct emu_op *op, uint64_t t0)
+{
+    uint64_t now = mw_now_ns(), m = emu_model_ns(x, op);
+    if (x->cfg.virt) return op->kind == EMU_HOST_FN ? t0 : t0 + (m ? m : now - t0);
+    while (m && now < t0 + m) {
+        uint64_t left = t0 + m - now;
+        struct timespec ts = {(time_t)(left / 1000000000u), (long)(left % 1000000000u)};
+        nanosleep(&ts, NULL);
+        now = mw_now_ns();
+    }
+    return now;
 }
 
 /* A worker: serves queues qs[0..nq) in that priority, one operation at a time. */
@@ -206,8 +255,9 @@ static void serve(struct emu *x, const int *qs, int nq, pthread_cond_t *cv)
             pthread_mutex_unlock(&x->mu);
             uint64_t t0 = mw_now_ns();
             int rc = run_op(x, &op, msg, sizeof msg);
-            uint64_t t1 = mw_now_ns();
+            uint64_t t1 = emu_pace(x, &op, t0);
             pthread_mutex_lock(&x->mu);
+            if (x->cfg.virt) q->vt += t1 - t0;
             q->busy = 0;
             if (op.kind == EMU_COPY_IN || op.kind == EMU_COPY_OUT) trace_copy(x, q, &op, t0, t1);
             if (rc && !q->err) { q->err = rc; snprintf(q->msg, sizeof q->msg, "%s", msg); }
@@ -406,11 +456,47 @@ static void emu_destroy(struct emu *x, int up)
 
 static void emu_close(void *ctx) { emu_destroy(ctx, 2); }
 
+/* MEMWALL_EMU's items (above) into c; 0, or -EINVAL naming the item. */
+static int emu_cfg_parse(const char *spec, struct emu_cfg *c)
+{
+    memset(c, 0, sizeof *c);
+    for (const char *p = spec; p && *p;) {
+        const char *end = strchr(p, ','), *eq = strchr(p, '=');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (!eq || eq > p + len) goto bad;
+        size_t kl = (size_t)(eq - p);
+        const char *v = eq + 1;
+        char *vend;
+        if (kl == 5 && !strncmp(p, "clock", 5) && !strncmp(v, "virtual", 7) && v + 7 == p + len) c->virt = 1;
+        else if (kl == 5 && !strncmp(p, "clock", 5) && !strncmp(v, "wall", 4) && v + 4 == p + len) c->virt = 0;
+        else if (kl == 4 && !strncmp(p, "work", 4) && !strncmp(v, "none", 4) && v + 4 == p + len) c->no_work = 1;
+        else if (kl == 4 && !strncmp(p, "work", 4) && !strncmp(v, "all", 3) && v + 3 == p + len) c->no_work = 0;
+        else {
+            double d = strtod(v, &vend);
+            if (vend != p + len || !(d >= 0 && d <= 1e18)) goto bad;
+            if (kl == 4 && !strncmp(p, "rate", 4)) c->rate = d;
+            else if (kl == 4 && !strncmp(p, "link", 4)) c->link = d;
+            else if (kl == 7 && !strncmp(p, "latency", 7)) c->latency = d;
+            else goto bad;
+        }
+        p = end ? end + 1 : NULL;
+        continue;
+    bad:
+        return mw_error_set(-EINVAL, "MEMWALL_EMU='%s': bad item '%.*s' (rate=PARAMS_PER_S, link=BYTES_PER_S, "
+                            "latency=SECONDS, clock=wall|virtual, work=all|none)", spec, (int)len, p);
+    }
+    return 0;
+}
+
 static int emu_open(void **ctx, struct mw_tier *dev_tier, struct mw_trace *tr)
 {
     *ctx = NULL;
+    struct emu_cfg cfg;
+    int rc = emu_cfg_parse(getenv("MEMWALL_EMU"), &cfg);
+    if (rc) return rc;
     struct emu *x = calloc(1, sizeof *x);
     if (!x) return mw_error_set(-ENOMEM, "emulated accelerator: out of memory");
+    x->cfg = cfg;
     x->tier = dev_tier;
     x->tr = tr;
     pthread_mutex_init(&x->mu, NULL);
@@ -420,7 +506,9 @@ static int emu_open(void **ctx, struct mw_tier *dev_tier, struct mw_trace *tr)
     /* Room for what the engine keeps queued (device.c: four jobs), so that queueing its work
      * never allocates; more grows the rings. */
     int ok = 1;
+    uint64_t now = mw_now_ns();
     for (int i = 0; i < OFL_DEVQ_N; i++) {
+        x->q[i].vt = now; /* clock=virtual starts at the wall clock's now (traces stay in place) */
         x->q[i].ops = malloc(64 * sizeof *x->q[i].ops);
         x->q[i].cap = 64;
         ok &= x->q[i].ops != NULL;

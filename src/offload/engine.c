@@ -228,6 +228,27 @@ static int open_device(struct mw_offload *e)
     return rc;
 }
 
+/* The cost model (cost.h): the calibrated profile (cfg.profile, or the file MEMWALL_OFFLOAD_PROFILE
+ * names when cfg.profile_fixed is 0), and auto's first plan, from the profile alone. */
+static int open_cost(struct mw_offload *e)
+{
+    const char *path = e->cfg.profile_fixed ? NULL : getenv("MEMWALL_OFFLOAD_PROFILE");
+    if (path && *path) {
+        int rc = mw_offload_profile_load(path, &e->cfg.profile);
+        if (rc) return mw_error_prepend(rc, "MEMWALL_OFFLOAD_PROFILE: ");
+    }
+    ofl_cost_init(&e->cost, &e->cfg.profile);
+    if (e->cfg.policy != MW_OFFLOAD_POLICY_AUTO || !e->dev) return 0;
+    e->plan_sg = calloc(e->nsg, sizeof *e->plan_sg);
+    e->plan_mask = calloc(e->nsg, 1);
+    e->plan_hist = calloc(e->nsg + 1, sizeof *e->plan_hist);
+    e->plan_ratio = malloc((e->nsg + 1) * sizeof *e->plan_ratio);
+    e->plan_mask_tried = calloc(e->nsg + 1, 1);
+    if (!e->plan_sg || !e->plan_mask || !e->plan_hist || !e->plan_ratio || !e->plan_mask_tried) return mw_error_set(-ENOMEM, "offload: out of memory for auto's plan");
+    ofl_policy_replan(e);
+    return 0;
+}
+
 int mw_offload_init(struct mw_offload **out, const struct mw_offload_registry *r, const struct mw_offload_config *cfg)
 {
     *out = NULL;
@@ -311,6 +332,7 @@ int mw_offload_init(struct mw_offload **out, const struct mw_offload_registry *r
         if (!e->bufcrc) { rc = mw_error_set(-ENOMEM, "offload: out of memory for checksums"); goto err; }
     }
     if (cfg->use_device && (rc = open_device(e))) goto err;
+    if ((rc = open_cost(e))) goto err;
     const float *src = cfg->ext_weights && cfg->weights == MW_OFFLOAD_W_FP32 ? cfg->ext_weights : NULL;
     if (cfg->resume) { /* the committed state of the record, checked against its digests */
         if ((rc = ofl_journal_restore(e, cfg->resume))) goto err;
@@ -371,6 +393,11 @@ void mw_offload_free(struct mw_offload *e)
     free(e->runs);
     free(e->sg_run);
     free(e->pieces);
+    free(e->plan_sg);
+    free(e->plan_mask);
+    free(e->plan_hist);
+    free(e->plan_ratio);
+    free(e->plan_mask_tried);
     pthread_cond_destroy(&e->cv_pipe);
     pthread_cond_destroy(&e->cv_cpu);
     pthread_cond_destroy(&e->cv_done);
@@ -431,7 +458,6 @@ static void reset_step_locked(struct mw_offload *e)
     e->ready_head = e->ready_tail = 0;
     e->cpu_head = e->cpu_tail = e->upd_head = e->upd_tail = 0;
     e->n_done = e->n_started = 0;
-    e->cpu_busy_until = e->dev_busy_until = 0;
     e->pre_on = 0; /* until the next commit allows them (ofl_preread_allow) */
     for (uint32_t i = 0; i < e->nsg; i++) {
         e->st[i].state = OFL_SG_IDLE;
@@ -516,7 +542,9 @@ static int sg_wait(struct mw_offload *e, uint32_t sg, int block, int fresh_ok, c
     int waited = 0;
 #define SG_READY (!e->in_flight || e->st[sg].state == OFL_SG_DONE || (fresh_ok && e->st[sg].fresh))
     while (block && !e->failed && !SG_READY) {
+        e->caller_waiting++;
         pthread_cond_wait(&e->cv_done, &e->mu);
+        e->caller_waiting--;
         waited = 1;
     }
     if (waited) caller_wait(e, tw);
@@ -537,8 +565,15 @@ int mw_offload_sg_wait_weights(struct mw_offload *e, uint32_t sg, int block)
 
 int mw_offload_step(struct mw_offload *e, const struct mw_offload_hparams *hp)
 {
+    pthread_mutex_lock(&e->mu);
+    e->caller_sync = 1; /* the caller computes nothing during this step: the updates run quiet */
+    pthread_mutex_unlock(&e->mu);
     int rc = mw_offload_step_start(e, hp);
-    return rc ? rc : mw_offload_step_wait(e);
+    if (!rc) rc = mw_offload_step_wait(e);
+    pthread_mutex_lock(&e->mu);
+    e->caller_sync = 0;
+    pthread_mutex_unlock(&e->mu);
+    return rc;
 }
 
 int mw_offload_step_wait(struct mw_offload *e)
@@ -549,7 +584,9 @@ int mw_offload_step_wait(struct mw_offload *e)
     uint64_t t0 = e->step_call_t0, tw = mw_now_ns();
     int waited = 0;
     while (e->n_done < e->n_started || (e->threads_up && (e->n_reading || e->n_writing || e->upd_head != e->upd_tail))) {
+        e->caller_waiting++;
         pthread_cond_wait(&e->cv_done, &e->mu);
+        e->caller_waiting--;
         waited = 1;
     }
     if (waited) caller_wait(e, tw);
@@ -583,6 +620,11 @@ int mw_offload_step_wait(struct mw_offload *e)
         e->stats.steps++;
         e->micro_index = 0;
     }
+    /* The cost model learns from the step's measurements (failed or not: they were measured), and
+     * auto plans the next step with what it learned (costlearn.c, costplan.c). */
+    ofl_cost_step_end(&e->cost, e->tr, e->committed + (uint64_t)failed, MW_MIN(started, t0), mw_now_ns());
+    ofl_policy_replan(e);
+    e->dev_t0 = e->dev_t1 = 0;
     e->armed = 0;
     reset_step_locked(e);
     rc = failed ? e->err : 0;
@@ -653,6 +695,31 @@ void mw_offload_stats_get(const struct mw_offload *e, struct mw_offload_stats *s
 {
     pthread_mutex_lock((pthread_mutex_t *)&e->mu);
     *s = e->stats;
+    pthread_mutex_unlock((pthread_mutex_t *)&e->mu);
+}
+
+void mw_offload_cost_get(const struct mw_offload *e, struct mw_offload_cost *c)
+{
+    _Static_assert(MW_OFFLOAD_COST_NCOMP == OFL_COST_N, "one figure per component");
+    memset(c, 0, sizeof *c);
+    pthread_mutex_lock((pthread_mutex_t *)&e->mu);
+    const struct ofl_cost *m = &e->cost;
+    for (int i = 0; i < OFL_COST_N; i++) {
+        c->name[i] = ofl_cost_names[i];
+        c->factor[i] = ofl_cost_factor(m, (enum ofl_cost_comp)i, m->hint);
+        c->n[i] = m->run[i].n;
+        c->predicted_s[i] = m->run[i].pred_s;
+        c->measured_s[i] = m->run[i].meas_s;
+        c->late_predicted_s[i] = m->late[i].pred_s;
+        c->late_measured_s[i] = m->late[i].meas_s;
+    }
+    c->steps = m->steps;
+    c->plan_policy = e->plan_set ? e->plan_cur.kind : (int)e->cfg.policy;
+    c->plan_k = e->plan_cur.k;
+    c->plan_device_subgroups = e->plan_cur.ndev;
+    c->plan_switches = e->plan_switches;
+    c->plan_predicted_s = e->plan_cur.predicted_s;
+    c->best_fixed_predicted_s = e->plan_fixed.predicted_s;
     pthread_mutex_unlock((pthread_mutex_t *)&e->mu);
 }
 

@@ -17,6 +17,7 @@
 #include "memwall/store.h"
 #include "memwall/tier.h"
 #include "memwall/trace.h"
+#include "offload/cost.h"
 #include "offload/device.h"
 
 #include <pthread.h>
@@ -98,7 +99,8 @@ struct ofl_sg {
     int read_rc;               /* first failure among them */
     char read_msg[800];
     struct ofl_devjob job;
-    double pred_cpu_s, pred_dev_s; /* decision inputs */
+    double pred_cpu_s, pred_dev_s; /* decision inputs: the corrected model's, at dispatch */
+    enum ofl_cost_ctx ctx;         /* its update's context (cost.h): the caller computing or not */
     uint64_t t_ready, t_loaded;    /* ns: became READY; current I/O started */
     struct mw_offload *e;
 };
@@ -202,7 +204,21 @@ struct mw_offload {
     int *free_bufs; int nfree;
     int err; char errmsg[1024];
     uint64_t writes_until_fail;    /* 0: no injected failure */
-    double cpu_busy_until, dev_busy_until; /* cost-model clocks, seconds since step start */
+    /* The cost model that learns (cost.h) and auto's plan for the next step (costplan.c). */
+    struct ofl_cost cost;
+    struct ofl_plan_choice plan_cur, plan_fixed; /* the plan in use; the best fixed policy beside it */
+    struct ofl_plan_sg *plan_sg;           /* [nsg] the model's times, refreshed between steps */
+    unsigned char *plan_mask;              /* [nsg] where the last step's updates ran */
+    struct ofl_cost_hist *plan_hist;       /* [nsg + 1] by subgroups on the device: measured / simulated steps */
+    double *plan_ratio;                    /* [nsg + 1] the ratios ofl_plan_predict applies */
+    unsigned char *plan_mask_tried;        /* [nsg + 1] a plan with that many device subgroups ran (not cold) */
+    uint64_t t_last_done;                  /* ns: the step's last subgroup finished */
+    uint64_t dev_t0, dev_t1;               /* this step's device jobs: first copy in, last copy out (ns, the
+                                              device's clock), 0 when none */
+    uint32_t plan_switches;
+    int plan_set;                          /* plan_cur holds a plan */
+    int caller_waiting;                    /* the caller is blocked on the step (contention context) */
+    int caller_sync;                       /* mw_offload_step: the caller waits from the start */
     uint64_t step_t0;
     struct ofl_range *ranges; uint32_t nranges, cap_ranges; /* ranges reported this micro-step */
 
@@ -251,8 +267,13 @@ int ofl_journal_restore(struct mw_offload *e, const struct mw_offload_record *r)
 void ofl_journal_sweep(const char *record_path);
 
 /* policy.c */
-/* 1: run on the device, 0: on the CPU. Updates the cost-model clocks. */
-int ofl_policy_decide(struct mw_offload *e, uint32_t sg, double now_s);
+/* 1: run on the device, 0: on the CPU; sets the subgroup's corrected predictions and context. */
+int ofl_policy_decide(struct mw_offload *e, uint32_t sg);
+/* The context an update started now runs in (e->mu held). */
+enum ofl_cost_ctx ofl_policy_ctx(const struct mw_offload *e);
+/* Auto: the next step's plan from the corrected model (hysteresis against the current one), and
+ * its trace; e->mu held (or no thread started yet). */
+void ofl_policy_replan(struct mw_offload *e);
 
 /* placement.c: real capacity of a tier (bytes, 0 = unknown) */
 uint64_t ofl_dram_available(void);

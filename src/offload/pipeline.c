@@ -22,6 +22,7 @@
 #include "offload/internal.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,6 +139,7 @@ static void finish_locked(struct mw_offload *e, uint32_t sg, int ok)
     if (s->buf >= 0) { e->free_bufs[e->nfree++] = s->buf; s->buf = -1; }
     s->state = ok ? OFL_SG_DONE : OFL_SG_IDLE;
     e->n_done++;
+    if (ok) e->t_last_done = mw_now_ns();
     pthread_cond_broadcast(&e->cv_done);
     pthread_cond_signal(&e->cv_pipe);
 }
@@ -171,6 +173,7 @@ static void io_done(struct mw_store_io *io, void *user)
     struct mw_trace_arg a[3] = {{"subgroup", sg}, {"bytes", (int64_t)io->len}, {"result", rc}};
     mw_trace_span(e->tr, "offload", is_read ? "read" : "write", s->t_loaded, now, a, 3);
     pthread_mutex_lock(&e->mu);
+    ofl_cost_io_end(&e->cost, !is_read, rc ? 0 : io->len, now);
     if (is_read) {
         /* An admission may read two objects (state, gradients): it moves on when both are in. */
         e->stats.nvme_read_bytes += rc ? 0 : io->len;
@@ -210,8 +213,10 @@ static void io_done(struct mw_store_io *io, void *user)
 }
 
 /* The update of one subgroup and where it ran (docs/trace-conventions.md: offload "update" and
- * a "decision" span over the same interval, with the policy's predictions for both places). */
-static void trace_update(struct mw_offload *e, uint32_t sg, int on_dev, uint64_t t0, uint64_t t1)
+ * a "decision" span over the same interval, with the corrected model's predictions for both
+ * places and the measured time of the side it ran on: the CPU update, or the device job's copies
+ * and kernel without its waits in the device's queues). */
+static void trace_update(struct mw_offload *e, uint32_t sg, int on_dev, uint64_t t0, uint64_t t1, uint64_t meas_ns)
 {
     if (!e->tr) return;
     const struct ofl_sg *s = &e->st[sg];
@@ -221,7 +226,8 @@ static void trace_update(struct mw_offload *e, uint32_t sg, int on_dev, uint64_t
     int64_t cpu_ns = !(s->pred_cpu_s > 0) ? 0 : s->pred_cpu_s >= 9e9 ? (int64_t)9e18 : (int64_t)(s->pred_cpu_s * 1e9);
     int64_t dev_ns = !(s->pred_dev_s > 0) ? 0 : s->pred_dev_s >= 9e9 ? (int64_t)9e18 : (int64_t)(s->pred_dev_s * 1e9);
     struct mw_trace_arg d[4] = {{"subgroup", sg}, {"predicted_ns", on_dev ? dev_ns : cpu_ns},
-                                {"cpu_predicted_ns", cpu_ns}, {"device_predicted_ns", dev_ns}};
+                                {"measured_ns", meas_ns < (uint64_t)INT64_MAX ? (int64_t)meas_ns : INT64_MAX},
+                                {"alt_predicted_ns", on_dev ? cpu_ns : dev_ns}};
     mw_trace_span(e->tr, "decision", on_dev ? "device" : "cpu", t0, t1, d, 4);
 }
 
@@ -229,14 +235,23 @@ static void dev_done(struct ofl_devjob *j, void *user)
 {
     struct mw_offload *e = user;
     struct ofl_sg *s = &e->st[j->sg];
-    uint64_t meas = j->t_d2h1 - j->t_h2d0;
-    trace_update(e, j->sg, 1, j->t_h2d0, j->t_d2h1);
+    /* the job's own time: its copies and kernel, not its waits in the device's queues */
+    uint64_t in = j->t_h2d1 - j->t_h2d0, k = j->t_k1 - j->t_k0, out = j->t_d2h1 - j->t_d2h0;
     pthread_mutex_lock(&e->mu);
+    if (!j->result) {
+        if (!e->dev_t0 || j->t_h2d0 < e->dev_t0) e->dev_t0 = j->t_h2d0;
+        if (j->t_d2h1 > e->dev_t1) e->dev_t1 = j->t_d2h1;
+        double n = (double)e->sgs[j->sg].n;
+        s->pred_dev_s = ofl_cost_observe(&e->cost, OFL_COST_H2D, s->ctx, (double)j->h2d_bytes, secs(in)) +
+                        ofl_cost_observe(&e->cost, OFL_COST_DEV, s->ctx, n, secs(k)) +
+                        ofl_cost_observe(&e->cost, OFL_COST_D2H, s->ctx, (double)j->d2h_bytes, secs(out));
+    }
+    trace_update(e, j->sg, 1, j->t_h2d0, j->t_d2h1, in + k + out);
     e->stats.h2d_bytes += j->h2d_bytes;
     e->stats.d2h_bytes += j->d2h_bytes;
     e->stats.dev_updates++;
     e->stats.predicted_s += s->pred_dev_s;
-    e->stats.measured_s += secs(meas);
+    e->stats.measured_s += secs(in + k + out);
     if (j->result) {
         char msg[560];
         snprintf(msg, sizeof msg, "offload: subgroup %u: %s", j->sg, j->msg);
@@ -335,7 +350,7 @@ static void dispatch_locked(struct mw_offload *e, uint32_t sg)
 {
     struct ofl_sg *s = &e->st[sg];
     s->state = OFL_SG_LOADED;
-    int on_dev = ofl_policy_decide(e, sg, secs(mw_now_ns() - e->step_t0));
+    int on_dev = ofl_policy_decide(e, sg);
     s->on_dev = on_dev;
     if (!on_dev) {
         e->cpuq[e->cpu_tail++ % e->nsg] = sg;
@@ -423,6 +438,7 @@ static void stage_writeback(struct mw_offload *e, uint32_t sg)
     pthread_mutex_lock(&e->mu);
     int inject = e->writes_until_fail && --e->writes_until_fail == 0;
     e->n_writing++;
+    ofl_cost_io_begin(&e->cost, 1, mw_now_ns());
     s->fresh = 1; /* a forward pass over these weights need not wait for their write */
     pthread_cond_broadcast(&e->cv_done);
     pthread_mutex_unlock(&e->mu);
@@ -464,6 +480,7 @@ static void *pipe_main(void *arg)
             s->buf = e->free_bufs[--e->nfree];
             s->state = OFL_SG_READING;
             e->n_reading++;
+            for (int r = e->gobj ? 2 : 1; r > 0; r--) ofl_cost_io_begin(&e->cost, 0, mw_now_ns());
             mw_trace_counter(e->tr, "offload staging buffers in use", mw_now_ns(), e->nbuf - e->nfree);
             pthread_mutex_unlock(&e->mu);
             stage_read(e, sg);
@@ -480,6 +497,7 @@ static void *pipe_main(void *arg)
                 s->buf = e->free_bufs[--e->nfree];
                 s->state = OFL_SG_PREREADING;
                 e->n_prereading++;
+                ofl_cost_io_begin(&e->cost, 0, mw_now_ns());
                 pthread_mutex_unlock(&e->mu);
                 stage_read(e, sg);
                 pthread_mutex_lock(&e->mu);
@@ -621,6 +639,8 @@ static void cpu_update_one_locked(struct mw_offload *e)
     uint32_t sg = e->cpuq[e->cpu_head++ % e->nsg];
     struct ofl_sg *s = &e->st[sg];
     s->state = OFL_SG_UPDATING;
+    s->ctx = ofl_policy_ctx(e); /* the context it runs in, now (it may have waited in the queue) */
+    s->pred_cpu_s = ofl_cost_predict(&e->cost, OFL_COST_CPU, s->ctx, (double)e->sgs[sg].n);
     struct mw_adamw_hp hp = step_hp(e);
     pthread_mutex_unlock(&e->mu);
     struct mw_optim_slice v;
@@ -645,7 +665,7 @@ static void cpu_update_one_locked(struct mw_offload *e)
         rc = ofl_update(&e->fmt, &hp, &v, runs, nruns, &ex);
         t1 = mw_now_ns();
         kernel_ns = t1 - t0;
-        trace_update(e, sg, 0, t0, t1);
+        trace_update(e, sg, 0, t0, t1, t1 - t0);
         if (!rc && wcopy) {
             memcpy(wcopy, v.master, 4 * n);
             struct mw_trace_arg a[1] = {{"subgroup", sg}};
@@ -664,7 +684,7 @@ static void cpu_update_one_locked(struct mw_offload *e)
         }
         if (!rc) fuse_end(&fz);
         t1 = mw_now_ns();
-        trace_update(e, sg, 0, t0, t1); /* the kernel with the checksums and the refresh inside */
+        trace_update(e, sg, 0, t0, t1, t1 - t0); /* the kernel with the checksums and the refresh inside */
         if (!rc && wcopy) {
             struct mw_trace_arg a[1] = {{"subgroup", sg}};
             mw_trace_span(e->tr, "offload", "refresh", t1, t1, a, 1); /* done inside the update */
@@ -677,8 +697,11 @@ static void cpu_update_one_locked(struct mw_offload *e)
     e->stats.fused_verifies += (uint64_t)checked;
     e->stats.kernel_s += secs(kernel_ns);
     e->stats.cpu_updates++;
+    /* The update as the CPU thread spends it (kernel, fused checksums, refresh): what the model
+     * predicts and the plan schedules. */
+    if (!rc) ofl_cost_observe(&e->cost, OFL_COST_CPU, s->ctx, (double)n, secs(t1 - t0));
     e->stats.predicted_s += s->pred_cpu_s;
-    e->stats.measured_s += secs(kernel_ns);
+    e->stats.measured_s += secs(t1 - t0);
     if (rc) {
         char msg[300];
         snprintf(msg, sizeof msg, "offload: update of subgroup %u failed: %s", sg, mw_error_msg());

@@ -1,12 +1,11 @@
 /*
  * policy.c — which engine updates a subgroup: the CPU or the accelerator.
  *
- * Why "whichever finishes first" and not "whichever is faster": the two engines run at the same
- * time, so a slower engine that is idle beats a faster one with a queue. Each engine keeps a
- * predicted busy-until clock (seconds since the step started); a subgroup goes where
- * max(now, busy_until) + predicted time is smaller (the greedy list schedule of "Deep
- * Optimizer States"). The fixed policies ignore the clocks (for experiments), but the
- * predictions are still traced so their accuracy can be read from every run.
+ * The fixed policies say it by the subgroup's number; auto follows the plan chosen between steps
+ * from the corrected cost model (costplan.c: the whole step simulated under each candidate, with
+ * hysteresis), not a per-subgroup greedy choice (which lost to all-cpu by 1.48x when the device
+ * was the slower engine). Every decision carries both sides' corrected predictions, so their
+ * accuracy can be read from every run, whatever the policy.
  */
 #include "offload/internal.h"
 
@@ -43,24 +42,124 @@ int mw_offload_policy_parse(const char *s, enum mw_offload_policy *p, int *k)
     return mw_error_set(-EINVAL, "policy '%s': expected auto, all-cpu, all-device or every-K (K >= 1)", s);
 }
 
-int ofl_policy_decide(struct mw_offload *e, uint32_t sg, double now)
+/* The corrected model's times of subgroup sg in context ctx (cost.h, costplan.c). Bytes: the
+ * subgroup's NVMe object read and written (none with the state in DRAM), and the device job's copies
+ * (device.c: in the state, the gradients and a weight copy; out all but the gradients). */
+static void plan_sg_fill(const struct mw_offload *e, uint32_t sg, enum ofl_cost_ctx ctx, struct ofl_plan_sg *g)
 {
-    const struct mw_offload_profile *pr = &e->cfg.profile;
+    const struct ofl_cost *c = &e->cost;
     uint64_t n = e->sgs[sg].n;
+    memset(g, 0, sizeof *g);
+    if (e->txn) {
+        uint64_t off, len;
+        ofl_nvme_span((struct mw_offload *)e, sg, &off, &len);
+        g->read = ofl_cost_predict(c, OFL_COST_READ, OFL_CTX_QUIET, (double)len);
+        g->write = ofl_cost_predict(c, OFL_COST_WRITE, OFL_CTX_QUIET, (double)len);
+    }
+    g->cpu = ofl_cost_predict(c, OFL_COST_CPU, ctx, (double)n);
+    uint64_t in = ofl_dev_job_bytes(&e->cfg, n), out = in > 4 * n ? in - 4 * n : in;
+    g->h2d = ofl_cost_predict(c, OFL_COST_H2D, ctx, (double)in);
+    g->dev = ofl_cost_predict(c, OFL_COST_DEV, ctx, (double)n);
+    g->d2h = ofl_cost_predict(c, OFL_COST_D2H, ctx, (double)out);
+}
+
+enum ofl_cost_ctx ofl_policy_ctx(const struct mw_offload *e)
+{
+    int computing = e->in_backward || (e->in_flight && !e->caller_waiting && !e->caller_sync);
+    return computing ? OFL_CTX_SHARED : OFL_CTX_QUIET;
+}
+
+int ofl_policy_decide(struct mw_offload *e, uint32_t sg)
+{
     struct ofl_sg *s = &e->st[sg];
-    s->pred_cpu_s = mw_offload_predict_cpu_s(pr, n);
-    s->pred_dev_s = e->dev ? mw_offload_predict_dev_s(pr, n, ofl_dev_job_bytes(&e->cfg, n) * 2) : 1e30;
-    double cpu_fin = MW_MAX(now, e->cpu_busy_until) + s->pred_cpu_s;
-    double dev_fin = MW_MAX(now, e->dev_busy_until) + s->pred_dev_s;
+    struct ofl_plan_sg g;
+    s->ctx = ofl_policy_ctx(e);
+    plan_sg_fill(e, sg, s->ctx, &g);
+    s->pred_cpu_s = g.cpu;
+    s->pred_dev_s = e->dev ? g.h2d + g.dev + g.d2h : 1e30;
     int dev = 0;
     switch (e->cfg.policy) {
     case MW_OFFLOAD_POLICY_ALL_CPU: dev = 0; break;
     case MW_OFFLOAD_POLICY_ALL_DEVICE: dev = 1; break;
     case MW_OFFLOAD_POLICY_EVERY_K: dev = (int)(sg % (uint32_t)e->cfg.every_k) == e->cfg.every_k - 1; break;
-    case MW_OFFLOAD_POLICY_AUTO: dev = dev_fin < cpu_fin; break;
+    case MW_OFFLOAD_POLICY_AUTO: dev = e->plan_set && ofl_plan_on_device(&e->plan_cur, sg, e->nsg); break;
     }
-    if (!e->dev) dev = 0;
-    if (dev) e->dev_busy_until = dev_fin;
-    else e->cpu_busy_until = cpu_fin;
-    return dev;
+    return e->dev ? dev : 0;
+}
+
+static int64_t plan_ns(double s) { return s > 0 ? (s < 9e9 ? (int64_t)(s * 1e9) : (int64_t)9e18) : 0; }
+
+/* The plan ratios (cost.h, ofl_plan_predict) after a step run with `ndev` subgroups on the device that
+ * took measured_s, simulated_s by the model; then each count's ratio: its own when it was run, else 1
+ * for all-cpu and all-device and, for a split not run yet, the largest of the splits run (a split's
+ * step is the later of two paths: a new one is not assumed better than those measured). */
+static void plan_ratios(struct mw_offload *e, uint32_t ndev, double measured_s, double simulated_s)
+{
+    if (measured_s > 0 && simulated_s > 0) ofl_cost_hist_add(&e->plan_hist[ndev], measured_s / simulated_s);
+    double split = 1;
+    for (uint32_t d = 1; d < e->nsg; d++)
+        if (e->plan_hist[d].n) split = MW_MAX(split, ofl_cost_hist_median(&e->plan_hist[d]));
+    for (uint32_t d = 0; d <= e->nsg; d++)
+        e->plan_ratio[d] = e->plan_hist[d].n ? ofl_cost_hist_median(&e->plan_hist[d]) : d == 0 || d == e->nsg ? 1 : split;
+}
+
+/* The corrected model's times for the next step, and what the last one taught beyond the components:
+ * how the device's jobs overlapped (the device span) and how far the plan's step was from its
+ * simulation (the plan ratio; not from the first step, which is cold). */
+static void plan_inputs(struct mw_offload *e)
+{
+    uint32_t ndev = 0;
+    for (uint32_t i = 0; i < e->nsg; i++) {
+        plan_sg_fill(e, i, e->cost.hint, &e->plan_sg[i]);
+        e->plan_mask[i] = (unsigned char)e->st[i].on_dev;
+        ndev += e->plan_mask[i];
+    }
+    int ran = e->committed > 0, dev_ran = e->dev_t1 > e->dev_t0 && e->dev_t0;
+    if (e->committed > 1) e->plan_mask_tried[ndev] = 1; /* run after the cold first step (measured or not) */
+    double span = 0;
+    if (dev_ran) {
+        ofl_plan_simulate_mask(e->plan_sg, e->nsg, e->plan_mask, &span);
+        ofl_cost_learn_span(&e->cost, e->tr, (double)(e->dev_t1 - e->dev_t0) * 1e-9, span, mw_now_ns());
+    }
+    for (uint32_t i = 0; i < e->nsg; i++) {
+        e->plan_sg[i].h2d *= e->cost.kspan;
+        e->plan_sg[i].dev *= e->cost.kspan;
+        e->plan_sg[i].d2h *= e->cost.kspan;
+    }
+    double meas = ran && e->committed > 1 && e->t_last_done > e->step_t0 ? (double)(e->t_last_done - e->step_t0) * 1e-9 : 0;
+    /* A step is no shorter than its device's span, unless the device keeps its own time (the
+     * emulator's clock=virtual): then the step's wall time says nothing about the plan. */
+    if (dev_ran && (double)(e->dev_t1 - e->dev_t0) * 1e-9 > 1.05 * meas) meas = 0;
+    plan_ratios(e, ndev, meas, ran ? ofl_plan_simulate_mask(e->plan_sg, e->nsg, e->plan_mask, NULL) : 0);
+}
+
+void ofl_policy_replan(struct mw_offload *e)
+{
+    if (e->cfg.policy != MW_OFFLOAD_POLICY_AUTO || !e->dev || !e->plan_sg) return;
+    plan_inputs(e);
+    struct ofl_plan_choice best, fixed;
+    ofl_plan_best(e->plan_sg, e->nsg, e->plan_ratio, &best, &fixed);
+    int first = !e->plan_set, sw = first || ofl_plan_switch(e->plan_sg, e->nsg, e->plan_ratio, &e->plan_cur, &best);
+    /* ties the model cannot break are measured: each once (after the cold first step) */
+    struct ofl_plan_choice probe;
+    if (e->committed >= 2 && e->plan_mask_tried[e->plan_cur.ndev] &&
+        ofl_plan_untried(e->plan_sg, e->nsg, e->plan_ratio, e->plan_mask_tried, &best, &probe)) {
+        best = probe;
+        sw = 1;
+    }
+    if (sw) {
+        e->plan_cur = best;
+        e->plan_switches += (uint32_t)!first;
+    } else {
+        e->plan_cur.predicted_s = ofl_plan_predict(e->plan_sg, e->nsg, e->plan_ratio, &e->plan_cur);
+    }
+    e->plan_set = 1;
+    e->plan_fixed = fixed;
+    /* docs/trace-conventions.md: cat "cost", "plan": the next step's split and the best fixed policy's time */
+    uint64_t now = mw_now_ns();
+    struct mw_trace_arg a[4] = {{"step", (int64_t)e->committed + 1},
+                                {"device_subgroups", (int64_t)e->plan_cur.ndev},
+                                {"predicted_ns", plan_ns(e->plan_cur.predicted_s)},
+                                {"best_fixed_ns", plan_ns(fixed.predicted_s)}};
+    mw_trace_span(e->tr, "cost", "plan", now, now, a, 4);
 }

@@ -298,6 +298,7 @@ int rp_analyze(struct mw_report *r, struct rp_trace *t, const struct mw_report_o
 
     int rc = rp_analyze_steps(r, t, o); /* also fixes the detail window used below */
     if (!rc) rc = rp_analyze_residency(r, t, o); /* after the steps: the roofline uses them */
+    if (!rc) rc = rp_analyze_cost(r, t);
     if (!rc) rc = memory_series(r, t);
     if (!rc) rc = pair_series(r, t);
     if (!rc) rc = phase_bins(r, t);

@@ -142,6 +142,21 @@ static void csv_subgroups(FILE *f, const struct mw_report *r)
     }
 }
 
+/* The cost model per step and component (analyze_cost.c): what it predicted, what was measured. */
+static void csv_cost(FILE *f, const struct mw_report *r)
+{
+    fprintf(f, "step,component,n,predicted_s,measured_s\n");
+    for (int i = 0; i < r->cost.nsteps; i++) {
+        const struct mw_report_cost_step *s = &r->cost.steps[i];
+        for (int j = 0; j < MW_REPORT_COST_NCOMP; j++) {
+            if (!s->n[j]) continue;
+            fprintf(f, "%lld,%s,%lld", (long long)s->step, mw_report_cost_name(j), (long long)s->n[j]);
+            num(f, s->predicted_s[j]); num(f, s->measured_s[j]);
+            fputc('\n', f);
+        }
+    }
+}
+
 /* The one-step detail: every span and request, and each tier's bytes at every change. */
 static void csv_detail_spans(FILE *f, const struct mw_report *r)
 {
@@ -255,6 +270,7 @@ static const struct { const char *name; void (*write)(FILE *f, const struct mw_r
     {"io_sizes.csv", csv_io_sizes},
     {"steps.csv", csv_steps},
     {"subgroups.csv", csv_subgroups},
+    {"cost.csv", csv_cost},
     {"detail_spans.csv", csv_detail_spans},
     {"detail_memory.csv", csv_detail_memory},
     {"comm.csv", csv_comm},

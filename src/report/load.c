@@ -206,6 +206,47 @@ static const char *const res_names[] = {"fetch", "resident", "grad_write", "wait
  * gradients' write-back, the training thread's wait for its fetch, or a block's activations
  * written to NVMe in forward and read back for backward. Without a valid "unit"
  * the span is counted as ignored (it cannot be put in any lane). */
+/* An I/O request (cat "io"): between the tiers its args name (older traces: host and nvme). */
+static int take_io(struct rp_trace *t, const char *name, double ts, double t1, const cJSON *args, const char **why)
+{
+    int wr = name && !strcmp(name, "write");
+    const cJSON *fv = cJSON_GetObjectItemCaseSensitive(args, "from");
+    const cJSON *tv = cJSON_GetObjectItemCaseSensitive(args, "to");
+    int from = fv ? tier_from_json(t, fv) : rp_tier_index(t, wr ? "host" : "nvme");
+    int to = tv ? tier_from_json(t, tv) : rp_tier_index(t, wr ? "nvme" : "host");
+    int p = from >= 0 && to >= 0 ? pair_index(t, from, to) : -1;
+    uint64_t bytes;
+    int br = bytes_arg(args, "bytes", &bytes);
+    if (br < 0) { *why = "\"io\" event without args.bytes"; return 1; }
+    if (br > 0) { *why = "\"io\" event with args.bytes beyond 2^50 or not a number"; return 1; }
+    if (p < 0) { t->n_ignored++; return 0; }
+    if (rp_grow((void **)&t->io, &t->capio, t->nio, sizeof *t->io)) return -ENOMEM;
+    struct rp_io *r = &t->io[t->nio++];
+    r->t0 = ts; r->t1 = t1; r->bytes = bytes; r->pair = p;
+    r->qd = (uint32_t)clamp_i64(num(args, "qd", 0), 0, UINT32_MAX, 0);
+    return 0;
+}
+
+/* A cost span (docs/trace-conventions.md): a component's step, or auto's plan; others ignored. */
+static int take_cost(struct rp_trace *t, const char *name, const cJSON *args)
+{
+    int comp = -1;
+    for (int i = 0; i < MW_REPORT_COST_NCOMP && name; i++)
+        if (!strcmp(name, mw_report_cost_name(i))) comp = i;
+    if (name && !strcmp(name, "plan")) comp = RP_COST_PLAN;
+    if (comp < 0) { t->n_ignored++; return 0; }
+    if (rp_grow((void **)&t->cost, &t->capcost, t->ncost + 1, sizeof *t->cost)) return -ENOMEM;
+    struct rp_cost *c = &t->cost[t->ncost++];
+    c->comp = (int8_t)comp;
+    c->step = inum(args, "step");
+    int plan = comp == RP_COST_PLAN;
+    c->n = inum(args, plan ? "device_subgroups" : "n");
+    int64_t p = ns_arg(args, "predicted"), m = ns_arg(args, plan ? "best_fixed" : "measured");
+    c->pred_s = p >= 0 ? (double)p * 1e-9 : NAN;
+    c->meas_s = m >= 0 ? (double)m * 1e-9 : NAN;
+    return 0;
+}
+
 static int take_residency(struct rp_trace *t, const char *name, double t0, double t1, const cJSON *args)
 {
     int n = lookup(name, res_names, RP_RES_COUNT);
@@ -244,24 +285,8 @@ int rp_take_event(struct rp_trace *t, const cJSON *e, const char **why)
         double t1 = ts + dv->valuedouble * 1e-6;
         if (cat && !strcmp(cat, "comm")) return take_comm(t, name, ts, t1, args);
         if (cat && !strcmp(cat, "residency")) return take_residency(t, name, ts, t1, args);
-        if (cat && !strcmp(cat, "io")) {
-            int wr = name && !strcmp(name, "write");
-            const cJSON *fv = cJSON_GetObjectItemCaseSensitive(args, "from");
-            const cJSON *tv = cJSON_GetObjectItemCaseSensitive(args, "to");
-            int from = fv ? tier_from_json(t, fv) : rp_tier_index(t, wr ? "host" : "nvme");
-            int to = tv ? tier_from_json(t, tv) : rp_tier_index(t, wr ? "nvme" : "host");
-            int p = from >= 0 && to >= 0 ? pair_index(t, from, to) : -1;
-            uint64_t bytes;
-            int br = bytes_arg(args, "bytes", &bytes);
-            if (br < 0) { *why = "\"io\" event without args.bytes"; return 1; }
-            if (br > 0) { *why = "\"io\" event with args.bytes beyond 2^50 or not a number"; return 1; }
-            if (p < 0) { t->n_ignored++; return 0; }
-            if (rp_grow((void **)&t->io, &t->capio, t->nio, sizeof *t->io)) return -ENOMEM;
-            struct rp_io *r = &t->io[t->nio++];
-            r->t0 = ts; r->t1 = t1; r->bytes = bytes; r->pair = p;
-            r->qd = (uint32_t)clamp_i64(num(args, "qd", 0), 0, UINT32_MAX, 0);
-            return 0;
-        }
+        if (cat && !strcmp(cat, "cost")) return take_cost(t, name, args);
+        if (cat && !strcmp(cat, "io")) return take_io(t, name, ts, t1, args, why);
         int c = lookup(cat, cat_names, 4);
         int n = -1, offload_step = 0;
         /* Aliases used by producers before docs/trace-conventions.md (see there). */
@@ -440,6 +465,8 @@ void rp_trace_free(struct rp_trace *t)
     free(t->comm);
     free(t->res);
     free(t->unit_names);
+    free(t->cost);
+    t->cost = NULL; t->ncost = t->capcost = 0;
     t->io = NULL; t->mem = NULL; t->span = NULL; t->comm = NULL; t->res = NULL; t->unit_names = NULL;
     t->nio = t->nmem = t->nspan = t->ncomm = t->nres = t->nunit_names = 0;
     t->capio = t->capmem = t->capspan = t->capcomm = t->capres = t->capunit_names = 0;

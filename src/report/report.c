@@ -55,6 +55,7 @@ void mw_report_free(struct mw_report *r)
     free(r->pairs);
     free(r->steps);
     free(r->subgroups);
+    free(r->cost.steps);
     free(r->bin_phase);
     free(r->detail_rects);
     free(r->detail_points);

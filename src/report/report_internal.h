@@ -75,6 +75,13 @@ struct rp_res {           /* one span cat "residency" */
     int8_t backward;      /* "resident": args "backward" (0 forward, 1 backward) */
 };
 
+struct rp_cost {           /* one span cat "cost": a component's step, or a plan (comp = RP_COST_PLAN) */
+    int64_t step, n;      /* args "step", "n" (plan: "device_subgroups") */
+    double pred_s, meas_s; /* args "predicted_ns", "measured_ns" (plan: "best_fixed_ns") */
+    int8_t comp;          /* 0..MW_REPORT_COST_NCOMP-1, or RP_COST_PLAN */
+};
+#define RP_COST_PLAN MW_REPORT_COST_NCOMP
+
 struct rp_unit_name { int64_t id; char name[32]; };
 
 struct rp_trace {
@@ -91,6 +98,7 @@ struct rp_trace {
     struct rp_span *span; size_t nspan, capspan;
     struct rp_comm *comm; size_t ncomm, capcomm;
     struct rp_res *res; size_t nres, capres;
+    struct rp_cost *cost; size_t ncost, capcost;
     struct rp_unit_name *unit_names; size_t nunit_names, capunit_names; /* metadata */
     int64_t units_declared;            /* metadata "units"; -1 when absent */
     int has_resw;                      /* counter "resident weights" */
@@ -133,6 +141,9 @@ int rp_analyze_comm(struct mw_report *r, const struct rp_trace *t, const struct 
 /* What the rank rows share, for the Ranks table's header: world size and ZeRO stage (-1 when
  * no trace says), kinds with bytes on some rank, whether some rank has the resident counter. */
 void rp_ranks_summary(const struct mw_report *r, int *ws, int *zs, int kinds[MW_REPORT_NKINDS], int *res);
+
+/* analyze_cost.c: the cost model's tables (r->cost) from the cost spans. */
+int rp_analyze_cost(struct mw_report *r, struct rp_trace *t);
 
 /* analyze_res.c: the per-unit table and lanes, and the per-step roofline (after the steps). */
 int rp_analyze_residency(struct mw_report *r, struct rp_trace *t, const struct mw_report_opts *o);

@@ -181,6 +181,55 @@ static void ranks_text(const struct mw_report *r, FILE *f)
     }
 }
 
+/* Error of a prediction, as text: "+12.3 %", or "-" without a measurement. */
+static const char *err_pct(char *b, size_t n, double pred, double meas)
+{
+    if (meas > 0) snprintf(b, n, "%+.1f %%", 100 * (pred - meas) / meas);
+    else snprintf(b, n, "-");
+    return b;
+}
+
+/* One step's (or a sum's) update time: the components a decision covers (cpu, h2d, device, d2h). */
+static void update_sum(const double *pred, const double *meas, double *p, double *m)
+{
+    *p = *m = 0;
+    for (int j = 0; j < MW_REPORT_COST_NCOMP; j++)
+        if (mw_report_cost_is_update(j)) { *p += pred[j]; *m += meas[j]; }
+}
+
+/* The cost model (analyze_cost.c): per component, whole run and after learning; the update's
+ * per-step error for the first steps and the last; auto's last plan. */
+static void cost_text(const struct mw_report *r, FILE *f)
+{
+    const struct mw_report_cost *c = &r->cost;
+    if (!c->nsteps) return;
+    char a[32], b[32], e[32];
+    fprintf(f, "cost model (offload updates; predicted vs measured, s; error = (predicted - measured) / measured; "
+            "after learning = steps %d..%d of %d):\n", MW_REPORT_COST_LEARN_STEPS + 1, c->nsteps, c->nsteps);
+    fprintf(f, "  %-8s %10s %11s %11s %9s  | after learning: %11s %11s %9s\n", "part", "n", "predicted", "measured",
+            "error", "predicted", "measured", "error");
+    for (int j = 0; j < MW_REPORT_COST_NCOMP; j++) {
+        if (!c->n[j]) continue;
+        fprintf(f, "  %-8s %10lld %11.4f %11.4f %9s  | %27.4f %11.4f %9s\n", mw_report_cost_name(j), (long long)c->n[j],
+                c->predicted_s[j], c->measured_s[j], err_pct(a, sizeof a, c->predicted_s[j], c->measured_s[j]),
+                c->late_predicted_s[j], c->late_measured_s[j],
+                err_pct(b, sizeof b, c->late_predicted_s[j], c->late_measured_s[j]));
+    }
+    double p, m;
+    fprintf(f, "  update time per step (cpu + h2d + device + d2h), predicted / measured:");
+    for (int i = 0; i < c->nsteps; i++) {
+        if (i == MW_REPORT_COST_LEARN_STEPS + 1 && i < c->nsteps - 1) { fprintf(f, " ..."); i = c->nsteps - 1; }
+        update_sum(c->steps[i].predicted_s, c->steps[i].measured_s, &p, &m);
+        fprintf(f, " %lld: %s/%s (%s)", (long long)c->steps[i].step, ms(a, sizeof a, p), ms(b, sizeof b, m),
+                err_pct(e, sizeof e, p, m));
+    }
+    fputc('\n', f);
+    if (c->nplans)
+        fprintf(f, "  auto: %lld subgroups on the device in the plan for step %lld, predicted %.4f s (best fixed "
+                "policy %.4f s); the split changed %d times in %d plans\n", (long long)c->plan_device_subgroups,
+                (long long)c->plan_step, c->plan_predicted_s, c->plan_best_fixed_s, c->plan_switches, c->nplans);
+}
+
 static void text_body(const struct mw_report *r, FILE *f)
 {
     char a[48], b[48], c[48], d[48], e[48];
@@ -272,7 +321,14 @@ static void text_body(const struct mw_report *r, FILE *f)
         fprintf(f, "); updates: %lld on cpu, %lld on device", (long long)ncpu, (long long)ndev);
         if (ndec && pred > 0 && meas > 0)
             fprintf(f, "; predicted %.3f s vs measured %.3f s (%+.1f %%)", pred, meas, 100 * (pred - meas) / meas);
+        const struct mw_report_cost *c = &r->cost;
+        double lp, lm;
+        update_sum(c->late_predicted_s, c->late_measured_s, &lp, &lm);
+        if (c->late_steps && lp > 0 && lm > 0)
+            fprintf(f, "; after learning (steps %d..%d) %.3f s vs %.3f s (%+.1f %%)", MW_REPORT_COST_LEARN_STEPS + 1,
+                    c->nsteps, lp, lm, 100 * (lp - lm) / lm);
         fputc('\n', f);
+        cost_text(r, f);
     }
     ranks_text(r, f);
 }

@@ -1,0 +1,169 @@
+/*
+ * cost.h — the offload engine's cost model that learns from its own run (costlearn.c), and the
+ * planner of `--offload-policy auto` that uses it (costplan.c).
+ *
+ * Why learn: the calibrated profile (memwall bench offload --calibrate) says what the CPU, the
+ * accelerator, the link and the disk do alone and idle. In a training run the update shares the
+ * cores with the forward and backward passes, the reads share the disk with the write-backs, and
+ * the profile may come from another day or another load: `make demo` predicted 1.3 s of updates
+ * and measured 12.6 s. The model keeps, per component and per context, a smoothed correction
+ * factor (measured / profile) updated once per step from that step's measured times, so the
+ * prediction of step s is the profile corrected by steps 1..s-1.
+ *
+ * Components (one subgroup's update; units: elements for compute, bytes for I/O and copies):
+ *   cpu      the CPU update (kernel, fused checksums, working-copy refresh): n / cpu_params_per_s
+ *   read     NVMe -> staging: bytes / nvme_read_bytes_per_s
+ *   write    staging -> NVMe: bytes / nvme_write_bytes_per_s
+ *   h2d      host -> device copies: bytes / link_bytes_per_s
+ *   device   the device's AdamW: n / dev_params_per_s + dev_latency_s
+ *   d2h      device -> host copies: bytes / link_bytes_per_s
+ * State in DRAM is updated where it lives: no read or write component then.
+ *
+ * Contention, two ways:
+ *   - compute and copies carry a context: SHARED when the caller is computing (backward, or the
+ *     next forward with the update behind it), QUIET when the caller waits for the step; each
+ *     context has its own factor (the other's, or 1, until it has one);
+ *   - the disk is one resource: reads and writes are timed as the disk's busy time (the union of
+ *     their transfers in flight, not each request's latency, which counts the queue), and the
+ *     time both were in flight is split between them in proportion to their profile times. So a
+ *     read is predicted to share the disk with the write-backs of the step, as it does.
+ *
+ * Threads: every entry is called with the engine's mutex held (completions take it anyway).
+ */
+#ifndef MEMWALL_OFFLOAD_COST_H
+#define MEMWALL_OFFLOAD_COST_H
+
+#include "memwall/offload.h"
+
+#include <stdint.h>
+
+struct mw_trace;
+
+enum ofl_cost_comp {
+    OFL_COST_CPU = 0,
+    OFL_COST_READ,
+    OFL_COST_WRITE,
+    OFL_COST_H2D,
+    OFL_COST_DEV,
+    OFL_COST_D2H,
+    OFL_COST_N
+};
+enum ofl_cost_ctx { OFL_CTX_QUIET = 0, OFL_CTX_SHARED = 1, OFL_CTX_N };
+
+/* The smoothing of the correction factors: a factor is the median of the ratios (measured / profile)
+ * of the last OFL_COST_WINDOW steps learned from (the middle two's geometric mean for an even
+ * count), so the first step learned from replaces the profile's 1 at once, a change of level is
+ * followed within three steps, and a burst of another tenant's load on one or two steps (a 5 ms
+ * CPU update where the others take 1.3 ms, on a 2-core machine) does not move it. */
+#define OFL_COST_WINDOW 5
+struct ofl_cost_hist { double r[OFL_COST_WINDOW]; uint32_t n; }; /* log ratios, a ring; n: learned */
+/* A component's first steps (in each context) are measured and reported but not learned from
+ * (costlearn.c: warm-up). */
+#define OFL_COST_WARMUP 1
+
+struct ofl_cost_acc { double base_s, pred_s, meas_s, units; uint64_t n; };
+
+struct ofl_cost {
+    struct mw_offload_profile prof;
+    double k[OFL_COST_N][OFL_CTX_N];          /* correction factor: measured / profile */
+    struct ofl_cost_hist hist[OFL_COST_N][OFL_CTX_N]; /* the ratios it is the median of */
+    uint32_t seen[OFL_COST_N][OFL_CTX_N];     /* steps that observed it (the first OFL_COST_WARMUP: not learned) */
+    struct ofl_cost_acc step[OFL_COST_N][OFL_CTX_N]; /* this step's observations */
+    double io_units[2];                       /* this step's disk bytes: read, write */
+    uint64_t io_n[2];                         /* and its transfers that moved bytes */
+    /* the disk's busy time this step: reads only, writes only, both in flight (ns) */
+    uint64_t disk_ns[3];
+    int disk_n[2];                            /* transfers in flight: read, write */
+    uint64_t disk_t;                          /* when disk_n last changed */
+    uint64_t steps;                           /* steps ended */
+    /* The device's pipeline as a whole: measured span / simulated span of its jobs in a step (the
+     * per-job factors cannot see how a device interleaves one job's copies with another's, or how
+     * the host threads that feed it are scheduled); the planner scales the device's times by it. */
+    double kspan;
+    uint32_t kspan_seen;
+    struct ofl_cost_hist kspan_hist;
+    enum ofl_cost_ctx hint;                   /* the context most updates of the last step ran in */
+    /* totals over the run, and over steps after learning (from OFL_COST_LEARNED_AFTER on) */
+    struct ofl_cost_acc run[OFL_COST_N], late[OFL_COST_N];
+};
+#define OFL_COST_LEARNED_AFTER 5 /* steps: the report's "after learning" starts at step 6 */
+
+extern const char *const ofl_cost_names[OFL_COST_N];
+
+void ofl_cost_init(struct ofl_cost *c, const struct mw_offload_profile *p);
+/* The profile's time for `units` of comp (seconds), and the corrected one in context ctx. */
+double ofl_cost_base(const struct ofl_cost *c, enum ofl_cost_comp comp, double units);
+double ofl_cost_factor(const struct ofl_cost *c, enum ofl_cost_comp comp, enum ofl_cost_ctx ctx);
+double ofl_cost_predict(const struct ofl_cost *c, enum ofl_cost_comp comp, enum ofl_cost_ctx ctx, double units);
+/* One compute or copy measured (seconds); returns what the model predicted for it. */
+double ofl_cost_observe(struct ofl_cost *c, enum ofl_cost_comp comp, enum ofl_cost_ctx ctx, double units,
+                        double meas_s);
+/* A disk transfer starts / ends (write: 1 for a write-back, 0 for a read) at `now` (ns); bytes at
+ * the end. */
+void ofl_cost_io_begin(struct ofl_cost *c, int write, uint64_t now);
+void ofl_cost_io_end(struct ofl_cost *c, int write, uint64_t bytes, uint64_t now);
+/* The step's end: learns from its observations, traces one span per component observed (cat
+ * "cost", [t0, t1], args step, n, predicted_ns, measured_ns) and its factor (counter "cost factor
+ * <component>"), and clears the step. */
+void ofl_cost_step_end(struct ofl_cost *c, struct mw_trace *tr, uint64_t step, uint64_t t0, uint64_t t1);
+
+/* A step's device span: measured beside simulated (seconds); learned as the factors are (not from the
+ * first step, then the median of the last OFL_COST_WINDOW); traced as counter "cost factor device
+ * span" at t. */
+void ofl_cost_learn_span(struct ofl_cost *c, struct mw_trace *tr, double measured_s, double simulated_s, uint64_t t);
+/* Adds ratio r (> 0) to h; returns the median of its last OFL_COST_WINDOW ratios (1 when empty). */
+double ofl_cost_hist_add(struct ofl_cost_hist *h, double r);
+double ofl_cost_hist_median(const struct ofl_cost_hist *h);
+
+/* ------------------------------------------------------------------ the auto planner (costplan.c) */
+
+/* What one subgroup of the step costs on each side, from the corrected model (seconds). */
+struct ofl_plan_sg {
+    double read, write;       /* disk (0 with the state in DRAM) */
+    double cpu;               /* the CPU update */
+    double h2d, dev, d2h;     /* the device's copies and kernel */
+};
+/* The candidates a plan is chosen from: the fixed policies (all-cpu, all-device, every-K for K in
+ * 2..OFL_PLAN_MAXK), then splits that send d subgroups to the device, spread evenly. */
+#define OFL_PLAN_MAXK 8
+struct ofl_plan_choice {
+    int kind;                 /* enum mw_offload_policy of the fixed policy it is, or -1 (a split) */
+    int k;                    /* every-K: K */
+    uint32_t ndev;            /* subgroups on the device */
+    double predicted_s;       /* the step's update phase, simulated */
+};
+/* Whether subgroup i of n goes to the device under choice ch. */
+int ofl_plan_on_device(const struct ofl_plan_choice *ch, uint32_t i, uint32_t n);
+/* The update phase of one step under ch: reads in order on the disk, each subgroup's update on
+ * its side once read (the CPU one at a time; the device's copies on one link, its kernels one at
+ * a time, two jobs in flight), write-backs after, reads and writes sharing the disk. */
+double ofl_plan_simulate(const struct ofl_plan_sg *sg, uint32_t n, const struct ofl_plan_choice *ch);
+/* The step where on_dev[i] says which subgroups the device had, and (dev_span, when not NULL) the
+ * device's span in it: from its first copy in to its last copy out (0 without any). What the engine
+ * measures beside them teaches the model how the device's jobs overlap (ofl_cost_learn_span) and how
+ * far a plan's step is from its simulation (the plan ratios below). */
+double ofl_plan_simulate_mask(const struct ofl_plan_sg *sg, uint32_t n, const unsigned char *on_dev, double *dev_span);
+/* The simulated step of ch times ratio[ch->ndev] (ratio: [n + 1], by the number of subgroups on the
+ * device, measured / simulated of the steps run with that many; NULL: 1). Why by plan: the time of a
+ * step that uses both sides is the later of two paths, each with its own noise and its own host
+ * threads to share, and no sum of per-job factors sees that; a plan that was run says it. */
+double ofl_plan_predict(const struct ofl_plan_sg *sg, uint32_t n, const double *ratio, const struct ofl_plan_choice *ch);
+/* The fastest candidate by ofl_plan_predict (ties: the earlier, in the order above: fixed policies
+ * first); best_fixed, when not NULL, receives the fastest fixed policy. */
+void ofl_plan_best(const struct ofl_plan_sg *sg, uint32_t n, const double *ratio, struct ofl_plan_choice *best,
+                   struct ofl_plan_choice *best_fixed);
+/* Ties: a fixed policy predicted within OFL_PLAN_TIE of best, with a number of device subgroups
+ * never run (tried[ndev] == 0, tried: [n + 1]) and other than best's, into *out (the first, in the
+ * candidates' order): 1, or 0 when there is none. The model cannot tell such plans apart (on NVMe
+ * every plan waits for the same disk, and how the update's threads share the cores with the I/O's
+ * decides), so auto runs each once and lets the plan ratios, measured, choose. */
+#define OFL_PLAN_TIE 0.03
+int ofl_plan_untried(const struct ofl_plan_sg *sg, uint32_t n, const double *ratio, const unsigned char *tried,
+                     const struct ofl_plan_choice *best, struct ofl_plan_choice *out);
+/* Hysteresis: keep `cur` unless `best` is predicted faster by more than OFL_PLAN_HYST of cur's
+ * time (both simulated on the same model). Returns 1 when best should replace cur. */
+#define OFL_PLAN_HYST 0.02
+int ofl_plan_switch(const struct ofl_plan_sg *sg, uint32_t n, const double *ratio, const struct ofl_plan_choice *cur,
+                    const struct ofl_plan_choice *best);
+
+#endif

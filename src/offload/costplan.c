@@ -1,0 +1,188 @@
+/*
+ * costplan.c — `--offload-policy auto`: the CPU/device split of the next step, chosen between
+ * steps from the corrected cost model (costlearn.c) by simulating the step under each candidate.
+ *
+ * Why simulate whole steps and not decide per subgroup: the greedy "whichever engine finishes it
+ * first" of policy.c's fixed-clock days lost to all-cpu by 1.48x when the device was slower than
+ * the CPU: a decision that looks free for one subgroup (an idle device) holds the link, the
+ * disk's write-back order and the step's end. A plan is one of the fixed policies (all-cpu,
+ * all-device, every-K), or a split that sends d of the n subgroups to the device spread evenly;
+ * each is simulated over the step's subgroups with the same model, and the fastest is taken.
+ * Since the fixed policies are candidates, auto is never predicted slower than the best of them;
+ * how close the prediction is to the run is what costlearn.c corrects every step.
+ *
+ * Why hysteresis: two plans within noise of each other would flap from step to step, and each
+ * switch costs a step of learning the new side's factors. The current plan stays unless the best
+ * is predicted faster by more than OFL_PLAN_HYST of it.
+ *
+ * Why plan ratios (ofl_plan_predict): the simulation is built from per-job times, and a step that
+ * uses both sides ends with the later of two paths, each with its own noise and host threads to
+ * share; the engine (policy.c) keeps, per number of device subgroups, the ratio of the measured
+ * step to its simulation, and the prediction of a plan is its simulation times that ratio. What a
+ * plan did when it ran outweighs what the model says it should have done.
+ *
+ * The simulated step (seconds from the step's start, all subgroups ready at once):
+ *   disk    reads back to back in subgroup order; write-backs after each update; the step ends no
+ *           earlier than the disk's total busy time (reads and writes share it);
+ *   cpu     one update at a time, each once its read is done;
+ *   device  two job slots: a job's copy in waits for its read, the link and its slot (freed by the
+ *           copy out of the job two before); its kernel for the copy in and the previous kernel;
+ *           its copy out for the kernel and the link; copies out go first when both are ready,
+ *           as the device's copy engine serves them (device.c, accel_emu.c).
+ */
+#include "offload/cost.h"
+#include "memwall/common.h"
+
+
+int ofl_plan_on_device(const struct ofl_plan_choice *ch, uint32_t i, uint32_t n)
+{
+    switch (ch->kind) {
+    case MW_OFFLOAD_POLICY_ALL_CPU: return 0;
+    case MW_OFFLOAD_POLICY_ALL_DEVICE: return 1;
+    case MW_OFFLOAD_POLICY_EVERY_K: return ch->k >= 1 && (int)(i % (uint32_t)ch->k) == ch->k - 1;
+    default: /* d of n, spread: i is on the device when floor((i+1) d / n) steps up at i */
+        return n && (uint64_t)(i + 1) * ch->ndev / n > (uint64_t)i * ch->ndev / n;
+    }
+}
+
+/* The device's side of the simulation: copies out waiting for the link (at most one per slot). */
+struct dsim {
+    double link, comp, slot[2];
+    double first;                     /* the first copy in's start, or -1 */
+    int np;                           /* pending copies out, oldest first */
+    double k1[2], d2h[2], write[2];
+    int pslot[2];
+    double end;                       /* the latest write-back end so far */
+};
+
+static void dsim_flush(struct dsim *d)
+{
+    double o0 = MW_MAX(d->k1[0], d->link);
+    d->link = o0 + d->d2h[0];
+    d->slot[d->pslot[0]] = d->link;
+    d->end = MW_MAX(d->end, d->link + d->write[0]);
+    d->k1[0] = d->k1[1];
+    d->d2h[0] = d->d2h[1];
+    d->write[0] = d->write[1];
+    d->pslot[0] = d->pslot[1];
+    d->np--;
+}
+
+static void dsim_job(struct dsim *d, uint32_t j, double ready, const struct ofl_plan_sg *g)
+{
+    int s = (int)(j % 2);
+    for (int i = 0; i < d->np; i++)
+        if (d->pslot[i] == s) { /* the slot's last job must be out first (and those before it) */
+            for (int f = 0; f <= i; f++) dsim_flush(d);
+            break;
+        }
+    double t = MW_MAX(ready, MW_MAX(d->link, d->slot[s]));
+    while (d->np && d->k1[0] <= t) { /* copies out that are ready go first */
+        dsim_flush(d);
+        t = MW_MAX(ready, MW_MAX(d->link, d->slot[s]));
+    }
+    if (d->first < 0) d->first = t;
+    d->link = t + g->h2d;
+    double k0 = MW_MAX(d->link, d->comp);
+    d->comp = k0 + g->dev;
+    d->k1[d->np] = d->comp;
+    d->d2h[d->np] = g->d2h;
+    d->write[d->np] = g->write;
+    d->pslot[d->np] = s;
+    d->np++;
+}
+
+/* The step under ch, or with mask (when not NULL) saying which subgroups the device has; *dev_span:
+ * from the device's first copy in to its last copy out (0 without device work). */
+static double simulate(const struct ofl_plan_sg *sg, uint32_t n, const struct ofl_plan_choice *ch,
+                       const unsigned char *mask, double *dev_span)
+{
+    struct dsim d = {.first = -1};
+    double rd = 0, cpu = 0, disk = 0, end = 0;
+    uint32_t jobs = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        const struct ofl_plan_sg *g = &sg[i];
+        rd += g->read;
+        disk += g->read + g->write;
+        if (mask ? mask[i] : ofl_plan_on_device(ch, i, n)) {
+            dsim_job(&d, jobs++, rd, g);
+        } else {
+            cpu = MW_MAX(rd, cpu) + g->cpu;
+            end = MW_MAX(end, cpu + g->write);
+        }
+    }
+    while (d.np) dsim_flush(&d);
+    if (dev_span) *dev_span = jobs ? d.link - d.first : 0;
+    return MW_MAX(MW_MAX(end, d.end), disk);
+}
+
+double ofl_plan_simulate(const struct ofl_plan_sg *sg, uint32_t n, const struct ofl_plan_choice *ch)
+{
+    return simulate(sg, n, ch, NULL, NULL);
+}
+
+double ofl_plan_simulate_mask(const struct ofl_plan_sg *sg, uint32_t n, const unsigned char *on_dev, double *dev_span)
+{
+    return simulate(sg, n, NULL, on_dev, dev_span);
+}
+
+double ofl_plan_predict(const struct ofl_plan_sg *sg, uint32_t n, const double *ratio, const struct ofl_plan_choice *ch)
+{
+    double t = simulate(sg, n, ch, NULL, NULL);
+    return ratio && ch->ndev <= n ? t * ratio[ch->ndev] : t;
+}
+
+/* The candidates, in preference order for ties: fixed policies, then splits. */
+static uint32_t candidates(uint32_t n, struct ofl_plan_choice *out)
+{
+    uint32_t c = 0;
+    out[c++] = (struct ofl_plan_choice){MW_OFFLOAD_POLICY_ALL_CPU, 0, 0, 0};
+    out[c++] = (struct ofl_plan_choice){MW_OFFLOAD_POLICY_ALL_DEVICE, 0, n, 0};
+    for (int k = 2; k <= OFL_PLAN_MAXK; k++)
+        out[c++] = (struct ofl_plan_choice){MW_OFFLOAD_POLICY_EVERY_K, k, n / (uint32_t)k, 0};
+    /* splits: every d in 1..n-1, or 64 of them spread over that range for a large n */
+    uint32_t m = n > 1 ? MW_MIN(n - 1, 64u) : 0;
+    for (uint32_t i = 1; i <= m; i++) {
+        uint32_t d = n - 1 <= 64 ? i : (uint32_t)((uint64_t)i * (n - 1) / m);
+        out[c++] = (struct ofl_plan_choice){-1, 0, d, 0};
+    }
+    return c;
+}
+
+void ofl_plan_best(const struct ofl_plan_sg *sg, uint32_t n, const double *ratio, struct ofl_plan_choice *best,
+                   struct ofl_plan_choice *best_fixed)
+{
+    struct ofl_plan_choice c[OFL_PLAN_MAXK + 2 + 64];
+    uint32_t nc = candidates(n, c);
+    int b = -1, bf = -1;
+    for (uint32_t i = 0; i < nc; i++) {
+        c[i].predicted_s = ofl_plan_predict(sg, n, ratio, &c[i]);
+        if (b < 0 || c[i].predicted_s < c[b].predicted_s) b = (int)i; /* strict: ties keep the earlier */
+        if (c[i].kind >= 0 && (bf < 0 || c[i].predicted_s < c[bf].predicted_s)) bf = (int)i;
+    }
+    *best = c[b];
+    if (best_fixed) *best_fixed = c[bf];
+}
+
+int ofl_plan_untried(const struct ofl_plan_sg *sg, uint32_t n, const double *ratio, const unsigned char *tried,
+                     const struct ofl_plan_choice *best, struct ofl_plan_choice *out)
+{
+    struct ofl_plan_choice c[OFL_PLAN_MAXK + 2 + 64];
+    uint32_t nc = candidates(n, c);
+    for (uint32_t i = 0; i < nc; i++) {
+        if (c[i].kind < 0 || c[i].ndev > n || tried[c[i].ndev] || c[i].ndev == best->ndev) continue;
+        c[i].predicted_s = ofl_plan_predict(sg, n, ratio, &c[i]);
+        if (c[i].predicted_s <= best->predicted_s * (1 + OFL_PLAN_TIE)) {
+            *out = c[i];
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int ofl_plan_switch(const struct ofl_plan_sg *sg, uint32_t n, const double *ratio, const struct ofl_plan_choice *cur,
+                    const struct ofl_plan_choice *best)
+{
+    double tc = ofl_plan_predict(sg, n, ratio, cur), tb = ofl_plan_predict(sg, n, ratio, best);
+    return tb < tc * (1 - OFL_PLAN_HYST);
+}

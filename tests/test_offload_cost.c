@@ -1,0 +1,402 @@
+/*
+ * test_offload_cost.c — the cost model that learns (src/offload/costlearn.c) and auto's planner
+ * (src/offload/costplan.c).
+ *
+ * Why a virtual clock: the model learns from measured times, and a test that measured wall time on
+ * a shared machine would pass or fail with the load. The emulated device's clock=virtual
+ * (MEMWALL_EMU, accel_emu.c) makes each of its jobs take exactly its modelled time, whatever the
+ * machine does, so "the error falls under 10 % within 5 steps" is checked on the real engine, its
+ * real pipeline and the real device table, deterministically.
+ *
+ * What is checked:
+ *   1. convergence: a profile that thinks the device 4x faster (and its link 4x faster) than the
+ *      emulated device is; the first steps' prediction is off by about 75 %, and by step 5 the
+ *      corrected prediction is within 10 % and stays there (here, exact: the clock is exact);
+ *   1b. the report of that run's trace (memwall report: cost spans) has the engine's figures, per
+ *      step and after learning;
+ *   1c. the calibrated profile comes from the file MEMWALL_OFFLOAD_PROFILE names (unless the caller
+ *      fixed its own), and a bad file fails the init naming it;
+ *   2. the planner's choices over a grid of devices (0.25x..8x the CPU, links 1..64 GB/s, state in
+ *      DRAM and on NVMe): auto's plan is never predicted slower than any fixed policy, a fixed plan
+ *      it picks is the fastest fixed one, and the extremes go where they must (choices, not times);
+ *   3. the schedule the planner simulates, by hand, on a case small enough to draw;
+ *   4. hysteresis: a 1 % change keeps the plan, a plan twice as slow is left; plan ratios (a split
+ *      measured 1.5x its simulation) turn the choice back to a side alone;
+ *   5. the engine: auto told by its profile that the device is fast, on a device 10^5x
+ *      slower (virtual clock), moves everything to the CPU once it has measured, and stays there.
+ */
+#include "memwall/common.h"
+#include "memwall/offload.h"
+#include "memwall/report.h"
+#include "memwall/trace.h"
+#include "offload/cost.h"
+#include "offload_util.h"
+#include "testutil.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NSG 8
+#define SG 65536
+
+static struct mw_offload *open_engine(const struct mw_offload_registry *r, enum mw_offload_policy pol,
+                                      const struct mw_offload_profile *p, struct mw_trace *tr)
+{
+    struct mw_offload_config c;
+    mw_offload_config_default(&c);
+    c.subgroup_size = SG;
+    c.use_device = 1;
+    c.policy = pol;
+    c.profile = *p;
+    c.profile_fixed = 1;
+    c.trace = tr;
+    struct mw_offload *e = NULL;
+    int rc = mw_offload_init(&e, r, &c);
+    CHECK_MSG(rc == 0, "init: %s", mw_error_msg());
+    return e;
+}
+
+static int step(struct mw_offload *e, int s, float *g, uint64_t n, struct mw_offload_stats *st)
+{
+    struct mw_offload_hparams hp;
+    ou_hparams(&hp, s);
+    ou_grads(g, n, s, 0);
+    mw_offload_stats_reset(e);
+    int rc = mw_offload_backward_begin(e, 1, NULL);
+    if (!rc) rc = mw_offload_grad_add(e, 0, n, g);
+    if (!rc) rc = mw_offload_backward_end(e);
+    if (!rc) rc = mw_offload_step(e, &hp);
+    mw_offload_stats_get(e, st);
+    return rc;
+}
+
+/* The report of the convergence run's trace (analyze_cost.c): the same figures as the engine's. */
+static void report_of(const char *path, const struct mw_offload_cost *c, const double *pred, const double *meas)
+{
+    struct mw_report *rp;
+    int rc = mw_report_load(&rp, path, NULL);
+    CHECK_MSG(rc == 0, "report: %s", mw_error_msg());
+    if (rc) return;
+    const struct mw_report_cost *k = &rp->cost;
+    CHECK_EQ_INT(k->nsteps, 10);
+    CHECK_EQ_INT(k->late_steps, 10 - MW_REPORT_COST_LEARN_STEPS);
+    for (int i = 0; i < k->nsteps && i < 10; i++) { /* per step: the update's components = the decisions' sums */
+        double p = 0, m = 0;
+        for (int j = 0; j < MW_REPORT_COST_NCOMP; j++)
+            if (mw_report_cost_is_update(j)) { p += k->steps[i].predicted_s[j]; m += k->steps[i].measured_s[j]; }
+        CHECK_EQ_INT(k->steps[i].step, i + 1);
+        CHECK_MSG(fabs(p - pred[i + 1]) < 1e-6 && fabs(m - meas[i + 1]) < 1e-6, "report step %d: %.6f/%.6f, engine %.6f/%.6f",
+                  i + 1, p, m, pred[i + 1], meas[i + 1]);
+    }
+    for (int j = 0; j < MW_REPORT_COST_NCOMP; j++) {
+        CHECK_MSG(!strcmp(mw_report_cost_name(j), c->name[j]), "component %d: %s vs %s", j, mw_report_cost_name(j), c->name[j]);
+        CHECK_EQ_INT(k->n[j], c->n[j]);
+        CHECK(fabs(k->late_predicted_s[j] - c->late_predicted_s[j]) < 1e-6);
+        CHECK(fabs(k->late_measured_s[j] - c->late_measured_s[j]) < 1e-6);
+    }
+    mw_report_free(rp);
+}
+
+static void convergence(const struct mw_offload_registry *r, float *g, uint64_t n, const char *dir)
+{
+    struct mw_offload_profile p;
+    mw_offload_profile_default(&p);
+    p.dev_params_per_s = 1e9;
+    p.link_bytes_per_s = 8e9;
+    p.dev_latency_s = 0;
+    /* the injected slowdown: the device computes and copies 4x slower than the profile says */
+    setenv("MEMWALL_EMU", "rate=2.5e8,link=2e9,clock=virtual", 1);
+    struct mw_trace *tr = NULL;
+    REQUIRE(mw_trace_init(&tr, 0) == 0);
+    struct mw_offload *e = open_engine(r, MW_OFFLOAD_POLICY_ALL_DEVICE, &p, tr);
+    if (!e) { mw_trace_free(tr); return; }
+    double err[12], pred[12], meas[12];
+    int under = 0; /* the first step from which every error is under 10 % */
+    for (int s = 1; s <= 10; s++) {
+        struct mw_offload_stats st;
+        REQUIRE(step(e, s, g, n, &st) == 0);
+        CHECK_EQ_INT(st.dev_updates, NSG);
+        REQUIRE(st.measured_s > 0);
+        err[s] = (st.predicted_s - st.measured_s) / st.measured_s;
+        pred[s] = st.predicted_s;
+        meas[s] = st.measured_s;
+        printf("step %2d: predicted %.6f s, measured %.6f s, error %+.2f %%\n", s, st.predicted_s, st.measured_s,
+               100 * err[s]);
+        if (fabs(err[s]) >= 0.10) under = 0;
+        else if (!under) under = s;
+    }
+    /* the profile alone: the device's times predicted 4x too short */
+    CHECK_MSG(err[1] < -0.70 && err[1] > -0.80, "step 1 error %+.3f, want about -75 %%", err[1]);
+    CHECK_MSG(under >= 1 && under <= 5, "the error stays under 10 %% only from step %d (want <= 5)", under);
+    /* with an exact clock the corrected model is exact once it has learned */
+    for (int s = 3; s <= 10; s++) CHECK_MSG(fabs(err[s]) < 1e-3, "step %d error %+.2e", s, err[s]);
+    struct mw_offload_cost c;
+    mw_offload_cost_get(e, &c);
+    CHECK_EQ_INT(c.steps, 10);
+    for (int i = 0; i < MW_OFFLOAD_COST_NCOMP; i++) {
+        int dev = !strcmp(c.name[i], "h2d") || !strcmp(c.name[i], "device") || !strcmp(c.name[i], "d2h");
+        if (dev) CHECK_MSG(fabs(c.factor[i] - 4) < 1e-3, "%s factor %.4f, want 4", c.name[i], c.factor[i]);
+        else CHECK_MSG(c.n[i] == 0, "%s observed %llu times on an all-device DRAM run", c.name[i],
+                       (unsigned long long)c.n[i]);
+        if (dev) /* after learning (steps 6..10): predicted = measured */
+            CHECK_MSG(c.late_measured_s[i] > 0 && fabs(c.late_predicted_s[i] / c.late_measured_s[i] - 1) < 1e-3,
+                      "%s after learning: %.6f vs %.6f", c.name[i], c.late_predicted_s[i], c.late_measured_s[i]);
+    }
+    mw_offload_free(e);
+    unsetenv("MEMWALL_EMU");
+    char path[512];
+    snprintf(path, sizeof path, "%s/trace.json", dir);
+    REQUIRE(mw_trace_write(tr, path) == 0);
+    mw_trace_free(tr);
+    report_of(path, &c, pred, meas);
+}
+
+/* The calibrated profile from a file (MEMWALL_OFFLOAD_PROFILE, as `memwall bench offload --calibrate`
+ * writes it): an engine without profile_fixed predicts from it at once (the first step exact on the
+ * virtual clock), one with profile_fixed keeps the profile it was given (off by -75 %). */
+static void profile_file(const struct mw_offload_registry *r, float *g, uint64_t n, const char *dir)
+{
+    struct mw_offload_profile p, wrong;
+    mw_offload_profile_default(&p);
+    p.dev_params_per_s = 2.5e8; /* what the emulated device below does */
+    p.link_bytes_per_s = 2e9;
+    p.dev_latency_s = 0;
+    wrong = p;
+    wrong.dev_params_per_s = 1e9;
+    wrong.link_bytes_per_s = 8e9;
+    char path[512];
+    snprintf(path, sizeof path, "%s/profile.json", dir);
+    REQUIRE(mw_offload_profile_save(path, &p) == 0);
+    setenv("MEMWALL_EMU", "rate=2.5e8,link=2e9,clock=virtual", 1);
+    setenv("MEMWALL_OFFLOAD_PROFILE", path, 1);
+    for (int fixed = 0; fixed < 2; fixed++) {
+        struct mw_offload_config c;
+        mw_offload_config_default(&c);
+        c.subgroup_size = SG;
+        c.use_device = 1;
+        c.policy = MW_OFFLOAD_POLICY_ALL_DEVICE;
+        c.profile = wrong;
+        c.profile_fixed = fixed;
+        struct mw_offload *e = NULL;
+        REQUIRE(mw_offload_init(&e, r, &c) == 0);
+        struct mw_offload_stats st;
+        REQUIRE(step(e, 1, g, n, &st) == 0 && st.measured_s > 0);
+        double err = (st.predicted_s - st.measured_s) / st.measured_s;
+        if (fixed) CHECK_MSG(err < -0.70, "profile_fixed: step 1 error %+.3f, want the given profile's -75 %%", err);
+        else CHECK_MSG(fabs(err) < 1e-3, "MEMWALL_OFFLOAD_PROFILE: step 1 error %+.3f, want 0", err);
+        mw_offload_free(e);
+    }
+    /* a profile file that is not one: init fails, naming the variable */
+    FILE *f = fopen(path, "w");
+    REQUIRE(f);
+    fputs("[1, 2]", f);
+    fclose(f);
+    struct mw_offload_config c;
+    mw_offload_config_default(&c);
+    c.subgroup_size = SG;
+    struct mw_offload *e = NULL;
+    CHECK(mw_offload_init(&e, r, &c) != 0 && strstr(mw_error_msg(), "MEMWALL_OFFLOAD_PROFILE"));
+    mw_offload_free(e);
+    unsetenv("MEMWALL_OFFLOAD_PROFILE");
+    unsetenv("MEMWALL_EMU");
+}
+
+/* A model whose profile is the cell's device; the plan's inputs for n subgroups of SGN elements. */
+#define GRID_N 16
+#define SGN ((uint64_t)4 << 20)
+static void grid_sgs(double speed, double link, int nvme, struct ofl_plan_sg *sg)
+{
+    struct mw_offload_profile p;
+    mw_offload_profile_default(&p);
+    p.cpu_params_per_s = 1e9;
+    p.dev_params_per_s = speed * p.cpu_params_per_s;
+    p.link_bytes_per_s = link;
+    p.nvme_read_bytes_per_s = p.nvme_write_bytes_per_s = 2e9;
+    struct ofl_cost c;
+    ofl_cost_init(&c, &p);
+    for (int i = 0; i < GRID_N; i++) {
+        double n = (double)SGN, state = 12 * n; /* fp32 master and moments */
+        sg[i] = (struct ofl_plan_sg){nvme ? ofl_cost_predict(&c, OFL_COST_READ, OFL_CTX_QUIET, state) : 0,
+                                     nvme ? ofl_cost_predict(&c, OFL_COST_WRITE, OFL_CTX_QUIET, state) : 0,
+                                     ofl_cost_predict(&c, OFL_COST_CPU, OFL_CTX_QUIET, n),
+                                     ofl_cost_predict(&c, OFL_COST_H2D, OFL_CTX_QUIET, state + 4 * n),
+                                     ofl_cost_predict(&c, OFL_COST_DEV, OFL_CTX_QUIET, n),
+                                     ofl_cost_predict(&c, OFL_COST_D2H, OFL_CTX_QUIET, state)};
+    }
+}
+
+static void planner_grid(void)
+{
+    static const double speeds[] = {0.25, 0.5, 1, 2, 4, 8}, links[] = {1e9, 4e9, 16e9, 64e9};
+    struct ofl_plan_sg sg[GRID_N];
+    int dev_picked = 0, cpu_picked = 0, split_picked = 0;
+    for (int nv = 0; nv < 2; nv++)
+        for (size_t a = 0; a < sizeof speeds / sizeof *speeds; a++)
+            for (size_t b = 0; b < sizeof links / sizeof *links; b++) {
+                grid_sgs(speeds[a], links[b], nv, sg);
+                struct ofl_plan_choice best, fixed;
+                ofl_plan_best(sg, GRID_N, NULL, &best, &fixed);
+                char cell[96];
+                snprintf(cell, sizeof cell, "device %.2fx, link %.0f GB/s, state in %s", speeds[a], links[b] / 1e9,
+                         nv ? "nvme" : "dram");
+                /* never a plan it knows is slower than a fixed policy */
+                struct ofl_plan_choice f[2 + OFL_PLAN_MAXK - 1];
+                int nf = 0;
+                f[nf++] = (struct ofl_plan_choice){MW_OFFLOAD_POLICY_ALL_CPU, 0, 0, 0};
+                f[nf++] = (struct ofl_plan_choice){MW_OFFLOAD_POLICY_ALL_DEVICE, 0, GRID_N, 0};
+                for (int k = 2; k <= OFL_PLAN_MAXK; k++) f[nf++] = (struct ofl_plan_choice){MW_OFFLOAD_POLICY_EVERY_K, k, 0, 0};
+                double fmin = INFINITY;
+                for (int i = 0; i < nf; i++) {
+                    double t = ofl_plan_simulate(sg, GRID_N, &f[i]);
+                    CHECK_MSG(best.predicted_s <= t, "%s: auto's plan %.4f s is slower than fixed %s/%d at %.4f s", cell,
+                              best.predicted_s, mw_offload_policy_name((enum mw_offload_policy)f[i].kind), f[i].k, t);
+                    fmin = fmin < t ? fmin : t;
+                }
+                CHECK_MSG(fabs(fixed.predicted_s - fmin) <= 1e-12 * fmin, "%s: best fixed %.6f, the fixed minimum %.6f",
+                          cell, fixed.predicted_s, fmin);
+                if (best.kind >= 0) /* a fixed plan: the fastest fixed one */
+                    CHECK_MSG(best.predicted_s == fixed.predicted_s, "%s: picked fixed %.6f, fastest fixed %.6f", cell,
+                              best.predicted_s, fixed.predicted_s);
+                CHECK(fabs(ofl_plan_simulate(sg, GRID_N, &best) - best.predicted_s) <= 1e-12 * best.predicted_s);
+                uint32_t nd = 0;
+                for (uint32_t i = 0; i < GRID_N; i++) nd += (uint32_t)ofl_plan_on_device(&best, i, GRID_N);
+                CHECK_EQ_INT(nd, best.ndev);
+                dev_picked += nd == GRID_N;
+                cpu_picked += nd == 0;
+                split_picked += nd > 0 && nd < GRID_N;
+                /* the extremes: a device 4x slower behind a 1 GB/s link gets nothing; one 8x faster
+                 * behind 64 GB/s gets most of the DRAM-resident work */
+                if (speeds[a] == 0.25 && links[b] == 1e9) CHECK_MSG(nd == 0, "%s: %u subgroups on the device", cell, nd);
+                if (speeds[a] == 8 && links[b] == 64e9 && !nv)
+                    CHECK_MSG(nd > GRID_N / 2, "%s: only %u subgroups on the device", cell, nd);
+            }
+    printf("planner grid: %d cells all-cpu, %d all-device, %d split\n", cpu_picked, dev_picked, split_picked);
+    CHECK(cpu_picked > 0 && split_picked > 0); /* the grid spans both sides of the boundary */
+}
+
+/* By hand: two device jobs of h2d = dev = d2h = 1 s, state in DRAM. Job 0: in [0,1], kernel [1,2];
+ * job 1 (the other slot): in [1,2], kernel [2,3]; job 0 out [2,3] (its kernel ended at 2, the link
+ * freed at 2); job 1 out [3,4]. The step: 4 s. Two CPU updates of 1.5 s: 3 s. every-2 (job 1 on the
+ * device, 0 on the CPU): max(1.5, 3) = 3 s. With reads of 1 s and writes of 0.5 s on the disk, all-cpu:
+ * read 0 [0,1], update [1,2.5], read 1 [1,2], update [2.5,4], its write [4,4.5]; the disk's busy time,
+ * 3 s, is less: 4.5 s. */
+static void planner_by_hand(void)
+{
+    struct ofl_plan_sg sg[2] = {{0, 0, 1.5, 1, 1, 1}, {0, 0, 1.5, 1, 1, 1}};
+    struct ofl_plan_choice dev = {MW_OFFLOAD_POLICY_ALL_DEVICE, 0, 2, 0}, cpu = {MW_OFFLOAD_POLICY_ALL_CPU, 0, 0, 0},
+                           e2 = {MW_OFFLOAD_POLICY_EVERY_K, 2, 1, 0};
+    CHECK(fabs(ofl_plan_simulate(sg, 2, &dev) - 4) < 1e-12);
+    CHECK(fabs(ofl_plan_simulate(sg, 2, &cpu) - 3) < 1e-12);
+    CHECK(fabs(ofl_plan_simulate(sg, 2, &e2) - 3) < 1e-12);
+    for (int i = 0; i < 2; i++) { sg[i].read = 1; sg[i].write = 0.5; }
+    CHECK(fabs(ofl_plan_simulate(sg, 2, &cpu) - 4.5) < 1e-12);
+    /* a split of d of n spreads them: 3 of 8 are 2, 5, 7 (floor((i+1)3/8) steps up there) */
+    struct ofl_plan_choice sp = {-1, 0, 3, 0};
+    int want[8] = {0, 0, 1, 0, 0, 1, 0, 1};
+    for (uint32_t i = 0; i < 8; i++) CHECK_EQ_INT(ofl_plan_on_device(&sp, i, 8), want[i]);
+}
+
+static void hysteresis(void)
+{
+    struct ofl_plan_sg sg[GRID_N];
+    grid_sgs(1, 16e9, 0, sg);
+    struct ofl_plan_choice best;
+    ofl_plan_best(sg, GRID_N, NULL, &best, NULL);
+    /* the model moves by 1 % in the device's favour: the plan stays */
+    for (int i = 0; i < GRID_N; i++) { sg[i].dev *= 0.99; sg[i].h2d *= 0.99; sg[i].d2h *= 0.99; }
+    struct ofl_plan_choice again;
+    ofl_plan_best(sg, GRID_N, NULL, &again, NULL);
+    CHECK(!ofl_plan_switch(sg, GRID_N, NULL, &best, &again));
+    /* all-device when the device has become 10x slower: left for the new best */
+    struct ofl_plan_choice all_dev = {MW_OFFLOAD_POLICY_ALL_DEVICE, 0, GRID_N, 0};
+    for (int i = 0; i < GRID_N; i++) sg[i].dev *= 10;
+    ofl_plan_best(sg, GRID_N, NULL, &again, NULL);
+    CHECK(ofl_plan_switch(sg, GRID_N, NULL, &all_dev, &again));
+    CHECK(!ofl_plan_switch(sg, GRID_N, NULL, &again, &again));
+}
+
+/* Plan ratios (measured / simulated steps, by the number of subgroups on the device): a split that ran
+ * 50 % slower than simulated is no longer chosen over the sides alone; the one split measured as
+ * simulated still is. */
+static void plan_ratios(void)
+{
+    struct ofl_plan_sg sg[GRID_N];
+    grid_sgs(1, 64e9, 0, sg); /* a device as fast as the CPU behind a fast link: a split wins */
+    struct ofl_plan_choice best;
+    ofl_plan_best(sg, GRID_N, NULL, &best, NULL);
+    REQUIRE(best.ndev > 0 && best.ndev < GRID_N);
+    double ratio[GRID_N + 1];
+    for (int d = 0; d <= GRID_N; d++) ratio[d] = d == 0 || d == GRID_N ? 1 : 1.5;
+    struct ofl_plan_choice r;
+    ofl_plan_best(sg, GRID_N, ratio, &r, NULL);
+    struct ofl_plan_choice cpu = {MW_OFFLOAD_POLICY_ALL_CPU, 0, 0, 0}, dev = {MW_OFFLOAD_POLICY_ALL_DEVICE, 0, GRID_N, 0};
+    double tc = ofl_plan_simulate(sg, GRID_N, &cpu), td = ofl_plan_simulate(sg, GRID_N, &dev);
+    int hybrid_wins = 0;
+    for (int d = 1; d < GRID_N; d++) {
+        struct ofl_plan_choice x = {-1, 0, (uint32_t)d, 0};
+        hybrid_wins += 1.5 * ofl_plan_simulate(sg, GRID_N, &x) < (tc < td ? tc : td);
+    }
+    if (!hybrid_wins) { /* then only a side alone may be chosen, the faster */
+        CHECK_MSG(r.ndev == 0 || r.ndev == GRID_N, "a split (%u) chosen though every split is 1.5x its simulation", r.ndev);
+        CHECK(fabs(r.predicted_s - (tc < td ? tc : td)) <= 1e-12 * r.predicted_s);
+    }
+    CHECK(r.predicted_s >= best.predicted_s);
+    ratio[best.ndev] = 1; /* the split measured as simulated */
+    ofl_plan_best(sg, GRID_N, ratio, &r, NULL);
+    CHECK_EQ_INT(r.ndev, best.ndev);
+    CHECK(fabs(r.predicted_s - best.predicted_s) <= 1e-12 * best.predicted_s);
+}
+
+static void engine_auto(const struct mw_offload_registry *r, float *g, uint64_t n)
+{
+    struct mw_offload_profile p;
+    mw_offload_profile_default(&p);
+    p.cpu_params_per_s = 1e8;     /* the CPU, a little slower than it is (learned from step 3 on) */
+    p.dev_params_per_s = 1e12;    /* the device, as the profile says: far faster */
+    p.link_bytes_per_s = 1e12;
+    p.dev_latency_s = 0;
+    setenv("MEMWALL_EMU", "rate=1e4,link=1e6,clock=virtual", 1); /* as it is: 8 s per subgroup (virtual) */
+    struct mw_offload *e = open_engine(r, MW_OFFLOAD_POLICY_AUTO, &p, NULL);
+    if (!e) return;
+    uint64_t dev[9] = {0};
+    for (int s = 1; s <= 8; s++) {
+        struct mw_offload_stats st;
+        REQUIRE(step(e, s, g, n, &st) == 0);
+        dev[s] = st.dev_updates;
+    }
+    /* steps 1-2 from the profile (step 1 is not learned from): all on the device; then measured */
+    CHECK_EQ_INT(dev[1], NSG);
+    CHECK_EQ_INT(dev[2], NSG);
+    for (int s = 3; s <= 8; s++) CHECK_MSG(dev[s] == 0, "step %d: %llu updates on the device it knows is slower", s,
+                                           (unsigned long long)dev[s]);
+    struct mw_offload_cost c;
+    mw_offload_cost_get(e, &c);
+    CHECK_EQ_INT(c.plan_switches, 1); /* once, and no flapping back */
+    CHECK_EQ_INT(c.plan_device_subgroups, 0);
+    CHECK(c.plan_predicted_s > 0 && c.plan_predicted_s <= c.best_fixed_predicted_s);
+    mw_offload_free(e);
+    unsetenv("MEMWALL_EMU");
+}
+
+int main(void)
+{
+    struct mw_offload_registry r;
+    int64_t sizes[] = {3 * SG, 5 * SG}; /* NSG subgroups, one tensor decayed, one not */
+    ou_model(&r, sizes, 2);
+    uint64_t n = (uint64_t)NSG * SG;
+    float *g = malloc(4 * n);
+    REQUIRE(g);
+    const char *dir = ou_scratch_dir("offload_cost");
+    convergence(&r, g, n, dir);
+    profile_file(&r, g, n, dir);
+    planner_by_hand();
+    planner_grid();
+    hysteresis();
+    plan_ratios();
+    engine_auto(&r, g, n);
+    free(g);
+    mw_offload_registry_free(&r);
+    tu_rm_rf(dir);
+    TEST_END();
+}
