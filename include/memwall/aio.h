@@ -29,6 +29,9 @@
  * Threading contract:
  *   - mw_aio_submit, mw_aio_wait, mw_aio_test, mw_aio_wait_all and mw_aio_stats may be called
  *     from any number of threads at once (e.g. submit from a pipeline thread, wait from another).
+ *     On io_uring a submitting thread must outlive the requests it submitted: the kernel cancels
+ *     a thread's pending requests when it exits (they end with -ECANCELED). memwall's submitters
+ *     (the training thread, the pipeline and completion threads) live as long as the engine.
  *   - Completion callbacks run on an engine thread (the io_uring completion thread, or a pool
  *     worker). They must be short and must not wait on the engine (no mw_aio_wait/wait_all
  *     inside a callback); they MAY submit new requests. Callbacks of different requests may run

@@ -314,6 +314,8 @@ struct mw_plan_stream_in {
     int grad_accum;               /* micro-batches per step (> 1, batch-major: the gradients stay resident) */
     int layer_major;              /* the step's micro-batches go through the model unit by unit */
     int overlap;                  /* the optimizer step runs behind the next forward pass */
+    int wrap_micro;               /* with grad_accum > 1, batch-major: the look-ahead at the end of a
+                                     backward pass runs on into the next micro-batch's forward */
     int prefetch_depth;           /* units fetched ahead of use */
     uint64_t subgroup_size;       /* elements per optimizer subgroup (the engine's, after rounding) */
     int buffer_count;             /* optimizer staging buffers */

@@ -83,6 +83,9 @@ struct mw_train_config {
                                      engine writes its master (else cfg.seed); non-streamed runs load
                                      the file into the model after mw_trainer_init */
     int prefetch_depth;         /* streaming: units fetched ahead of use (0..8) */
+    int prefetch_next_micro;    /* streaming, batch-major, one rank: a micro-batch's backward fetches the
+                                   next micro-batch's first units ahead, as it does its own (the PyTorch
+                                   session, whose micro-batches run one after the other) */
     int sync_update;            /* 1: the optimizer step finishes inside its step; 0 (default): with
                                    the optimizer state on NVMe and one rank, it runs behind the next
                                    step's forward pass (bitwise the same results) */

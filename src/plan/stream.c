@@ -127,6 +127,8 @@ int mw_plan_stream_dram(const struct mw_plan_stream_in *in, struct mw_plan_strea
         uint64_t wbytes = 0, gbytes = 0;
         for (int k = 0; k <= in->prefetch_depth && p < npos; k++) {
             int u = unit_at(in, p + k);
+            if (u < 0 && in->wrap_micro && in->grad_accum > 1 && !lm && p + k >= npos && p + k - npos < nf)
+                u = unit_at(in, p + k - npos); /* the next micro-batch's first units (stream.c's wrap) */
             if (u < 0) break;
             for (uint64_t g = first[u] / S; g <= (first[u] + n[u] - 1) / S; g++)
                 if (!mark[g]) { mark[g] = 1; wbytes += sg_bytes(g, S, N, page); }

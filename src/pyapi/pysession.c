@@ -268,6 +268,7 @@ static int config_make(struct mw_pysession *s, const char *weights, const char *
     c->subgroup_size = subgroup_size;
     c->buffer_count = buffer_count;
     c->prefetch_depth = prefetch_depth;
+    c->prefetch_next_micro = 1; /* the caller's micro-batches run one after the other */
     c->dram_budget = dram_budget;
     struct mw_train_choices ch = {.tier = optimizer, .offload_params = weights ? weights : "dram",
                                   .schedule = "batch-major", .world = 1};

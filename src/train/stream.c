@@ -267,7 +267,7 @@ static int unit_get_(struct mw_train_stream *s, int u)
 static int needed_soon(const struct mw_train_stream *s, uint32_t sg, int pos, int ahead)
 {
     for (int k = 0; k < ahead; k++) {
-        int u = mw_units_at(&s->units, pos + k);
+        int u = mw_units_ahead(&s->units, pos + k);
         if (u < 0) return 0;
         if (sg >= s->u_lo[u] && sg <= s->u_hi[u]) return 1;
     }
@@ -346,6 +346,9 @@ static int st_backward_begin(void *self, int micro, int last)
     struct mw_train_stream *s = self;
     s->last = last;
     s->err = 0;
+    /* The next micro-batch's forward reads the same weights: its first units are fetched during
+     * this backward's last ones (never across a step: not after the step's last micro-batch). */
+    s->units.wrap = s->prefetch_next_micro && !last && !s->layer_major && !s->zero;
     if (s->zero) mw_train_zero_backward_begin(s->zero, micro, last);
     return 0;
 }

@@ -69,6 +69,7 @@ struct mw_train_stream {
     uint64_t nchunks;
     int last, step;
     int layer_major;              /* the schedule's backward order (set by the trainer) */
+    int prefetch_next_micro;      /* cfg.prefetch_next_micro (set by the trainer) */
     int err;                      /* first error of a grad-ready callback */
     size_t page;
     struct mw_plan_stream plan;   /* the planned DRAM peak (src/plan/stream.c) */

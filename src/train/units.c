@@ -33,6 +33,7 @@ void mw_units_pass_begin(struct mw_units *m, int training, int layer_major)
     m->layer_major = layer_major;
     m->pos = 0;
     m->in_backward = 0;
+    m->wrap = 0;
 }
 
 int mw_units_hook(struct mw_units *m, int event, int unit, int backward)
@@ -56,7 +57,7 @@ int mw_units_hook(struct mw_units *m, int event, int unit, int backward)
     if (err) return err;
     m->pos++;
     for (int k = 0; k < m->depth && !err; k++) {
-        int u = mw_units_at(m, m->pos + k);
+        int u = mw_units_ahead(m, m->pos + k);
         if (u < 0) break;
         if (u != unit) err = m->src->issue(m->self, u, 0);
     }

@@ -50,6 +50,8 @@ struct mw_units {
     int layer_major;           /* the pass runs the layer-major step's order */
     int pos;                   /* position in the current pass's order */
     int in_backward;
+    int wrap;                  /* the next pass is a training pass over the same weights (the next
+                                  micro-batch of the step): the look-ahead runs on into its forward */
 };
 
 /* 0, or -ENOMEM / -EINVAL with the message set. depth 0..8. */
@@ -64,6 +66,17 @@ int mw_units_hook(struct mw_units *m, int event, int unit, int backward);
 static inline int mw_units_at(const struct mw_units *m, int p)
 {
     return mw_net_sched_unit(&m->sched, m->layer_major, m->training, p);
+}
+
+/* The look-ahead's unit at position p: the pass's order, then with wrap the next pass's forward
+ * (positions past the end continue at its start); -1 past what is known. Acquires are checked
+ * against mw_units_at only. */
+static inline int mw_units_ahead(const struct mw_units *m, int p)
+{
+    int u = mw_units_at(m, p);
+    if (u >= 0 || !m->wrap || p < 0) return u;
+    int lm = !!m->layer_major, end = m->sched.nf[lm] + (m->training ? m->sched.nb[lm] : 0);
+    return p - end < m->sched.nf[lm] ? mw_net_sched_unit(&m->sched, m->layer_major, 1, p - end) : -1;
 }
 
 #endif
