@@ -54,9 +54,11 @@ part() {
       rc=$?
       if [ $rc = 0 ]; then
         done=1
-      elif { [ $rc = 130 ] || [ $rc = 143 ]; } && [ $seg = 1 ] && ! grep -q 'memwall train' "$out.seg$seg.out" "$out.seg$seg.err"; then
-        rm -rf "$out" # the signal came before memwall had started (exec, loading): nothing ran; start again
-        seg=0
+      elif { [ $rc = 130 ] || [ $rc = 143 ]; } && ! grep -q 'memwall train' "$out.seg$seg.out" "$out.seg$seg.err"; then
+        # The signal came before memwall had started (exec, loading: its default action): nothing
+        # ran; the same command again (a first segment afresh, a resumed one resumes again).
+        [ $seg = 1 ] && rm -rf "$out"
+        seg=$((seg - 1))
       elif { [ $rc = 130 ] && [ $sig = INT ]; } || { [ $rc = 143 ] && [ $sig = TERM ]; }; then
         made=$((made + 1))
         total=$((total + 1))
