@@ -36,32 +36,8 @@ from memwall._activations import _Packed
 
 transformers = pytest.importorskip("transformers")
 
-VOCAB, STEPS, ACCUM, LR, WD, BETAS, EPS = 128, 5, 4, 2e-3, 0.1, (0.9, 0.95), 1e-8
-CLIPS = (0.5, 100.0)
+from test_offload import ACCUM, BETAS, CLIPS, EPS, LR, STEPS, VOCAB, WD, batches, make  # noqa: E402,F401 (the same models)
 SMALL = mt.NvmeActivations(min_bytes=1024, prefetch=3)  # tiny models: most saved tensors are above 1 KiB
-
-
-def make(kind, layers=3):
-    T = transformers
-    torch.manual_seed(0)
-    if kind == "llama":
-        cfg = T.LlamaConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
-                            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                            tie_word_embeddings=True)
-        return T.LlamaForCausalLM(cfg)
-    if kind == "qwen2":
-        cfg = T.Qwen2Config(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
-                            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                            tie_word_embeddings=False, use_sliding_window=False)
-        return T.Qwen2ForCausalLM(cfg)
-    cfg = T.GPT2Config(vocab_size=VOCAB, n_embd=64, n_layer=layers, n_head=4, n_positions=64, resid_pdrop=0.0,
-                       embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
-    return T.GPT2LMHeadModel(cfg)
-
-
-def batches(n, seed=1):
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randint(0, VOCAB, (2, 16), generator=g) for _ in range(n)]
 
 
 def bits(x):
