@@ -184,7 +184,8 @@ def child(a):
             model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
         weights, optimizer = ("dram", "nvme") if a.child == "resident" else ("nvme", None)
         off = mt.offload(model, nvme_dir=a.nvme_dir, weights=weights, optimizer=optimizer, weights_from=a.model,
-                         grad_accum=a.accum, threads=a.threads, prefetch=a.prefetch)
+                         grad_accum=a.accum, threads=a.threads, prefetch=a.prefetch,
+                         trace=f"{a.trace}.{a.child}.json" if a.trace else None)
         opt = off.optimizer(lr=a.lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.0)
         model.train()
         fwd, n_params = model, sum(p.numel() for p in model.parameters())
@@ -252,6 +253,8 @@ def run_case(a, c, model):
     cmd = [sys.executable, os.path.abspath(__file__), "--child", c, "--model", model, "--nvme-dir", nvme]
     for k in ("shape", "batch", "seq", "accum", "steps", "drop", "threads", "lr", "prefetch"):
         cmd += [f"--{k}", str(getattr(a, k))]
+    if a.trace:
+        cmd += ["--trace", os.path.abspath(a.trace)]
     print("$ " + " ".join(cmd), flush=True)
     p = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
     shutil.rmtree(nvme, ignore_errors=True)
@@ -277,6 +280,7 @@ def main():
     ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--prefetch", type=int, default=2)
     ap.add_argument("--json", help="write the results here too")
+    ap.add_argument("--trace", help="memwall's trace of each memwall case to TRACE.<case>.json (memwall report)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)
     ap.add_argument("--nvme-dir", help=argparse.SUPPRESS)

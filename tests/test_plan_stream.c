@@ -99,6 +99,32 @@ int main(void)
                 CHECK(mw_plan_stream_dram(&in, &b) == 0);
                 CHECK_MSG(!memcmp(&a, &b, sizeof a), "lm %d depth %d accum %d: the table's units plan differently", lm, d, acc);
             }
+    /* Leading by size: the median unit sets the scale; a unit k times it is issued k x depth
+     * positions ahead (at most MW_PLAN_LEAD_MAX x depth); depth 0 stays 0. */
+    {
+        uint64_t un[6] = {9000, 1000, 1000, 1000, 1000, 2500};
+        int lead[6];
+        mw_plan_stream_leads(un, 6, 2, lead);
+        CHECK(lead[0] == 2 * MW_PLAN_LEAD_MAX && lead[1] == 2 && lead[4] == 2 && lead[5] == 6);
+        mw_plan_stream_leads(un, 6, 0, lead);
+        CHECK(lead[0] == 0 && lead[5] == 0);
+        /* The plan holds the large unit over its lead: a tied embedding of 4 subgroups among
+         * 4 blocks and a norm of 1 (subgroups of 4096), depth 1. Without the lead the window
+         * peaks at the head with the norm (5 subgroups); with it, the head is fetched 4
+         * positions ahead: from block 2's forward on, beside two other units (6). */
+        uint64_t un2[6] = {16384, 4096, 4096, 4096, 4096, 4096};
+        int order[] = {0, 1, 2, 3, 4, 5, 0, 0, 5, 4, 3, 2, 1};
+        struct mw_plan_stream a, b;
+        in = shape(4, 64, 64, 64, 4096, 1, 1);
+        in.unit_n = un2; in.order = order; in.n_fwd = 7; in.n_bwd = 6; in.tied = 1;
+        CHECK(mw_plan_stream_dram(&in, &a) == 0);
+        in.lead_by_size = 1;
+        CHECK(mw_plan_stream_dram(&in, &b) == 0);
+        CHECK_MSG(a.weights_peak == 5 * 16384, "without the lead: %llu", (unsigned long long)a.weights_peak);
+        CHECK_MSG(b.weights_peak == 6 * 16384, "with the lead: %llu", (unsigned long long)b.weights_peak);
+        CHECK(b.passes >= a.passes && b.total >= a.total);
+    }
+
     /* An untied head (Llama's: the final norm and the head one unit, the forward ends there):
      * layer-major's head phase holds that unit alone, not the embedding too, and its gradients
      * (not the embedding's) are resident then. Units: 16384 + 3 x 8192 + 12288 elements. */

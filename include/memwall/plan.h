@@ -317,6 +317,7 @@ struct mw_plan_stream_in {
     int wrap_micro;               /* with grad_accum > 1, batch-major: the look-ahead at the end of a
                                      backward pass runs on into the next micro-batch's forward */
     int prefetch_depth;           /* units fetched ahead of use */
+    int lead_by_size;             /* larger units fetched further ahead (mw_plan_stream_leads) */
     uint64_t subgroup_size;       /* elements per optimizer subgroup (the engine's, after rounding) */
     int buffer_count;             /* optimizer staging buffers */
     uint64_t acts_bytes;          /* the model's activation allocation (mw_gpt2_sizes), plus layer-major's
@@ -354,6 +355,13 @@ int mw_plan_stream_dram(const struct mw_plan_stream_in *in, struct mw_plan_strea
  * 1..L blocks, L+1 ln_f), -1 past its end: forward 0, 1..L, L+1, 0 (the tied head); backward
  * (batch-major) 0, L+1, L..1, or (layer-major) L..1, 0. The trainer's stream walks the same. */
 int mw_plan_stream_unit(int L, int layer_major, int p);
+/* How far ahead of its use each of n units is fetched (positions of the schedule), when larger
+ * units lead by their size: depth x ceil(n[u] / the median unit), at most MW_PLAN_LEAD_MAX x
+ * depth. A read of a unit k times the typical one then has about k times the compute of the
+ * typical unit to hide behind (a vocabulary-sized tied head: 9 blocks' worth at Qwen2.5-0.5B).
+ * The streamed trainer's look-ahead (src/train/units.c) and this plan both use it. */
+#define MW_PLAN_LEAD_MAX 4
+void mw_plan_stream_leads(const uint64_t *n, int nu, int depth, int *lead);
 
 /* ---- activations (activations.c) --------------------------------------------------------- */
 

@@ -86,6 +86,9 @@ struct mw_train_config {
     int prefetch_next_micro;    /* streaming, batch-major, one rank: a micro-batch's backward fetches the
                                    next micro-batch's first units ahead, as it does its own (the PyTorch
                                    session, whose micro-batches run one after the other) */
+    int prefetch_by_size;       /* streaming: a unit larger than the model's typical one is fetched
+                                   further ahead, in proportion (mw_plan_stream_leads; the PyTorch
+                                   session: a tied head's read starts blocks before its use) */
     int sync_update;            /* 1: the optimizer step finishes inside its step; 0 (default): with
                                    the optimizer state on NVMe and one rank, it runs behind the next
                                    step's forward pass (bitwise the same results) */

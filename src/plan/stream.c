@@ -50,6 +50,27 @@ static int unit_at(const struct mw_plan_stream_in *in, int p)
     return p >= 0 && p < in->n_fwd + in->n_bwd ? in->order[p] : -1;
 }
 
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+void mw_plan_stream_leads(const uint64_t *n, int nu, int depth, int *lead)
+{
+    uint64_t *s = malloc((size_t)MW_MAX(nu, 1) * sizeof *s), ref = 0;
+    if (s && nu > 0) {
+        memcpy(s, n, (size_t)nu * sizeof *s);
+        qsort(s, (size_t)nu, sizeof *s, cmp_u64);
+        ref = s[nu / 2];
+    }
+    free(s);
+    for (int u = 0; u < nu; u++) {
+        uint64_t k = ref ? (n[u] + ref - 1) / ref : 1; /* no memory for the median: depth, as without */
+        lead[u] = depth * (int)MW_MAX(1, MW_MIN(k, (uint64_t)MW_PLAN_LEAD_MAX));
+    }
+}
+
 int mw_plan_stream_unit(int L, int layer_major, int p)
 {
     int nf = L + 3;
@@ -103,13 +124,17 @@ int mw_plan_stream_dram(const struct mw_plan_stream_in *in, struct mw_plan_strea
     uint64_t N = first[nu - 1] + n[nu - 1], S = MW_MIN(in->subgroup_size, N), page = 4096;
     uint64_t nsg = (N + S - 1) / S;
     unsigned char *mark = calloc((size_t)nsg, 1);
-    if (!mark) {
+    int *lead = calloc((size_t)nu, sizeof *lead);
+    if (!mark || !lead) {
         free(first);
         free(n);
+        free(mark);
+        free(lead);
         return mw_error_set(-ENOMEM, "stream plan: out of memory");
     }
     /* At each position p of a training pass: the weights of the units at p..p+depth (resident
-     * or being fetched; a released unit's subgroups stay only when the next one needs them),
+     * or being fetched; a released unit's subgroups stay only when the next one needs them) and,
+     * leading by size, those further ahead within their own lead (mw_plan_stream_leads),
      * plus the gradients resident then. Gradients: with accumulation the whole array lives
      * through the step's micro-batches; at the last one, unit u's backward touches its range
      * from first[u] up, the subgroups that start in a norm chunk below the previous mark wait
@@ -121,15 +146,22 @@ int mw_plan_stream_dram(const struct mw_plan_stream_in *in, struct mw_plan_strea
      * Another family's pass (in->order) walks the same way over its own units. */
     int lm = in->layer_major, nf = in->order ? in->n_fwd : L + 3, npos = nf + (in->order ? in->n_bwd : lm ? L : L + 2);
     uint64_t emb_hi = (n[0] - 1) / S; /* the last subgroup holding embedding gradients */
+    /* How far ahead each unit is fetched: depth, or by its size (units.c does the same). */
+    int lead_max = in->prefetch_depth;
+    if (in->lead_by_size) {
+        mw_plan_stream_leads(n, nu, in->prefetch_depth, lead);
+        for (int u = 0; u < nu; u++) lead_max = MW_MAX(lead_max, lead[u]);
+    }
     uint64_t full = MW_ALIGN_UP(N * 4, page);
     for (int p = 0; p <= npos; p++) {
         memset(mark, 0, (size_t)nsg);
         uint64_t wbytes = 0, gbytes = 0;
-        for (int k = 0; k <= in->prefetch_depth && p < npos; k++) {
+        for (int k = 0; k <= lead_max && p < npos; k++) {
             int u = unit_at(in, p + k);
             if (u < 0 && in->wrap_micro && in->grad_accum > 1 && !lm && p + k >= npos && p + k - npos < nf)
                 u = unit_at(in, p + k - npos); /* the next micro-batch's first units (stream.c's wrap) */
             if (u < 0) break;
+            if (k > in->prefetch_depth && (!in->lead_by_size || k > lead[u])) continue;
             for (uint64_t g = first[u] / S; g <= (first[u] + n[u] - 1) / S; g++)
                 if (!mark[g]) { mark[g] = 1; wbytes += sg_bytes(g, S, N, page); }
         }
@@ -173,5 +205,6 @@ int mw_plan_stream_dram(const struct mw_plan_stream_in *in, struct mw_plan_strea
     free(first);
     free(n);
     free(mark);
+    free(lead);
     return 0;
 }

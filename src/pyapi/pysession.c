@@ -269,6 +269,7 @@ static int config_make(struct mw_pysession *s, const char *weights, const char *
     c->buffer_count = buffer_count;
     c->prefetch_depth = prefetch_depth;
     c->prefetch_next_micro = 1; /* the caller's micro-batches run one after the other */
+    c->prefetch_by_size = 1;    /* a tied head's read starts blocks ahead of it (units.c) */
     c->dram_budget = dram_budget;
     struct mw_train_choices ch = {.tier = optimizer, .offload_params = weights ? weights : "dram",
                                   .schedule = "batch-major", .world = 1};

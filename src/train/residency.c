@@ -223,6 +223,7 @@ int mw_residency_stream_plan(const struct mw_net *m, const struct mw_train_opt *
         .subgroup_size = o->plan.subgroup_size, .buffer_count = o->cfg.buffer_count,
         .layer_major = cfg->layer_major, .overlap = !cfg->sync_update,
         .wrap_micro = cfg->prefetch_next_micro && cfg->grad_accum > 1 && !cfg->layer_major,
+        .lead_by_size = cfg->prefetch_by_size,
         .acts_bytes = acts,
         .staging_bytes = o->plan.tier_bytes[MW_TIER_DRAM],
         .runtime_bytes = mw_proc_mem("VmRSS"),
@@ -377,6 +378,7 @@ static int attach_stream(struct mw_trainer *tr, struct mw_residency *r)
         return err;
     s->layer_major = cfg->layer_major;
     s->prefetch_next_micro = cfg->prefetch_next_micro;
+    if (cfg->prefetch_by_size && (err = mw_units_lead_by_size(&s->units))) return err;
     if ((err = mw_residency_stream_plan(&tr->model, tr->opt, cfg, r->zero, &s->plan))) return err;
     if (cfg->dram_budget && s->plan.total > cfg->dram_budget) {
         const struct mw_plan_stream *p = &s->plan;

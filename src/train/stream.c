@@ -58,6 +58,141 @@ static void count_resident(struct mw_train_stream *s, int64_t delta)
     if (s->trace) mw_trace_counter(s->trace, "resident weights", mw_now_ns(), (double)s->resident_now);
 }
 
+/* ---------------------------------------------------------------- the page pool (stream.h)
+ *
+ * A slot holds the pages of one whole subgroup (sg_size * 4 bytes). A release moves a subgroup's
+ * pages into an empty slot while the next units' fetches need pages (pool_want), a fetch moves a
+ * full slot's pages into its range, both by mremap(MREMAP_DONTUNMAP): the page tables move, the
+ * range left behind stays mapped and reads back as zeros, as after MADV_DONTNEED. Whatever a
+ * fetch's pages held before is overwritten by its read (the whole subgroup). Advice only: without
+ * the pool (refused, an old kernel, MEMWALL_STREAM_POOL=0) a release drops the pages and the read
+ * faults zeroed ones in, as before. Each moved range may become a mapping of its own, so the pool
+ * is off above POOL_MAX_SUBGROUPS subgroups (vm.max_map_count is 65530 by default). */
+
+#define POOL_MAX_SLOTS 64
+#define POOL_MAX_SUBGROUPS 8192
+#define POOL_ALIGN ((size_t)2 << 20) /* huge pages move as whole page-table entries */
+
+static void pool_off(struct mw_train_stream *s)
+{
+    if (s->pool_map) (void)munmap(s->pool_map, s->pool_map_bytes); /* pages in full slots go with it */
+    free(s->pool_full);
+    free(s->pool_empty);
+    s->pool = NULL;
+    s->pool_map = NULL;
+    s->pool_full = s->pool_empty = NULL;
+    s->pool_map_bytes = 0;
+    s->pool_slots = s->pool_nfull = s->pool_nempty = 0;
+}
+
+static void pool_init(struct mw_train_stream *s)
+{
+    const char *env = getenv("MEMWALL_STREAM_POOL");
+    if ((env && !strcmp(env, "0")) || s->nsg < 2 || s->nsg > POOL_MAX_SUBGROUPS) return;
+    uint32_t n = MW_MIN((uint32_t)POOL_MAX_SLOTS, s->nsg);
+    size_t bytes = (size_t)n * s->sg_size * 4 + POOL_ALIGN;
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) return;
+    s->pool_map = p;
+    s->pool_map_bytes = bytes;
+    s->pool_full = malloc(n * sizeof *s->pool_full);
+    s->pool_empty = malloc(n * sizeof *s->pool_empty);
+    if (!s->pool_full || !s->pool_empty) {
+        pool_off(s);
+        return;
+    }
+    s->pool = (char *)MW_ALIGN_UP((uintptr_t)p, POOL_ALIGN);
+    s->pool_slots = n;
+    for (uint32_t i = 0; i < n; i++) s->pool_empty[i] = n - 1 - i;
+    s->pool_nempty = n;
+}
+
+static char *pool_slot(const struct mw_train_stream *s, uint32_t i) { return s->pool + (uint64_t)i * s->sg_size * 4; }
+
+/* Whether subgroup g is whole (the last one may be shorter: it never uses the pool). */
+static int pool_fits(const struct mw_train_stream *s, uint32_t g)
+{
+    return (uint64_t)(g + 1) * s->sg_size <= (uint64_t)s->model->sizes.n_params;
+}
+
+/* Whole subgroups of unit u that a fetch would read (not resident, not on their way). */
+static int64_t pool_fetches(const struct mw_train_stream *s, int u)
+{
+    int64_t n = 0;
+    for (uint32_t g = s->u_lo[u]; g <= s->u_hi[u]; g++)
+        n += s->sg_state[g] == MW_UNIT_RELEASED && owned(s, g) && pool_fits(s, g);
+    return n;
+}
+
+/* Pages worth keeping at a release: over the next POOL_AHEAD positions of the schedule, the most
+ * by which the subgroups their acquires will fetch (each acquire issues the unit `depth` ahead)
+ * run ahead of those their releases give back, less what the pool holds. Between equal units
+ * that is about one unit's subgroups; before a large one (a tied head after the blocks) the pool
+ * fills from the releases before it, never past what the window at its fetch holds anyway. */
+#define POOL_AHEAD 12
+static uint32_t pool_want(const struct mw_train_stream *s)
+{
+    if (!s->pool) return 0;
+    int d = s->units.depth, pos = s->units.pos;
+    int64_t fetch = 0, give = 0, best = 0;
+    for (int k = 0; k <= POOL_AHEAD; k++) {
+        int u = -1;
+        for (int q = k ? pos + k + d : pos; q <= pos + k + d; q++) { /* k = 0: those not issued yet too */
+            if ((u = mw_units_ahead(&s->units, q)) < 0) break;
+            fetch += pool_fetches(s, u);
+        }
+        best = MW_MAX(best, fetch - give);
+        if (u < 0 || (u = mw_units_ahead(&s->units, pos + k)) < 0) break;
+        int v = mw_units_ahead(&s->units, pos + k + 1); /* a subgroup it shares with the next stays */
+        for (uint32_t g = s->u_lo[u]; g <= s->u_hi[u]; g++) give += v < 0 || g < s->u_lo[v] || g > s->u_hi[v];
+    }
+    return best > (int64_t)s->pool_nfull ? (uint32_t)(best - (int64_t)s->pool_nfull) : 0;
+}
+
+/* Subgroup g's pages go to an empty slot; 0 when they cannot (the caller drops them). */
+static int pool_put(struct mw_train_stream *s, uint32_t g)
+{
+    if (!s->pool || !s->pool_nempty || !pool_fits(s, g)) return 0;
+    uint32_t i = s->pool_empty[s->pool_nempty - 1];
+    size_t bytes = s->sg_size * 4;
+    if (mremap(s->model->params + (uint64_t)g * s->sg_size, bytes, bytes, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP,
+               pool_slot(s, i)) == MAP_FAILED) {
+        pool_off(s);
+        return 0;
+    }
+    s->pool_nempty--;
+    s->pool_full[s->pool_nfull++] = i;
+    return 1;
+}
+
+/* Before subgroup g's read: a full slot's pages move into its range (nothing when none). */
+static void pool_take(struct mw_train_stream *s, uint32_t g)
+{
+    if (!s->pool || !s->pool_nfull || !pool_fits(s, g)) return;
+    uint32_t i = s->pool_full[s->pool_nfull - 1];
+    size_t bytes = s->sg_size * 4;
+    if (mremap(pool_slot(s, i), bytes, bytes, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP,
+               s->model->params + (uint64_t)g * s->sg_size) == MAP_FAILED) {
+        pool_off(s);
+        return;
+    }
+    s->pool_nfull--;
+    s->pool_empty[s->pool_nempty++] = i;
+    s->pool_moves++;
+    count_resident(s, -(int64_t)bytes); /* counted while pooled; the fetch counts them again */
+}
+
+/* The pooled pages go back to the OS (after a step: no fetch follows before the next pass). */
+static void pool_trim(struct mw_train_stream *s)
+{
+    while (s->pool && s->pool_nfull) {
+        uint32_t i = s->pool_full[--s->pool_nfull];
+        (void)madvise(pool_slot(s, i), s->sg_size * 4, MADV_DONTNEED); /* our own pages: cannot fail */
+        s->pool_empty[s->pool_nempty++] = i;
+        count_resident(s, -(int64_t)(s->sg_size * 4));
+    }
+}
+
 int mw_train_stream_init(struct mw_train_stream *s, struct mw_net *m, struct mw_train_opt *opt, int depth,
                          uint64_t seed, struct mw_train_zero *zero, struct mw_trace *trace)
 {
@@ -131,6 +266,7 @@ int mw_train_stream_init(struct mw_train_stream *s, struct mw_net *m, struct mw_
     }
     /* Nothing of the weights or gradients is resident until it is used: the model's arrays are
      * fresh mappings (the model's init), never touched before this. */
+    pool_init(s);
     return 0;
 }
 
@@ -182,6 +318,7 @@ void mw_train_stream_free(struct mw_train_stream *s)
     free(s->gw_unit);
     free(s->chunk_sumsq);
     free(s->chunk_done);
+    pool_off(s);
     if (s->init) s->model->family->loader_close(s->init);
     mw_units_free(&s->units);
     memset(s, 0, sizeof *s);
@@ -206,6 +343,7 @@ static int fetch_issue(struct mw_train_stream *s, uint32_t sg, int unit, int blo
     }
     uint64_t a, n;
     sg_range(s, sg, &a, &n);
+    pool_take(s, sg);
     s->sg_t0[sg] = mw_now_ns();
     int err = mw_offload_master_fetch(eng(s), sg - s->sg0, s->model->params + a, &s->sg_io[sg]);
     if (err) return err;
@@ -225,6 +363,7 @@ static int fetch_wait(struct mw_train_stream *s, uint32_t sg)
     if (err) {
         s->sg_state[sg] = MW_UNIT_RELEASED;
         count_resident(s, -(int64_t)sg_bytes(s, sg));
+        (void)drop(s, s->model->params, sg, "weight"); /* whatever the read left */
         return mw_error_set(err, "streaming: fetching the weights of subgroup %u (unit %d) failed: %s", sg,
                             s->sg_unit[sg], mw_error_msg());
     }
@@ -266,10 +405,10 @@ static int unit_get_(struct mw_train_stream *s, int u)
 /* Whether subgroup sg belongs to one of the next `ahead` units of the schedule from pos. */
 static int needed_soon(const struct mw_train_stream *s, uint32_t sg, int pos, int ahead)
 {
-    for (int k = 0; k < ahead; k++) {
+    for (int k = 0; k < MW_MAX(ahead, s->units.lead_max); k++) {
         int u = mw_units_ahead(&s->units, pos + k);
         if (u < 0) return 0;
-        if (sg >= s->u_lo[u] && sg <= s->u_hi[u]) return 1;
+        if ((k < ahead || mw_units_in_reach(&s->units, k, u)) && sg >= s->u_lo[u] && sg <= s->u_hi[u]) return 1;
     }
     return 0;
 }
@@ -280,14 +419,19 @@ static int unit_put_(struct mw_train_stream *s, int u, int backward, int keep_ah
     struct mw_trace_arg a[4] = {{"unit", u}, {"bytes", (int64_t)(s->u_n[u] * 4)}, {"backward", backward}, {"step", s->step}};
     mw_trace_span(s->trace, "residency", "resident", s->u_t0[u], mw_now_ns(), a, 4);
     int err = 0;
+    uint32_t want = keep_ahead ? pool_want(s) : 0; /* pages the next fetches will take (the pool) */
     for (uint32_t g = s->u_lo[u]; g <= s->u_hi[u] && !err; g++) {
         if (s->sg_ref[g] > 0) s->sg_ref[g]--;
         if (s->sg_ref[g] || s->sg_state[g] != MW_UNIT_RESIDENT) continue;
         /* (A gathered subgroup is gathered again at its next use: nothing to keep.) */
         if (keep_ahead && owned(s, g) && needed_soon(s, g, s->units.pos, MW_MAX(s->units.depth, 1))) continue;
-        if ((err = drop(s, s->model->params, g, "weight"))) break;
         s->sg_state[g] = MW_UNIT_RELEASED;
+        if (want && pool_put(s, g)) { /* still resident, in the pool */
+            want--;
+            continue;
+        }
         count_resident(s, -(int64_t)sg_bytes(s, g));
+        if ((err = drop(s, s->model->params, g, "weight"))) break;
     }
     return err;
 }
@@ -493,6 +637,7 @@ static int st_after_step(void *self)
         s->sg_state[g] = MW_UNIT_RELEASED;
         count_resident(s, -(int64_t)sg_bytes(s, g));
     }
+    pool_trim(s);
     return err;
 }
 

@@ -15,6 +15,14 @@
  * the pages are dropped (a subgroup waits for the chunk it starts in; reading back as the zeros the next step accumulates into). The update
  * reads them back beside the state and drops them again (the engine does both). After a step the
  * weight pages still resident are stale: they go (st_after_step), and the next use fetches anew.
+ *
+ * Why a page pool: a dropped page comes back zeroed by the kernel at its next fault, and the read
+ * that faults it in overwrites every byte: streaming a 0.5 B model with 8 micro-batches zeroed about
+ * 30 GiB a step, a sixth of the process's CPU on 2 cores (perf: clear_page_erms under the O_DIRECT
+ * read's get_user_pages). A released subgroup that a fetch of the next units will replace keeps its
+ * pages instead: mremap moves them (page tables, no copy, no zeroing) to a pool slot, and the fetch
+ * moves them into its own range before the read. The pool holds no more subgroups than the units
+ * about to be fetched need, so the resident weights stay what the plan counts.
  */
 #ifndef MEMWALL_TRAIN_STREAM_H
 #define MEMWALL_TRAIN_STREAM_H
@@ -77,6 +85,14 @@ struct mw_train_stream {
     uint64_t resident_now, resident_peak;   /* weight bytes resident (subgroups), peak */
     uint64_t fetch_bytes, grad_write_bytes; /* since init */
     uint64_t wait_ns;                       /* training thread blocked on fetches */
+    /* The page pool (stream.c, "the page pool"): pages of released subgroups moved (mremap) to
+     * the fetches that follow, so that a read lands in pages the kernel need not zero first. */
+    char *pool;                   /* pool_slots slots of sg_size * 4 bytes, 2 MiB-aligned; NULL: off */
+    void *pool_map;               /* the reservation (munmap) */
+    size_t pool_map_bytes;
+    uint32_t pool_slots, pool_nfull, pool_nempty;
+    uint32_t *pool_full, *pool_empty; /* stacks of slot indices: with pages / without */
+    uint64_t pool_moves;          /* subgroups whose fetch took pooled pages */
 };
 
 /* Builds the stream over the model and the optimizer (whose plan fixed the subgroups: whole

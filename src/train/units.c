@@ -4,7 +4,10 @@
 #include "train/units.h"
 #include "memwall/common.h"
 
+#include "memwall/plan.h"
+
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 int mw_units_init(struct mw_units *m, const struct mw_net *net, const struct mw_unit_source *src, void *self,
@@ -21,8 +24,33 @@ int mw_units_init(struct mw_units *m, const struct mw_net *net, const struct mw_
     return 0;
 }
 
+int mw_units_lead_by_size(struct mw_units *m)
+{
+    int nu = m->net->n_units;
+    uint64_t *n = calloc((size_t)MW_MAX(nu, 1), sizeof *n);
+    int *lead = calloc((size_t)MW_MAX(nu, 1), sizeof *lead);
+    if (!n || !lead) {
+        free(n);
+        free(lead);
+        return mw_error_set(-ENOMEM, "no memory for the %s look-ahead", m->who);
+    }
+    for (int u = 0; u < nu; u++) {
+        size_t first = 0, cnt = 0;
+        (void)mw_net_unit_range(m->net, u, &first, &cnt); /* u < n_units: cannot fail */
+        n[u] = cnt;
+    }
+    mw_plan_stream_leads(n, nu, m->depth, lead);
+    free(n);
+    free(m->lead);
+    m->lead = lead;
+    m->lead_max = m->depth;
+    for (int u = 0; u < nu; u++) m->lead_max = MW_MAX(m->lead_max, lead[u]);
+    return 0;
+}
+
 void mw_units_free(struct mw_units *m)
 {
+    free(m->lead);
     mw_net_sched_free(&m->sched);
     memset(m, 0, sizeof *m);
 }
@@ -56,10 +84,10 @@ int mw_units_hook(struct mw_units *m, int event, int unit, int backward)
     int err = m->src->wait(m->self, unit);
     if (err) return err;
     m->pos++;
-    for (int k = 0; k < m->depth && !err; k++) {
+    for (int k = 0; k < MW_MAX(m->depth, m->lead_max) && !err; k++) {
         int u = mw_units_ahead(m, m->pos + k);
         if (u < 0) break;
-        if (u != unit) err = m->src->issue(m->self, u, 0);
+        if (u != unit && mw_units_in_reach(m, k, u)) err = m->src->issue(m->self, u, 0);
     }
     if (!err && m->src->acquired) m->src->acquired(m->self, unit);
     return err;

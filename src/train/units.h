@@ -52,12 +52,23 @@ struct mw_units {
     int in_backward;
     int wrap;                  /* the next pass is a training pass over the same weights (the next
                                   micro-batch of the step): the look-ahead runs on into its forward */
+    int *lead;                 /* NULL, or [n_units]: positions ahead each unit is issued, by its size
+                                  (mw_units_lead_by_size); the look-ahead reaches lead_max */
+    int lead_max;
 };
 
 /* 0, or -ENOMEM / -EINVAL with the message set. depth 0..8. */
 int mw_units_init(struct mw_units *m, const struct mw_net *net, const struct mw_unit_source *src, void *self,
                   int depth, const char *who);
 void mw_units_free(struct mw_units *m);
+/* Larger units are issued further ahead, in proportion to their size (mw_plan_stream_leads, which
+ * the stream plan uses too). 0 or -ENOMEM. */
+int mw_units_lead_by_size(struct mw_units *m);
+/* Whether the look-ahead from position pos has issued the unit at pos + k (k >= 0). */
+static inline int mw_units_in_reach(const struct mw_units *m, int k, int u)
+{
+    return k < m->depth || (m->lead && u >= 0 && k < m->lead[u]);
+}
 /* Before a pass (training: a backward follows). */
 void mw_units_pass_begin(struct mw_units *m, int training, int layer_major);
 /* The model's unit hook (mw_net_weights_fn's event, unit, backward). */
