@@ -3,8 +3,8 @@
 set -euo pipefail
 # libclang-rt-dev: the default clang's runtime libraries, libFuzzer among them (make fuzz); only a
 # Recommends of clang, which --no-install-recommends skips. libonig-dev: Oniguruma, the regex engine
-# of the tokenizer's pre-tokenizer patterns (src/tok/).
-pkgs=(build-essential cmake pkg-config clang libclang-rt-dev libomp-dev liburing-dev libopenblas-dev libcjson-dev libonig-dev fio python3 python3-pip chromium libopenmpi-dev openmpi-bin)
+# of the tokenizer's pre-tokenizer patterns (src/tok/). libisal-dev: ISA-L, the crc32c of every store block.
+pkgs=(build-essential cmake pkg-config clang libclang-rt-dev libomp-dev liburing-dev libopenblas-dev libcjson-dev libonig-dev libisal-dev fio python3 python3-pip chromium libopenmpi-dev openmpi-bin)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -68,8 +68,9 @@ const char *mw_fmt_rate(char *buf, size_t n, double bytes_per_s); /* decimal: MB
 int mw_parse_size(const char *s, uint64_t *out);
 
 /* crc32c (Castagnoli), the one checksum of the project (store blocks, checkpoints, commit
- * records). mw_crc32c picks the SSE4.2 path at run time; _sw is the scalar reference. Both
- * continue from `crc` (start with 0); the usual pre/post inversion is inside. */
+ * records). mw_crc32c is ISA-L's crc32_iscsi (the widest path the CPU has, chosen at run time);
+ * _sw is the scalar reference. Both continue from `crc` (start with 0); the usual pre/post
+ * inversion is inside. mw_crc32c_hw_available: whether the CPU has SSE4.2's crc32 instruction. */
 uint32_t mw_crc32c(uint32_t crc, const void *data, size_t len);
 uint32_t mw_crc32c_sw(uint32_t crc, const void *data, size_t len);
 int mw_crc32c_hw_available(void);
