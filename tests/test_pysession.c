@@ -271,7 +271,10 @@ int main(void)
     const double *st = streamed.stats;
     printf("streamed: planned DRAM peak %.0f B, weights resident at most %.0f B of %d, fetched %.0f B, gradients "
            "written %.0f B\n", st[3], st[4], NP * 4, st[5], st[6]);
-    CHECK(st[3] > 0 && st[5] > 0 && st[6] > 0);
+    CHECK(st[3] > 0 && st[5] > 0);
+    /* With accumulation every gradient is in DRAM through the step: the update reads them there,
+     * none is written to NVMe (stream.c, grads_kept) and the results above are the same bits. */
+    CHECK_MSG(st[6] == 0, "accumulation %d: %.0f B of gradients written to NVMe", ACCUM, st[6]);
     CHECK_MSG(st[4] > 0 && st[4] < NP * 4.0, "streamed weights resident at once: %.0f bytes", st[4]);
     CHECK(dram.stats[3] == 0 && dram.stats[5] == 0);
     /* Tied: the embedding is the head too (fetched for both uses, its gradients reported last). */

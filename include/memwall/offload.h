@@ -417,6 +417,12 @@ int mw_offload_master_fetch(struct mw_offload *e, uint32_t sg, void *dst, struct
  * caller's. mw_offload_io_wait finishes it, or a master fetch: it counts the bytes and names the
  * object on a failure (mw_offload_io_test(io) polls). */
 int mw_offload_grads_put_start(struct mw_offload *e, uint32_t sg, const void *src, struct mw_offload_io *io);
+/* Streaming: whether the next step's gradients stay in the caller's array (ext_grads) instead of
+ * going through their NVMe objects: set between steps (no update running), before the step starts.
+ * With gradient accumulation every gradient is resident through the step anyway (the stream
+ * plan counts them), so writing them out and reading them back is I/O for nothing. The update
+ * still drops each subgroup's pages once it has read them. */
+void mw_offload_grads_resident(struct mw_offload *e, int on);
 int mw_offload_io_wait(struct mw_offload *e, struct mw_offload_io *io);
 /* The caller's scratch on NVMe (cfg.scratch_bytes): an async write (write = 1) or read of len
  * bytes at offset (multiples of MW_OFFLOAD_SCRATCH_ALIGN) from or into a 4096-aligned buffer; mw_offload_io_wait

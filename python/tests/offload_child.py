@@ -8,8 +8,17 @@ returned (the update of step s then runs behind the next forward pass), so the t
 bits of every segment's losses with an uninterrupted run and aim kills at the update in flight.
 
     python3 offload_child.py NVME_DIR N OUT.pt [fresh|resume|auto] [TRACE]
+
+MEMWALL_TEST_KILL="F,G" (the tests): the child kills itself with SIGKILL after the line at fraction F
+of the lines it has still to print before its last step, G times its own average line time later
+(G < 1), and never once its last step is done. In the child, not in the reader: a reader on a loaded
+machine reads the lines late, and a kill it times from them could land after the run's end.
 """
+import os
+import signal
 import sys
+import threading
+import time
 
 import torch
 
@@ -60,8 +69,21 @@ def main():
     model = make_model()
     off = open_offload(model, nvme, resume={"fresh": False, "resume": True, "auto": "auto"}[mode], trace=trace)
 
+    kill = os.environ.get("MEMWALL_TEST_KILL")
+    state = {"seen": -1, "target": None, "timer": None, "gap": 0.0, "t0": time.monotonic()}
+    if kill:
+        frac, state["gap"] = (float(x) for x in kill.split(","))
+        state["target"] = int(frac * max((n - 1 - off.steps) * (1 + ACCUM), 1))
+
     def say(line):
         print(line, flush=True)
+        state["seen"] += 1
+        if state["target"] is not None and state["seen"] == state["target"] + 1:  # line 0 is "start"
+            pace = (time.monotonic() - state["t0"]) / state["seen"]
+            state["timer"] = threading.Timer(state["gap"] * pace, os.kill, (os.getpid(), signal.SIGKILL))
+            state["timer"].start()
+        if line == f"stepped {n}" and state["timer"] is not None:
+            state["timer"].cancel()  # the end of the run is not what the tests are about
 
     say(f"start {off.steps}")
     train(model, off, n, say)

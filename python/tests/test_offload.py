@@ -139,7 +139,10 @@ def test_offloaded_equals_resident(kind, tmp_path):
     assert dram["losses"][-ACCUM] < dram["losses"][0] + 0.5
     st = nvme["stats"]
     n = st["n_params"]
-    assert st["steps"] == STEPS + 1 and st["weight_bytes_fetched"] > 0 and st["grad_bytes_written"] > 0
+    # With accumulation the gradients are in DRAM through the step: the update reads them there and
+    # none goes to NVMe (same bits, above). Without accumulation they are written as backward finishes
+    # them: the same code (src/train/stream.c) that tests/cli_train_stream.sh checks bitwise at 1.
+    assert st["steps"] == STEPS + 1 and st["weight_bytes_fetched"] > 0 and st["grad_bytes_written"] == 0, st
     assert 0 < st["weights_resident_peak"] < 4 * n, f"the streamed run held all weights at once: {st}"
     assert dram["stats"]["weight_bytes_fetched"] == 0
 

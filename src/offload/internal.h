@@ -154,6 +154,8 @@ struct mw_offload {
     struct mw_store *store;
     struct mw_store_obj **obj;             /* [nsg][2] */
     struct mw_store_obj **gobj;            /* [nsg] gradients (streaming only), one slot */
+    int grads_resident;                    /* streaming: this step's gradients are in ext_grads already
+                                              (mw_offload_grads_resident): not read from gobj */
     unsigned char *uninit;                 /* [nsg] streaming: initial master not written yet (mw_offload_master_init) */
     uint32_t n_uninit;
     struct mw_store_obj *scratch;          /* the caller's (cfg.scratch_bytes), or NULL */

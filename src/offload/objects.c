@@ -47,6 +47,13 @@ int mw_offload_grads_put_start(struct mw_offload *e, uint32_t sg, const void *sr
     return mw_store_submit(e->store, io);
 }
 
+void mw_offload_grads_resident(struct mw_offload *e, int on)
+{
+    pthread_mutex_lock(&e->mu); /* the pipe thread reads it under the mutex when a step runs */
+    e->grads_resident = on && e->gobj;
+    pthread_mutex_unlock(&e->mu);
+}
+
 int mw_offload_scratch_start(struct mw_offload *e, int write, uint64_t offset, uint64_t len, void *buf,
                              struct mw_offload_io *h)
 {

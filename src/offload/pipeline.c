@@ -303,8 +303,9 @@ static void stage_read(struct mw_offload *e, uint32_t sg)
     s->crcs = 0;
     s->read_rc = 0;
     s->read_msg[0] = 0;
-    s->reads_left = e->gobj ? 2 : 1;
-    if (e->gobj) { /* streaming: the gradients come back from their object into the caller's array */
+    int gread = e->gobj && !e->grads_resident;
+    s->reads_left = gread ? 2 : 1;
+    if (gread) { /* streaming: the gradients come back from their object into the caller's array */
         ofl_obj_io(&s->gio, e->gobj[sg], MW_AIO_READ, MW_ALIGN_UP(4 * e->sgs[sg].n, OFL_PAD),
                    (void *)(e->cfg.ext_grads + e->sgs[sg].first));
         s->gio.cb = io_done;
@@ -480,7 +481,7 @@ static void *pipe_main(void *arg)
             s->buf = e->free_bufs[--e->nfree];
             s->state = OFL_SG_READING;
             e->n_reading++;
-            for (int r = e->gobj ? 2 : 1; r > 0; r--) ofl_cost_io_begin(&e->cost, 0, mw_now_ns());
+            for (int r = e->gobj && !e->grads_resident ? 2 : 1; r > 0; r--) ofl_cost_io_begin(&e->cost, 0, mw_now_ns());
             mw_trace_counter(e->tr, "offload staging buffers in use", mw_now_ns(), e->nbuf - e->nfree);
             pthread_mutex_unlock(&e->mu);
             stage_read(e, sg);

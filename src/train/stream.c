@@ -493,6 +493,11 @@ static int st_backward_begin(void *self, int micro, int last)
     /* The next micro-batch's forward reads the same weights: its first units are fetched during
      * this backward's last ones (never across a step: not after the step's last micro-batch). */
     s->units.wrap = s->prefetch_next_micro && !last && !s->layer_major && !s->zero;
+    /* Batch-major accumulation keeps every gradient in DRAM through the step (the plan counts the
+     * whole array): the update reads them there (mw_offload_grads_resident) and drops each
+     * subgroup's pages once it has, so writing them out and reading them back would be 2 x the
+     * gradients' bytes of disk traffic for nothing, in the step's busiest stretch. */
+    if (last) s->grads_kept = micro > 0 && !s->layer_major && !s->zero;
     if (s->zero) mw_train_zero_backward_begin(s->zero, micro, last);
     return 0;
 }
@@ -512,6 +517,10 @@ static int chunk_finish(struct mw_train_stream *s, uint64_t c)
  * it is done (grads_reap), so the write overlaps the next unit's backward. */
 static int grads_finish(struct mw_train_stream *s, uint32_t sg, int unit)
 {
+    if (s->grads_kept) { /* the update reads them in DRAM */
+        s->sg_gdone[sg] = 1;
+        return 0;
+    }
     uint64_t a, n;
     sg_range(s, sg, &a, &n);
     s->gw_t0[sg] = mw_now_ns();
@@ -605,6 +614,7 @@ static int st_backward_end(void *self)
     if (s->err || !s->last) return s->err;
     s->err = grads_advance(s, 0, -1);
     int err = grads_reap(s, 1); /* the update reads them back: every write done */
+    mw_offload_grads_resident(eng(s), s->grads_kept); /* no update runs: its step starts after this */
     return s->err ? s->err : (s->err = err);
 }
 

@@ -78,6 +78,8 @@ struct mw_train_stream {
     int last, step;
     int layer_major;              /* the schedule's backward order (set by the trainer) */
     int prefetch_next_micro;      /* cfg.prefetch_next_micro (set by the trainer) */
+    int grads_kept;               /* this step's final gradients stay in DRAM for the update (batch-major
+                                     with accumulation: they were all resident anyway), not written */
     int err;                      /* first error of a grad-ready callback */
     size_t page;
     struct mw_plan_stream plan;   /* the planned DRAM peak (src/plan/stream.c) */
