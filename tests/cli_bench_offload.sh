@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `memwall bench offload`: small runs with the state in DRAM and on NVMe print JSON with the
 # required keys and plausible byte counts; the hybrid schedule, --calibrate and --trace work;
-# the NVMe files are removed; the default NVMe directory is private and removed; usage errors
+# the NVMe files are removed; the default NVMe directory is private and removed; --policies runs
+# every policy side by side (each with its figures, its NVMe subdirectory removed); usage errors
 # exit 2, runtime failures 1.
 set -u
 cli=${MW_CLI:?}
@@ -39,6 +40,32 @@ for k in '"cat":"offload","name":"update"' '"cat":"decision","name":"device"' '"
   grep -q "$k" "$dir/trace.json" || bad "trace lacks $k events"
 done
 "$cli" bench offload --params 1000 --tier dram --steps 1 | grep -q "update phase" || bad "text output"
+
+# --policies: one engine per policy, side by side; every policy has a positive median, auto its plan
+pols=auto,all-cpu,all-device,every-2,every-4
+out=$("$cli" bench offload --params 300000 --subgroup-size 65536 --tier dram --steps 2 --policies $pols --json) ||
+  bad "--policies run exited $?"
+echo "$out" | python3 -c "
+import json, sys
+j = json.load(sys.stdin)
+p = j['policies']
+assert list(p) == '$pols'.split(','), list(p)
+for k, v in p.items():
+    assert v['update_s'] > 0 and v['steps_run'] == 2 and len(v['update_steps_s']) == 2, (k, v)
+assert p['all-cpu']['dev_updates'] == 0 and p['all-device']['cpu_updates'] == 0 and p['every-2']['dev_updates'] == 2
+assert 'plan_device_subgroups' in p['auto'] and j['best_fixed'] in p and j['auto_over_best_fixed'] > 0
+assert j['auto_over_best_fixed_paired'] > 0
+" || bad "--policies JSON: $out"
+out=$("$cli" bench offload --params 300000 --subgroup-size 65536 --tier nvme --nvme-dir "$dir/side" --steps 1 \
+      --policies auto,every-2) || bad "--policies on nvme exited $?"
+echo "$out" | grep -q "auto / best fixed" || bad "--policies text output: $out"
+left=$(find "$dir/side" -mindepth 1 2>/dev/null | wc -l)
+[ "$left" = 0 ] || bad "--policies left $left file(s) or directories under --nvme-dir: $(find "$dir/side" -mindepth 1)"
+"$cli" bench offload --policies auto,sometimes >/dev/null 2>&1; [ $? = 2 ] || bad "a bad policy in --policies should exit 2"
+"$cli" bench offload --policies auto,auto >/dev/null 2>&1; [ $? = 2 ] || bad "a repeated policy in --policies should exit 2"
+"$cli" bench offload --policies auto --calibrate "$dir/p.json" >/dev/null 2>&1; [ $? = 2 ] ||
+  bad "--policies with --calibrate should exit 2"
+"$cli" bench offload --policies auto --prune 0.5 >/dev/null 2>&1; [ $? = 2 ] || bad "--prune under 1 should exit 2"
 
 # No --nvme-dir: a fresh private directory under $TMPDIR, removed at the end (never a fixed
 # name under a world-writable /tmp).

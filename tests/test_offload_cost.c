@@ -21,7 +21,10 @@
  *      it picks is the fastest fixed one, and the extremes go where they must (choices, not times);
  *   3. the schedule the planner simulates, by hand, on a case small enough to draw;
  *   4. hysteresis: a 1 % change keeps the plan, a plan twice as slow is left; plan ratios (a split
- *      measured 1.5x its simulation) turn the choice back to a side alone;
+ *      measured 1.5x its simulation) turn the choice back to a side alone; a split must be ahead of
+ *      the best fixed policy by the margin (1.6 % is not enough, 6 % is), and a plan never run is
+ *      given the largest ratio measured (so a disk-bound tie stays all-cpu); tied plans are probed
+ *      when never run, and re-measured when their ratio is old, one at a time;
  *   5. the engine: auto told by its profile that the device is fast, on a device 10^5x
  *      slower (virtual clock), moves everything to the CPU once it has measured, and stays there.
  */
@@ -300,9 +303,11 @@ static void planner_by_hand(void)
 static void hysteresis(void)
 {
     struct ofl_plan_sg sg[GRID_N];
-    grid_sgs(1, 16e9, 0, sg);
-    struct ofl_plan_choice best;
-    ofl_plan_best(sg, GRID_N, NULL, &best, NULL);
+    grid_sgs(2, 64e9, 0, sg);
+    struct ofl_plan_choice best, bf;
+    ofl_plan_best(sg, GRID_N, NULL, &best, &bf);
+    /* a split clear of the margin over the fixed policies (cost.h), so that only hysteresis decides */
+    REQUIRE(best.kind < 0 && best.predicted_s < bf.predicted_s * (1 - OFL_PLAN_SPLIT_MARGIN - 0.02));
     /* the model moves by 1 % in the device's favour: the plan stays */
     for (int i = 0; i < GRID_N; i++) { sg[i].dev *= 0.99; sg[i].h2d *= 0.99; sg[i].d2h *= 0.99; }
     struct ofl_plan_choice again;
@@ -379,6 +384,98 @@ static void engine_auto(const struct mw_offload_registry *r, float *g, uint64_t 
     unsetenv("MEMWALL_EMU");
 }
 
+/* The split margin (cost.h, OFL_PLAN_SPLIT_MARGIN): 16 subgroups of 1 s on either side, no copies (state
+ * in DRAM); every plan's ratio 1.2 but one split's. every-2 is then 8 s x 1.2 = 9.6 s, the split of 7
+ * on the device 9 s x its ratio: at 1.05 (9.45 s, 1.6 % ahead) every-2 stays the plan, at 1.0 (9 s,
+ * 6 % ahead) the split is taken. And the ratios of plans never run (ofl_plan_ratios): the largest
+ * measured, at least 1, so an untried split never looks ahead of all-cpu by all-cpu's own error. */
+static void split_margin(void)
+{
+    struct ofl_plan_sg sg[GRID_N];
+    for (int i = 0; i < GRID_N; i++) sg[i] = (struct ofl_plan_sg){0, 0, 1, 0, 1, 0};
+    double ratio[GRID_N + 1];
+    for (int d = 0; d <= GRID_N; d++) ratio[d] = 1.2;
+    struct ofl_plan_choice best, bf;
+    ratio[7] = 1.05;
+    ofl_plan_best(sg, GRID_N, ratio, &best, &bf);
+    CHECK_MSG(best.kind == MW_OFFLOAD_POLICY_EVERY_K && best.k == 2, "a split 1.6 %% ahead taken: kind %d, %u on the device",
+              best.kind, best.ndev);
+    CHECK(fabs(best.predicted_s - 9.6) < 1e-9 && fabs(bf.predicted_s - 9.6) < 1e-9);
+    ratio[7] = 1.0;
+    ofl_plan_best(sg, GRID_N, ratio, &best, &bf);
+    CHECK_MSG(best.kind < 0 && best.ndev == 7, "a split 6 %% ahead not taken: kind %d, %u on the device", best.kind,
+              best.ndev);
+    CHECK(fabs(best.predicted_s - 9.0) < 1e-9 && fabs(bf.predicted_s - 9.6) < 1e-9);
+
+    struct ofl_cost_hist h[GRID_N + 1];
+    memset(h, 0, sizeof h);
+    ofl_plan_ratios(h, GRID_N, ratio);
+    for (int d = 0; d <= GRID_N; d++) CHECK(ratio[d] == 1); /* nothing measured: the simulation as it is */
+    ofl_cost_hist_add(&h[0], 1.08); /* all-cpu ran 8 % over its simulation */
+    ofl_plan_ratios(h, GRID_N, ratio);
+    for (int d = 0; d <= GRID_N; d++) CHECK(fabs(ratio[d] - 1.08) < 1e-12);
+    ofl_cost_hist_add(&h[4], 1.3);
+    ofl_plan_ratios(h, GRID_N, ratio);
+    CHECK(fabs(ratio[0] - 1.08) < 1e-12 && fabs(ratio[4] - 1.3) < 1e-12 && fabs(ratio[7] - 1.3) < 1e-12 &&
+          fabs(ratio[GRID_N] - 1.3) < 1e-12);
+    memset(h, 0, sizeof h);
+    ofl_cost_hist_add(&h[0], 0.9); /* faster than simulated: the untried are not given less than 1 */
+    ofl_plan_ratios(h, GRID_N, ratio);
+    CHECK(fabs(ratio[0] - 0.9) < 1e-12 && ratio[1] == 1 && ratio[GRID_N] == 1);
+    /* with all-cpu at 1.08 and nothing else run, the model's tie stays a tie: all-cpu, not a split */
+    for (int i = 0; i < GRID_N; i++) sg[i] = (struct ofl_plan_sg){1, 1, 0.5, 0.1, 0.5, 0.1}; /* disk-bound */
+    memset(h, 0, sizeof h);
+    ofl_cost_hist_add(&h[0], 1.08);
+    ofl_plan_ratios(h, GRID_N, ratio);
+    ofl_plan_best(sg, GRID_N, ratio, &best, NULL);
+    CHECK_MSG(best.kind == MW_OFFLOAD_POLICY_ALL_CPU, "disk-bound tie: kind %d, %u on the device", best.kind, best.ndev);
+}
+
+/* Ties re-measured (ofl_plan_untried, OFL_PLAN_REPROBE): with the state on NVMe every fixed policy
+ * waits for the same disk. A plan never run is probed first, at any step; one run long ago (its ratio
+ * older than OFL_PLAN_REPROBE steps) only at a multiple of OFL_PLAN_REPROBE, the one measured last,
+ * not when its ratio is recent, and whatever that old ratio says (the simulation ties it). */
+static void reprobe(void)
+{
+    struct ofl_plan_sg sg[GRID_N];
+    for (int i = 0; i < GRID_N; i++) sg[i] = (struct ofl_plan_sg){1, 1, 0.5, 0.1, 0.5, 0.1}; /* disk-bound */
+    double ratio[GRID_N + 1];
+    struct ofl_cost_hist h[GRID_N + 1];
+    unsigned char tried[GRID_N + 1];
+    memset(h, 0, sizeof h);
+    memset(tried, 0, sizeof tried);
+    static const uint32_t fixed_ndev[] = {0, GRID_N, 8, 5, 4, 3, 2}; /* all-cpu, all-device, every-2..8 */
+    for (size_t i = 0; i < sizeof fixed_ndev / sizeof *fixed_ndev; i++) {
+        ofl_cost_hist_add(&h[fixed_ndev[i]], 1.0);
+        h[fixed_ndev[i]].at = 0;
+        tried[fixed_ndev[i]] = 1;
+    }
+    ofl_plan_ratios(h, GRID_N, ratio);
+    struct ofl_plan_choice best, probe;
+    ofl_plan_best(sg, GRID_N, ratio, &best, NULL);
+    REQUIRE(best.kind == MW_OFFLOAD_POLICY_ALL_CPU);
+    CHECK(!ofl_plan_untried(sg, GRID_N, ratio, tried, h, 10, &best, &probe));       /* not a multiple */
+    CHECK(!ofl_plan_untried(sg, GRID_N, ratio, tried, h, OFL_PLAN_REPROBE, &best, &probe)); /* not older */
+    CHECK(!ofl_plan_untried(sg, GRID_N, ratio, tried, NULL, 2 * OFL_PLAN_REPROBE, &best, &probe));
+    REQUIRE(ofl_plan_untried(sg, GRID_N, ratio, tried, h, 2 * OFL_PLAN_REPROBE, &best, &probe));
+    CHECK_MSG(probe.kind == MW_OFFLOAD_POLICY_ALL_DEVICE, "re-probed kind %d, %u on the device", probe.kind, probe.ndev);
+    h[GRID_N].at = 2 * OFL_PLAN_REPROBE - 5; /* all-device measured lately: the next tie */
+    REQUIRE(ofl_plan_untried(sg, GRID_N, ratio, tried, h, 2 * OFL_PLAN_REPROBE, &best, &probe));
+    CHECK(probe.kind == MW_OFFLOAD_POLICY_EVERY_K && probe.k == 2);
+    h[4].at = 15; /* every-4 measured after the others: the plan left last, re-measured first */
+    REQUIRE(ofl_plan_untried(sg, GRID_N, ratio, tried, h, 2 * OFL_PLAN_REPROBE, &best, &probe));
+    CHECK(probe.kind == MW_OFFLOAD_POLICY_EVERY_K && probe.k == 4);
+    /* an old ratio that makes it look 20 % slower does not keep a plan the simulation ties from it */
+    ofl_cost_hist_add(&h[4], 1.2);
+    ofl_cost_hist_add(&h[4], 1.2);
+    ofl_plan_ratios(h, GRID_N, ratio);
+    REQUIRE(ofl_plan_untried(sg, GRID_N, ratio, tried, h, 2 * OFL_PLAN_REPROBE, &best, &probe));
+    CHECK(probe.kind == MW_OFFLOAD_POLICY_EVERY_K && probe.k == 4);
+    tried[5] = 0; /* every-3 never ran: probed at once, before any re-measurement */
+    REQUIRE(ofl_plan_untried(sg, GRID_N, ratio, tried, h, 11, &best, &probe));
+    CHECK(probe.kind == MW_OFFLOAD_POLICY_EVERY_K && probe.k == 3);
+}
+
 int main(void)
 {
     struct mw_offload_registry r;
@@ -394,6 +491,8 @@ int main(void)
     planner_grid();
     hysteresis();
     plan_ratios();
+    split_margin();
+    reprobe();
     engine_auto(&r, g, n);
     free(g);
     mw_offload_registry_free(&r);

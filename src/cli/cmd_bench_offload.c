@@ -6,10 +6,17 @@
  *
  * Why the bare kernel in the same run: the machine is shared, so figures from different runs
  * are not comparable; the ratio update_s / kernel_s is what says what the pipeline costs.
+ *
+ * `--policies auto,all-cpu,...` is the same reasoning for placements: one engine per policy (its
+ * own state, NVMe subdirectory and emulated device; the same parameters and gradients), their
+ * steps interleaved round-robin with the first engine rotating each round, so every policy sees
+ * the same load of the other tenants. Separate processes did not: on the 2-core shared VM the same
+ * fixed policy took 8.8 ms in one process and 17.8 ms in the next, which hides any 3 % question.
  */
 #include "cli/commands.h"
 #include "cli/opts.h"
 #include "memwall/common.h"
+#include "memwall/fsutil.h"
 #include "memwall/offload.h"
 #include "memwall/optim.h"
 #include "memwall/trace.h"
@@ -19,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 static int cmp_d(const void *a, const void *b)
@@ -242,14 +250,342 @@ static int private_dir(const char **dir)
     return 0;
 }
 
+/* ------------------------------------------------------------------ --policies: side by side */
+
+#define SIDE_MAX 8
+#define SIDE_MAXSTEPS 1000  /* --steps' bound */
+#define SIDE_PRUNE_AFTER 3  /* timed rounds before a fixed policy may be left out (--prune) */
+
+/* One policy of --policies: its engine and what its steps measured. */
+struct side {
+    char name[32];                /* as given ("every-2"): the key of its figures */
+    enum mw_offload_policy policy;
+    int k;                        /* every-K: K */
+    struct mw_offload *e;
+    float *w;                     /* its own weights (with the state in DRAM: its master) */
+    char dir[4096];               /* its NVMe directories (DIR/<name> for each DIR of --nvme-dir), or "" */
+    double *t;                    /* its update phase in each round, warm-up ones first (s; -1: not run) */
+    int *ndev;                    /* and the subgroups it sent to the device */
+    int ran, pruned;              /* timed steps run; left out of the later rounds (--prune) */
+    uint64_t huge;                /* the huge pages its init added to the process (bytes): engines that got
+                                     fewer (staging, state arrays: tier_buft.c) would run slower */
+    double med, lo, hi;           /* their median, fastest, slowest */
+    struct mw_offload_stats st;   /* the last step's */
+    struct mw_offload_cost cost;  /* after the run (auto: its plan) */
+};
+
+/* The process's anonymous memory in transparent huge pages (bytes; 0 where the kernel does not say). */
+static uint64_t anon_huge_bytes(void)
+{
+    FILE *f = fopen("/proc/self/smaps_rollup", "r");
+    if (!f) return 0;
+    char line[256];
+    unsigned long long kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "AnonHugePages: %llu kB", &kb) == 1) break;
+    fclose(f);
+    return (uint64_t)kb << 10;
+}
+
+/* The --policies list into x[] (each name checked, no repeats); the count, or -1 (printed: exit 2). */
+static int side_parse(const char *list, struct side *x)
+{
+    int np = 0;
+    for (const char *p = list;;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (np == SIDE_MAX || len == 0 || len >= sizeof x->name) {
+            fprintf(stderr, "memwall bench offload: --policies '%s': expected 1 to %d comma-separated policies "
+                    "(auto, all-cpu, all-device, every-K), e.g. auto,all-cpu,all-device,every-2\n", list, SIDE_MAX);
+            return -1;
+        }
+        struct side *s = &x[np];
+        memset(s, 0, sizeof *s);
+        memcpy(s->name, p, len);
+        s->name[len] = 0;
+        s->k = 2;
+        if (mw_offload_policy_parse(s->name, &s->policy, &s->k)) {
+            fprintf(stderr, "memwall bench offload: --policies: %s\n", mw_error_msg());
+            return -1;
+        }
+        for (int i = 0; i < np; i++)
+            if (!strcmp(x[i].name, s->name)) {
+                fprintf(stderr, "memwall bench offload: --policies names '%s' twice; give each policy once\n", s->name);
+                return -1;
+            }
+        np++;
+        if (!end) return np;
+        p = end + 1;
+    }
+}
+
+/* Its NVMe directories: DIR/<name> under each DIR of the list, made (0700, with missing parents, as
+ * the engine makes DIR; an existing one is used).
+ * 0, or 1 (printed). */
+static int side_dirs(struct side *s, const char *list)
+{
+    size_t at = 0;
+    for (const char *p = list;;) {
+        const char *end = strchr(p, ':');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        int w = snprintf(s->dir + at, sizeof s->dir - at, "%s%.*s/%s", at ? ":" : "", (int)len, p, s->name);
+        if (w < 0 || (size_t)w >= sizeof s->dir - at) {
+            fprintf(stderr, "memwall bench offload: --nvme-dir is too long for one subdirectory per policy; "
+                    "use a shorter path\n");
+            s->dir[at] = 0;
+            return 1;
+        }
+        const char *mine = s->dir + at + (at ? 1 : 0);
+        int rc = mw_mkdir_p(mine, 0700);
+        if (rc) {
+            fprintf(stderr, "memwall bench offload: policy %s: %s; check --nvme-dir\n", s->name, mw_error_msg());
+            s->dir[at] = 0;
+            return 1;
+        }
+        at += (size_t)w;
+        if (!end) return 0;
+        p = end + 1;
+    }
+}
+
+/* Removes what side_dirs made (the engine has removed its files by then). */
+static void side_dirs_remove(struct side *s)
+{
+    char *p = s->dir;
+    while (*p) {
+        char *end = strchr(p, ':');
+        if (end) *end = 0;
+        if (rmdir(p) && errno != ENOENT)
+            fprintf(stderr, "memwall bench offload: warning: cannot remove %s: %s\n", p, strerror(errno));
+        if (!end) break;
+        p = end + 1;
+    }
+    s->dir[0] = 0;
+}
+
+/* The engines, their NVMe directories and weights; with all, their figures too. */
+static void side_free(struct side *x, int np, int all)
+{
+    for (int i = 0; i < np; i++) {
+        if (x[i].e) mw_offload_free(x[i].e);
+        if (x[i].dir[0]) side_dirs_remove(&x[i]);
+        free(x[i].w);
+        x[i].e = NULL;
+        x[i].w = NULL;
+        if (!all) continue;
+        free(x[i].t);
+        free(x[i].ndev);
+        x[i].t = NULL;
+        x[i].ndev = NULL;
+    }
+}
+
+/* The median of x's steps that ran (t >= 0) in rounds [from, upto), with the fastest and slowest
+ * when lo and hi are not NULL; 0 when none ran. */
+static double side_median(const struct side *x, int from, int upto, double *lo, double *hi)
+{
+    double v[2 * SIDE_MAXSTEPS];
+    int m = 0;
+    for (int t = from; t < upto; t++)
+        if (x->t[t] >= 0) v[m++] = x->t[t];
+    if (!m) return 0;
+    double med = median(v, m);
+    if (lo) *lo = v[0];
+    if (hi) *hi = v[m - 1];
+    return med;
+}
+
+/* The best fixed policy (the lowest median; -1 when none), and auto's index in *au (-1: none). */
+static int side_best(const struct side *x, int np, int *au)
+{
+    int best = -1;
+    *au = -1;
+    for (int i = 0; i < np; i++) {
+        if (x[i].policy == MW_OFFLOAD_POLICY_AUTO) { if (*au < 0) *au = i; continue; }
+        if (x[i].med > 0 && (best < 0 || x[i].med < x[best].med)) best = i;
+    }
+    return best;
+}
+
+/* Auto's step over policy b's step of the same round, the median over the rounds both ran: the
+ * comparison with the other tenants' load cancelled as far as one round apart allows; 0 when none. */
+static double side_paired(const struct side *a, const struct side *b, int W, int K)
+{
+    double v[SIDE_MAXSTEPS];
+    int m = 0;
+    for (int t = W; t < W + K; t++)
+        if (a->t[t] > 0 && b->t[t] > 0) v[m++] = a->t[t] / b->t[t];
+    return m ? median(v, m) : 0;
+}
+
+static void side_print(const struct side *x, int np, uint64_t n, const char *tier, const char *moments,
+                       const struct mw_offload_plan *plan, int W, int K, double prune, int json)
+{
+    int au, best = side_best(x, np, &au);
+    double ratio = au >= 0 && best >= 0 && x[best].med > 0 ? x[au].med / x[best].med : 0;
+    double paired = au >= 0 && best >= 0 ? side_paired(&x[au], &x[best], W, K) : 0;
+    if (json) {
+        printf("{\"params\": %llu, \"tier\": \"%s\", \"moments\": \"%s\", \"subgroup_size\": %llu, \"subgroups\": %u, "
+               "\"steps\": %d, \"warmup\": %d, \"prune\": %.3f, \"policies\": {", (unsigned long long)n, tier, moments,
+               (unsigned long long)plan->subgroup_size, plan->n_subgroups, K, W, prune);
+        for (int i = 0; i < np; i++) {
+            const struct side *s = &x[i];
+            printf("%s\"%s\": {\"update_s\": %.6f, \"update_min_s\": %.6f, \"update_max_s\": %.6f, \"steps_run\": %d, "
+                   "\"pruned\": %s, \"cpu_updates\": %llu, \"dev_updates\": %llu, \"huge_page_bytes\": %llu", i ? ", " : "",
+                   s->name, s->med, s->lo, s->hi, s->ran, s->pruned ? "true" : "false",
+                   (unsigned long long)s->st.cpu_updates, (unsigned long long)s->st.dev_updates,
+                   (unsigned long long)s->huge);
+            if (s->policy == MW_OFFLOAD_POLICY_AUTO)
+                printf(", \"plan_device_subgroups\": %u, \"plan_predicted_s\": %.6f, \"best_fixed_predicted_s\": %.6f, "
+                       "\"plan_switches\": %u", s->cost.plan_device_subgroups, s->cost.plan_predicted_s,
+                       s->cost.best_fixed_predicted_s, s->cost.plan_switches);
+            printf(", \"update_steps_s\": [");
+            for (int t = W; t < W + K; t++) {
+                if (s->t[t] >= 0) printf("%s%.6f", t > W ? ", " : "", s->t[t]);
+                else printf("%snull", t > W ? ", " : "");
+            }
+            printf("], \"dev_updates_steps\": [");
+            for (int t = W; t < W + K; t++) {
+                if (s->t[t] >= 0) printf("%s%d", t > W ? ", " : "", s->ndev[t]);
+                else printf("%snull", t > W ? ", " : "");
+            }
+            printf("]}");
+        }
+        printf("}, ");
+        if (best >= 0) printf("\"best_fixed\": \"%s\", \"best_fixed_s\": %.6f, ", x[best].name, x[best].med);
+        else printf("\"best_fixed\": null, \"best_fixed_s\": null, ");
+        if (ratio > 0) printf("\"auto_over_best_fixed\": %.4f, ", ratio);
+        else printf("\"auto_over_best_fixed\": null, ");
+        if (paired > 0) printf("\"auto_over_best_fixed_paired\": %.4f}\n", paired);
+        else printf("\"auto_over_best_fixed_paired\": null}\n");
+        return;
+    }
+    printf("offload update phase, policies side by side: %llu parameters, state on %s (moments %s), %u subgroups of "
+           "%llu\n", (unsigned long long)n, tier, moments, plan->n_subgroups, (unsigned long long)plan->subgroup_size);
+    printf("one engine per policy, %d timed rounds after %d warm-up ones, each policy's steps interleaved round-robin; "
+           "medians", K, W);
+    if (prune > 0) printf("; a fixed policy %.2fx the best fixed one's median stops after %d steps", prune, SIDE_PRUNE_AFTER);
+    printf("\n%-12s %12s %12s %12s %6s %s\n", "policy", "update (ms)", "fastest", "slowest", "steps",
+           "updates cpu/device (last step)");
+    for (int i = 0; i < np; i++) {
+        const struct side *s = &x[i];
+        printf("%-12s %12.3f %12.3f %12.3f %6d %llu/%llu", s->name, s->med * 1e3, s->lo * 1e3, s->hi * 1e3, s->ran,
+               (unsigned long long)s->st.cpu_updates, (unsigned long long)s->st.dev_updates);
+        if (s->policy == MW_OFFLOAD_POLICY_AUTO)
+            printf("; plan %u of %u on the accelerator, predicted %.3f ms (best fixed %.3f ms), the split changed %u times",
+                   s->cost.plan_device_subgroups, plan->n_subgroups, s->cost.plan_predicted_s * 1e3,
+                   s->cost.best_fixed_predicted_s * 1e3, s->cost.plan_switches);
+        printf("\n");
+    }
+    if (best >= 0) printf("best fixed policy: %s, %.3f ms", x[best].name, x[best].med * 1e3);
+    if (ratio > 0) printf("; auto / best fixed = %.3f (medians), %.3f (paired: the median of the rounds' ratios)", ratio,
+                          paired);
+    if (best >= 0) printf("\n");
+}
+
+/* After round `rounds - 1`: a fixed policy whose median over the timed rounds (from W) is more than
+ * `prune` times the best fixed one's stops (it cannot be the best fixed policy; its steps would only
+ * make the rounds long and far apart, which is what pairing them is meant to avoid). Auto and the
+ * best one always run. */
+static void side_prune(struct side *x, int np, int W, int rounds, double prune)
+{
+    int best = -1;
+    for (int i = 0; i < np; i++) {
+        if (x[i].policy == MW_OFFLOAD_POLICY_AUTO || x[i].pruned) continue;
+        x[i].med = side_median(&x[i], W, rounds, NULL, NULL);
+        if (best < 0 || x[i].med < x[best].med) best = i;
+    }
+    for (int i = 0; best >= 0 && i < np; i++)
+        if (x[i].policy != MW_OFFLOAD_POLICY_AUTO && !x[i].pruned && x[i].med > prune * x[best].med) x[i].pruned = 1;
+}
+
+/* Every policy of x[0..np) on its own engine (config c0 but the policy, the weights and the NVMe
+ * directories), their steps interleaved: W warm-up rounds, then K timed ones, each round starting
+ * with the next engine; with prune > 0, fixed policies far behind stop (side_prune). 0 or 1 (printed). */
+static int side_by_side(struct side *x, int np, const struct mw_offload_config *c0, const struct mw_offload_registry *reg,
+                        uint64_t n, const float *w, int W, int K, double prune, int json, const char *tier,
+                        const char *moments)
+{
+    int rc = 0;
+    for (int i = 0; i < np && !rc; i++) {
+        struct side *s = &x[i];
+        struct mw_offload_config c = *c0;
+        c.policy = s->policy;
+        c.every_k = s->k;
+        s->w = xalloc(4 * n);
+        s->t = malloc((size_t)(W + K) * sizeof *s->t);
+        s->ndev = calloc((size_t)(W + K), sizeof *s->ndev);
+        if (!s->w || !s->t || !s->ndev) {
+            fprintf(stderr, "memwall bench offload: out of memory for policy %s's weights (%llu bytes); use fewer "
+                    "--params or fewer --policies\n", s->name, (unsigned long long)(4 * n));
+            rc = 1;
+            break;
+        }
+        for (int t = 0; t < W + K; t++) s->t[t] = -1;
+        /* huge pages asked for every engine's weights alike, before the first touch, as the tiers ask
+         * for their state arrays (tier_buft.c: 5-10 % faster updates): with the state in DRAM these
+         * weights are the engine's master, streamed by every update */
+        (void)madvise(s->w, MW_ALIGN_UP(4 * n, (size_t)(2u << 20)), MADV_HUGEPAGE);
+        memcpy(s->w, w, 4 * n);
+        c.ext_weights = s->w;
+        if (c0->nvme_dir && (rc = side_dirs(s, c0->nvme_dir))) break;
+        if (c0->nvme_dir) c.nvme_dir = s->dir;
+        uint64_t h0 = anon_huge_bytes();
+        int r = mw_offload_init(&s->e, reg, &c);
+        uint64_t h1 = anon_huge_bytes();
+        s->huge = h1 > h0 ? h1 - h0 : 0;
+        if (r) {
+            char what[64];
+            snprintf(what, sizeof what, "offload init (policy %s)", s->name);
+            mw_cli_fail(what, r);
+            s->e = NULL;
+            rc = 1;
+        }
+    }
+    struct mw_offload_hparams hp;
+    mw_offload_hparams_default(&hp);
+    for (int r = 0; r < W + K && !rc; r++) { /* r < W: warm-up rounds */
+        for (int j = 0; j < np && !rc; j++) {
+            struct side *s = &x[(r + j) % np];
+            if (s->pruned) continue;
+            mw_offload_stats_reset(s->e);
+            int e = mw_offload_step(s->e, &hp);
+            if (e) {
+                char what[64];
+                snprintf(what, sizeof what, "offload step (policy %s)", s->name);
+                mw_cli_fail(what, e);
+                rc = 1;
+                break;
+            }
+            mw_offload_stats_get(s->e, &s->st);
+            s->t[r] = s->st.step_s;
+            s->ndev[r] = (int)s->st.dev_updates;
+            s->ran += r >= W;
+        }
+        if (prune > 0 && r + 1 - W >= SIDE_PRUNE_AFTER) side_prune(x, np, W, r + 1, prune);
+    }
+    if (!rc) {
+        struct mw_offload_plan plan = *mw_offload_get_plan(x[0].e);
+        for (int i = 0; i < np; i++) {
+            mw_offload_cost_get(x[i].e, &x[i].cost);
+            x[i].med = side_median(&x[i], W, W + K, &x[i].lo, &x[i].hi);
+        }
+        side_free(x, np, 0); /* before printing: the NVMe files and directories are gone when it reports */
+        side_print(x, np, n, tier, moments, &plan, W, K, prune, json);
+    }
+    side_free(x, np, 1);
+    return rc;
+}
+
 static int bench_offload(int argc, char **argv)
 {
-    int64_t params = 64ll << 20, steps = 3, threads = 0, buffers = 8, qd = 128;
+    int64_t params = 64ll << 20, steps = 3, warmup = 1, threads = 0, buffers = 8, qd = 128;
     int64_t sgsize = 4ll << 20;
     uint64_t bsize = 1u << 20, dram_budget = 0, nvme_budget = 0;
     const char *tier = "nvme", *dir = NULL, *moments = "fp32", *policy = "all-cpu";
-    const char *calibrate = NULL, *trace_path = NULL, *profile = NULL;
+    const char *calibrate = NULL, *trace_path = NULL, *profile = NULL, *policies = NULL;
     int json = 0, device = 0, no_kernel = 0;
+    double prune = 0;
     static const char *const tiers[] = {"dram", "nvme", NULL};
     static const char *const mfs[] = {"fp32", "bf16", "bf16-sr", "8bit", NULL};
     const struct mw_opt opts[] = {
@@ -263,10 +599,13 @@ static int bench_offload(int argc, char **argv)
         {"dram-budget", MW_OPT_SIZE, &dram_budget, "BYTES", "host memory the engine may use (0: MemAvailable)", 0, 0, NULL},
         {"nvme-budget", MW_OPT_SIZE, &nvme_budget, "BYTES", "NVMe space the engine may use (0: free space)", 0, 0, NULL},
         {"moments", MW_OPT_CHOICE, &moments, NULL, "moment storage format", 0, 0, mfs},
-        {"steps", MW_OPT_INT, &steps, "K", "timed steps (medians are reported), after one warm-up step", 1, 1000, NULL},
+        {"steps", MW_OPT_INT, &steps, "K", "timed steps (medians are reported), after the warm-up steps", 1, 1000, NULL},
+        {"warmup", MW_OPT_INT, &warmup, "W", "untimed warm-up steps first (with --policies: rounds)", 1, 1000, NULL},
         {"threads", MW_OPT_INT, &threads, "T", "optimizer kernel threads, 0 = OpenMP default", 0, 1024, NULL},
         {"device", MW_OPT_FLAG, &device, NULL, "also run the accelerator (hybrid schedule): the emulated one, or the GPU with MEMWALL_DEVICE=cuda", 0, 0, NULL},
         {"policy", MW_OPT_STRING, &policy, "P", "update placement with --device: auto, all-cpu, all-device, every-K", 0, 0, NULL},
+        {"policies", MW_OPT_STRING, &policies, "LIST", "policies side by side, one engine each, steps interleaved (implies --device): e.g. auto,all-cpu,all-device,every-2,every-4", 0, 0, NULL},
+        {"prune", MW_OPT_DOUBLE, &prune, "X", "with --policies: a fixed policy whose median is over X times the best fixed one's stops after 3 steps (0: never)", 0, 1e6, NULL},
         {"profile", MW_OPT_STRING, &profile, "FILE", "cost-model profile for --policy auto (from --calibrate)", 0, 0, NULL},
         {"no-kernel", MW_OPT_FLAG, &no_kernel, NULL, "skip the bare-kernel comparison (saves memory)", 0, 0, NULL},
         {"calibrate", MW_OPT_STRING, &calibrate, "FILE", "measure the cost-model profile and write it as JSON", 0, 0, NULL},
@@ -281,6 +620,21 @@ static int bench_offload(int argc, char **argv)
     int r = mw_opts_parse(&spec, argc, argv, NULL, NULL);
     if (r == MW_OPTS_HELP) return 0;
     if (r) return 2;
+    struct side side[SIDE_MAX];
+    int nside = 0;
+    if (policies) {
+        if ((nside = side_parse(policies, side)) < 0) return 2;
+        if (calibrate || trace_path || mw_opts_given(&spec, "policy")) {
+            fprintf(stderr, "memwall bench offload: --policies runs its own policies without the bare kernel: give "
+                    "--policy, --calibrate and --trace in a run without it\n");
+            return 2;
+        }
+        device = no_kernel = 1;
+    }
+    if (prune != 0 && (!policies || prune < 1)) {
+        fprintf(stderr, "memwall bench offload: --prune X needs --policies and X >= 1 (0: never)\n");
+        return 2;
+    }
 
     struct mw_offload_config c;
     mw_offload_config_default(&c);
@@ -325,6 +679,13 @@ static int bench_offload(int argc, char **argv)
     c.ext_weights = w;
     c.ext_grads = g;
     c.ext_grads_accumulate = 1; /* the update phase alone: no gradient copy */
+    if (nside) {
+        rc = side_by_side(side, nside, &c, &reg, n, w, (int)warmup, (int)steps, prune, json, tier, moments);
+        free(w);
+        free(g);
+        mw_offload_registry_free(&reg);
+        return rc;
+    }
 
     struct mw_offload *e;
     uint64_t t_init = mw_now_ns();
@@ -347,13 +708,13 @@ static int bench_offload(int argc, char **argv)
     int K = (int)steps;
     double upd[1000], wait[1000], kern[1000], ktimes[1000];
     struct mw_offload_stats st = {0};
-    for (int s = 0; s <= K && !rc; s++) { /* s == 0: warm-up of both */
+    for (int s = 1 - (int)warmup; s <= K && !rc; s++) { /* s <= 0: the warm-up steps of both */
         mw_offload_stats_reset(e);
         rc = mw_offload_step(e, &hp);
         mw_offload_stats_get(e, &st);
         double kt = 0;
         if (!rc && !no_kernel && (rc = bare_step(&bk, &kt))) break;
-        if (s) { upd[s - 1] = st.step_s; wait[s - 1] = st.io_wait_s; kern[s - 1] = st.kernel_s; ktimes[s - 1] = kt; }
+        if (s > 0) { upd[s - 1] = st.step_s; wait[s - 1] = st.io_wait_s; kern[s - 1] = st.kernel_s; ktimes[s - 1] = kt; }
     }
     if (rc) { mw_cli_fail("offload step", rc); bare_free(&bk); mw_offload_free(e); free(w); free(g); return 1; }
     struct mw_offload_cost cost;

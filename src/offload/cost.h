@@ -56,7 +56,8 @@ enum ofl_cost_ctx { OFL_CTX_QUIET = 0, OFL_CTX_SHARED = 1, OFL_CTX_N };
  * followed within three steps, and a burst of another tenant's load on one or two steps (a 5 ms
  * CPU update where the others take 1.3 ms, on a 2-core machine) does not move it. */
 #define OFL_COST_WINDOW 5
-struct ofl_cost_hist { double r[OFL_COST_WINDOW]; uint32_t n; }; /* log ratios, a ring; n: learned */
+struct ofl_cost_hist { double r[OFL_COST_WINDOW]; uint32_t n; uint64_t at; }; /* log ratios, a ring; n: learned;
+                                                                              at: the step of the last (plan ratios) */
 /* A component's first steps (in each context) are measured and reported but not learned from
  * (costlearn.c: warm-up). */
 #define OFL_COST_WARMUP 1
@@ -149,17 +150,37 @@ double ofl_plan_simulate_mask(const struct ofl_plan_sg *sg, uint32_t n, const un
  * threads to share, and no sum of per-job factors sees that; a plan that was run says it. */
 double ofl_plan_predict(const struct ofl_plan_sg *sg, uint32_t n, const double *ratio, const struct ofl_plan_choice *ch);
 /* The fastest candidate by ofl_plan_predict (ties: the earlier, in the order above: fixed policies
- * first); best_fixed, when not NULL, receives the fastest fixed policy. */
+ * first), except that a split must be predicted faster than the fastest fixed policy by more than
+ * OFL_PLAN_SPLIT_MARGIN of its time, else that fixed policy is the best; best_fixed, when not NULL,
+ * receives the fastest fixed policy. Why the margin: a split's step is the later of two paths,
+ * each with its own noise, and its ratio (above) comes from fewer steps than the side it left;
+ * on the 2-core VM, with the state on NVMe every plan waits for the same disk, and auto wandered
+ * among splits predicted 1 or 2 % ahead that ran 5 to 15 % behind all-cpu. */
+#define OFL_PLAN_SPLIT_MARGIN 0.03
 void ofl_plan_best(const struct ofl_plan_sg *sg, uint32_t n, const double *ratio, struct ofl_plan_choice *best,
                    struct ofl_plan_choice *best_fixed);
-/* Ties: a fixed policy predicted within OFL_PLAN_TIE of best, with a number of device subgroups
- * never run (tried[ndev] == 0, tried: [n + 1]) and other than best's, into *out (the first, in the
- * candidates' order): 1, or 0 when there is none. The model cannot tell such plans apart (on NVMe
- * every plan waits for the same disk, and how the update's threads share the cores with the I/O's
- * decides), so auto runs each once and lets the plan ratios, measured, choose. */
+/* The plan ratios from their histories (hist, ratio: [n + 1], by the number of subgroups on the
+ * device): each count's median when it ran; for one that did not, the largest of those that did, and
+ * at least 1 (a plan never measured is not assumed better than any plan measured: given 1 while
+ * all-cpu measured 1.08, every untried split looked 8 % ahead of it and auto left for one). */
+void ofl_plan_ratios(const struct ofl_cost_hist *hist, uint32_t n, double *ratio);
+/* Ties: a fixed policy with a number of device subgroups other than best's, into *out: one never run
+ * (tried[ndev] == 0, tried: [n + 1]) predicted within OFL_PLAN_TIE of best (the first in the
+ * candidates' order), else, when step `now` is a multiple of OFL_PLAN_REPROBE, one whose plan ratio
+ * was last learned more than OFL_PLAN_REPROBE steps before (hist: [n + 1], the plan ratios'
+ * histories, NULL: none such) and whose simulation alone is within OFL_PLAN_TIE of best's (the one
+ * measured last: the plan auto left last). 1, or 0 when there is none. The caller forgets the
+ * re-measured plan's old ratios (policy.c): they are what is in doubt. The model cannot tell such plans apart (on NVMe every plan waits for the same
+ * disk, and how the update's threads share the cores with the I/O's decides), so auto runs each
+ * and lets the plan ratios, measured, choose; and again now and then, because a ratio measured once,
+ * long ago, under another load, decides against the plan in use measured every step: on the 2-core
+ * VM all-device ran 3 % ahead of all-cpu with the state on NVMe, and auto, its one probe of
+ * all-device slower by noise, kept all-cpu for good. */
 #define OFL_PLAN_TIE 0.03
+#define OFL_PLAN_REPROBE 20
 int ofl_plan_untried(const struct ofl_plan_sg *sg, uint32_t n, const double *ratio, const unsigned char *tried,
-                     const struct ofl_plan_choice *best, struct ofl_plan_choice *out);
+                     const struct ofl_cost_hist *hist, uint64_t now, const struct ofl_plan_choice *best,
+                     struct ofl_plan_choice *out);
 /* Hysteresis: keep `cur` unless `best` is predicted faster by more than OFL_PLAN_HYST of cur's
  * time (both simulated on the same model). Returns 1 when best should replace cur. */
 #define OFL_PLAN_HYST 0.02

@@ -9,7 +9,9 @@
  * all-device, every-K), or a split that sends d of the n subgroups to the device spread evenly;
  * each is simulated over the step's subgroups with the same model, and the fastest is taken.
  * Since the fixed policies are candidates, auto is never predicted slower than the best of them;
- * how close the prediction is to the run is what costlearn.c corrects every step.
+ * how close the prediction is to the run is what costlearn.c corrects every step. A split is taken
+ * only when predicted more than OFL_PLAN_SPLIT_MARGIN ahead of the best fixed policy (cost.h: a
+ * split predicted 1 or 2 % ahead is within the error of its own ratio, and ran behind).
  *
  * Why hysteresis: two plans within noise of each other would flap from step to step, and each
  * switch costs a step of learning the new side's factors. The current plan stays unless the best
@@ -160,24 +162,47 @@ void ofl_plan_best(const struct ofl_plan_sg *sg, uint32_t n, const double *ratio
         if (b < 0 || c[i].predicted_s < c[b].predicted_s) b = (int)i; /* strict: ties keep the earlier */
         if (c[i].kind >= 0 && (bf < 0 || c[i].predicted_s < c[bf].predicted_s)) bf = (int)i;
     }
+    if (c[b].kind < 0 && c[b].predicted_s > c[bf].predicted_s * (1 - OFL_PLAN_SPLIT_MARGIN)) b = bf; /* cost.h */
     *best = c[b];
     if (best_fixed) *best_fixed = c[bf];
 }
 
+void ofl_plan_ratios(const struct ofl_cost_hist *hist, uint32_t n, double *ratio)
+{
+    double known = 1;
+    for (uint32_t d = 0; d <= n; d++)
+        if (hist[d].n) known = MW_MAX(known, ofl_cost_hist_median(&hist[d]));
+    for (uint32_t d = 0; d <= n; d++) ratio[d] = hist[d].n ? ofl_cost_hist_median(&hist[d]) : known;
+}
+
 int ofl_plan_untried(const struct ofl_plan_sg *sg, uint32_t n, const double *ratio, const unsigned char *tried,
-                     const struct ofl_plan_choice *best, struct ofl_plan_choice *out)
+                     const struct ofl_cost_hist *hist, uint64_t now, const struct ofl_plan_choice *best,
+                     struct ofl_plan_choice *out)
 {
     struct ofl_plan_choice c[OFL_PLAN_MAXK + 2 + 64];
     uint32_t nc = candidates(n, c);
+    int found = 0;
+    uint64_t found_at = 0;
+    double sim_best = ofl_plan_simulate(sg, n, best);
     for (uint32_t i = 0; i < nc; i++) {
-        if (c[i].kind < 0 || c[i].ndev > n || tried[c[i].ndev] || c[i].ndev == best->ndev) continue;
+        if (c[i].kind < 0 || c[i].ndev > n || c[i].ndev == best->ndev) continue;
         c[i].predicted_s = ofl_plan_predict(sg, n, ratio, &c[i]);
-        if (c[i].predicted_s <= best->predicted_s * (1 + OFL_PLAN_TIE)) {
+        if (!tried[c[i].ndev]) { /* never run: the first tied one, at once */
+            if (c[i].predicted_s > best->predicted_s * (1 + OFL_PLAN_TIE)) continue;
             *out = c[i];
             return 1;
         }
+        /* run, long ago: tied by the simulation alone (its old ratio is what is in doubt), at most one
+         * every OFL_PLAN_REPROBE steps, the one measured last (the plan auto left last) */
+        const struct ofl_cost_hist *h = hist ? &hist[c[i].ndev] : NULL;
+        if (h && h->n && now > h->at + OFL_PLAN_REPROBE && now % OFL_PLAN_REPROBE == 0 &&
+            ofl_plan_simulate(sg, n, &c[i]) <= sim_best * (1 + OFL_PLAN_TIE) && (!found || h->at > found_at)) {
+            *out = c[i];
+            found = 1;
+            found_at = h->at;
+        }
     }
-    return 0;
+    return found;
 }
 
 int ofl_plan_switch(const struct ofl_plan_sg *sg, uint32_t n, const double *ratio, const struct ofl_plan_choice *cur,

@@ -90,17 +90,16 @@ int ofl_policy_decide(struct mw_offload *e, uint32_t sg)
 static int64_t plan_ns(double s) { return s > 0 ? (s < 9e9 ? (int64_t)(s * 1e9) : (int64_t)9e18) : 0; }
 
 /* The plan ratios (cost.h, ofl_plan_predict) after a step run with `ndev` subgroups on the device that
- * took measured_s, simulated_s by the model; then each count's ratio: its own when it was run, else 1
- * for all-cpu and all-device and, for a split not run yet, the largest of the splits run (a split's
- * step is the later of two paths: a new one is not assumed better than those measured). */
+ * took measured_s, simulated_s by the model; then each count's ratio: its own when it was run, else the
+ * largest of those run, at least 1 (ofl_plan_ratios: a plan not run yet is not assumed better than
+ * those measured). */
 static void plan_ratios(struct mw_offload *e, uint32_t ndev, double measured_s, double simulated_s)
 {
-    if (measured_s > 0 && simulated_s > 0) ofl_cost_hist_add(&e->plan_hist[ndev], measured_s / simulated_s);
-    double split = 1;
-    for (uint32_t d = 1; d < e->nsg; d++)
-        if (e->plan_hist[d].n) split = MW_MAX(split, ofl_cost_hist_median(&e->plan_hist[d]));
-    for (uint32_t d = 0; d <= e->nsg; d++)
-        e->plan_ratio[d] = e->plan_hist[d].n ? ofl_cost_hist_median(&e->plan_hist[d]) : d == 0 || d == e->nsg ? 1 : split;
+    if (measured_s > 0 && simulated_s > 0) {
+        ofl_cost_hist_add(&e->plan_hist[ndev], measured_s / simulated_s);
+        e->plan_hist[ndev].at = e->committed;
+    }
+    ofl_plan_ratios(e->plan_hist, e->nsg, e->plan_ratio);
 }
 
 /* The corrected model's times for the next step, and what the last one taught beyond the components:
@@ -140,10 +139,14 @@ void ofl_policy_replan(struct mw_offload *e)
     struct ofl_plan_choice best, fixed;
     ofl_plan_best(e->plan_sg, e->nsg, e->plan_ratio, &best, &fixed);
     int first = !e->plan_set, sw = first || ofl_plan_switch(e->plan_sg, e->nsg, e->plan_ratio, &e->plan_cur, &best);
-    /* ties the model cannot break are measured: each once (after the cold first step) */
+    /* ties the model cannot break are measured: each once (after the cold first step), and again when
+     * its ratio is OFL_PLAN_REPROBE steps old */
     struct ofl_plan_choice probe;
     if (e->committed >= 2 && e->plan_mask_tried[e->plan_cur.ndev] &&
-        ofl_plan_untried(e->plan_sg, e->nsg, e->plan_ratio, e->plan_mask_tried, &best, &probe)) {
+        ofl_plan_untried(e->plan_sg, e->nsg, e->plan_ratio, e->plan_mask_tried, e->plan_hist, e->committed, &best,
+                         &probe)) {
+        if (e->plan_hist[probe.ndev].n) /* re-measured: its old ratios were another load's */
+            memset(&e->plan_hist[probe.ndev], 0, sizeof e->plan_hist[probe.ndev]);
         best = probe;
         sw = 1;
     }
