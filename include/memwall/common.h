@@ -60,6 +60,8 @@ const char *mw_fmt_bytes(char *buf, size_t n, uint64_t bytes);
 /* A memory figure of this process from /proc/self/status, in bytes: field "VmRSS" (resident
  * now) or "VmHWM" (peak resident set); 0 when unavailable. */
 uint64_t mw_proc_mem(const char *field);
+/* A "Field: N kB" line of a /proc file (status, meminfo, smaps_rollup), in bytes; 0 when absent. */
+uint64_t mw_proc_field(const char *path, const char *field);
 uint64_t mw_mem_available(void);          /* MemAvailable of /proc/meminfo, bytes; 0 when unknown */   /* binary units: KiB, MiB, GiB */
 const char *mw_fmt_rate(char *buf, size_t n, double bytes_per_s); /* decimal: MB/s, GB/s */
 

@@ -275,17 +275,7 @@ struct side {
 };
 
 /* The process's anonymous memory in transparent huge pages (bytes; 0 where the kernel does not say). */
-static uint64_t anon_huge_bytes(void)
-{
-    FILE *f = fopen("/proc/self/smaps_rollup", "r");
-    if (!f) return 0;
-    char line[256];
-    unsigned long long kb = 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "AnonHugePages: %llu kB", &kb) == 1) break;
-    fclose(f);
-    return (uint64_t)kb << 10;
-}
+static uint64_t anon_huge_bytes(void) { return mw_proc_field("/proc/self/smaps_rollup", "AnonHugePages"); }
 
 /* The --policies list into x[] (each name checked, no repeats); the count, or -1 (printed: exit 2). */
 static int side_parse(const char *list, struct side *x)

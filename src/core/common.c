@@ -178,21 +178,13 @@ void mw_abort_(const char *file, int line, const char *expr)
     abort();
 }
 
-uint64_t mw_mem_available(void)
-{
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f) return 0;
-    char line[256];
-    unsigned long long kb = 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
-    fclose(f);
-    return (uint64_t)kb * 1024;
-}
+uint64_t mw_mem_available(void) { return mw_proc_field("/proc/meminfo", "MemAvailable"); }
 
-uint64_t mw_proc_mem(const char *field)
+uint64_t mw_proc_mem(const char *field) { return mw_proc_field("/proc/self/status", field); }
+
+uint64_t mw_proc_field(const char *path, const char *field)
 {
-    FILE *f = fopen("/proc/self/status", "r");
+    FILE *f = fopen(path, "r");
     if (!f) return 0;
     char line[256];
     size_t fl = strlen(field);

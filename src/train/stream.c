@@ -346,7 +346,10 @@ static int fetch_issue(struct mw_train_stream *s, uint32_t sg, int unit, int blo
     pool_take(s, sg);
     s->sg_t0[sg] = mw_now_ns();
     int err = mw_offload_master_fetch(eng(s), sg - s->sg0, s->model->params + a, &s->sg_io[sg]);
-    if (err) return err;
+    if (err) {
+        (void)drop(s, s->model->params, sg, "weight"); /* pages pool_take moved in */
+        return err;
+    }
     s->sg_state[sg] = MW_UNIT_FETCHING;
     s->sg_unit[sg] = unit;
     count_resident(s, (int64_t)sg_bytes(s, sg)); /* its pages fill as the read lands */
