@@ -24,7 +24,10 @@
  *      measured 1.5x its simulation) turn the choice back to a side alone; a split must be ahead of
  *      the best fixed policy by the margin (1.6 % is not enough, 6 % is), and a plan never run is
  *      given the largest ratio measured (so a disk-bound tie stays all-cpu); tied plans are probed
- *      when never run, and re-measured when their ratio is old, one at a time;
+ *      when never run, and re-measured when their ratio is old, one at a time; a probe runs one
+ *      step and auto goes home, judging it beside home's steps around it: slow first steps or a
+ *      burst on one of home's steps do not keep auto on a probe 10 % slower, a probe 10 % faster
+ *      is taken, one 4 % faster measured within the hysteresis is probed again and taken;
  *   5. the engine: auto told by its profile that the device is fast, on a device 10^5x
  *      slower (virtual clock), moves everything to the CPU once it has measured, and stays there.
  */
@@ -476,6 +479,77 @@ static void reprobe(void)
     CHECK(probe.kind == MW_OFFLOAD_POLICY_EVERY_K && probe.k == 3);
 }
 
+/* Probes go home (ofl_plan_next, OFL_PLAN_BACK): the engine's plan loop (policy.c) on a disk-bound
+ * tie (every fixed policy simulates the same), with each step's measured / simulated ratio given:
+ * the machine's `dev` for a plan with device subgroups, 1 for all-cpu, times load[s] (another
+ * tenant's burst). Learned as policy.c does: not step 1 (cold), then each step's ratio for its
+ * number of device subgroups. ndev[s]: step s's device subgroups (s = 1..PROBE_S). */
+#define PROBE_S 45
+static void probe_run(double dev, const double *load, uint32_t *ndev, uint32_t *switches)
+{
+    struct ofl_plan_sg sg[GRID_N];
+    for (int i = 0; i < GRID_N; i++) sg[i] = (struct ofl_plan_sg){1, 1, 0.5, 0.1, 0.5, 0.1}; /* disk-bound */
+    struct ofl_cost_hist h[GRID_N + 1];
+    double ratio[GRID_N + 1];
+    unsigned char tried[GRID_N + 1];
+    memset(h, 0, sizeof h);
+    memset(tried, 0, sizeof tried);
+    ofl_plan_ratios(h, GRID_N, ratio);
+    struct ofl_plan_auto a;
+    memset(&a, 0, sizeof a);
+    ofl_plan_next(&a, sg, GRID_N, h, ratio, tried, 0, NULL);
+    for (uint64_t s = 1; s <= PROBE_S; s++) {
+        uint32_t d = a.cur.ndev;
+        ndev[s] = d;
+        if (s > 1) {
+            tried[d] = 1;
+            ofl_cost_hist_add(&h[d], (d ? dev : 1.0) * load[s]);
+            h[d].at = s;
+        }
+        ofl_plan_ratios(h, GRID_N, ratio);
+        ofl_plan_next(&a, sg, GRID_N, h, ratio, tried, s, NULL);
+    }
+    *switches = a.switches;
+}
+
+static void probe_home(void)
+{
+    double load[PROBE_S + 1];
+    uint32_t ndev[PROBE_S + 1], sw;
+    for (int s = 0; s <= PROBE_S; s++) load[s] = 1;
+    /* the grid's bad cell: the first steps slow (all-cpu learned 1.3), the probe of all-device
+     * measured at 1.1, all-cpu at 1.0 after it; all-device is probed at step 3 and again when its
+     * ratio is OFL_PLAN_REPROBE steps old (step 41), and auto goes home after each */
+    load[1] = load[2] = 1.3;
+    probe_run(1.1, load, ndev, &sw);
+    for (int s = 1; s <= PROBE_S; s++)
+        CHECK_MSG(ndev[s] == (s == 3 || s == 2 * OFL_PLAN_REPROBE + 1 ? GRID_N : 0),
+                  "slow first steps: step %d ran %u device subgroups", s, ndev[s]);
+    CHECK_EQ_INT(sw, 4);
+    /* a clean start, and a burst on home's first step after the probe: outvoted by the other two */
+    for (int s = 0; s <= PROBE_S; s++) load[s] = 1;
+    load[4] = 1.3;
+    probe_run(1.1, load, ndev, &sw);
+    for (int s = 4; s <= 2 * OFL_PLAN_REPROBE; s++)
+        CHECK_MSG(ndev[s] == 0, "burst after the probe: step %d ran %u device subgroups", s, ndev[s]);
+    /* a probe 4 % faster, measured 1 % ahead the first time (within the hysteresis), is probed again
+     * (step 6) and taken with its two measurements (2.6 % ahead) */
+    load[3] = 1.03;
+    probe_run(0.96, load, ndev, &sw);
+    for (int s = 1; s <= 2 * OFL_PLAN_REPROBE; s++) {
+        int want = s == 3 || s == 6 || s >= 9 ? GRID_N : 0;
+        CHECK_MSG(ndev[s] == (uint32_t)want, "probe ahead: step %d ran %u device subgroups, not %d", s, ndev[s], want);
+    }
+    /* a probe that IS faster (0.9) is taken after home's steps, and all-cpu, left, is re-probed */
+    load[3] = 1;
+    load[4] = 1;
+    probe_run(0.9, load, ndev, &sw);
+    for (int s = 1; s <= PROBE_S; s++) {
+        int want = s == 3 || (s >= 6 && s != 2 * OFL_PLAN_REPROBE + 1) ? GRID_N : 0;
+        CHECK_MSG(ndev[s] == (uint32_t)want, "faster probe: step %d ran %u device subgroups, not %d", s, ndev[s], want);
+    }
+}
+
 int main(void)
 {
     struct mw_offload_registry r;
@@ -493,6 +567,7 @@ int main(void)
     plan_ratios();
     split_margin();
     reprobe();
+    probe_home();
     engine_auto(&r, g, n);
     free(g);
     mw_offload_registry_free(&r);

@@ -169,10 +169,11 @@ void ofl_plan_ratios(const struct ofl_cost_hist *hist, uint32_t n, double *ratio
  * candidates' order), else, when step `now` is a multiple of OFL_PLAN_REPROBE, one whose plan ratio
  * was last learned more than OFL_PLAN_REPROBE steps before (hist: [n + 1], the plan ratios'
  * histories, NULL: none such) and whose simulation alone is within OFL_PLAN_TIE of best's (the one
- * measured last: the plan auto left last). 1, or 0 when there is none. The caller forgets the
- * re-measured plan's old ratios (policy.c): they are what is in doubt. The model cannot tell such plans apart (on NVMe every plan waits for the same
- * disk, and how the update's threads share the cores with the I/O's decides), so auto runs each
- * and lets the plan ratios, measured, choose; and again now and then, because a ratio measured once,
+ * measured last: the plan auto left last). 1, or 0 when there is none. The caller (ofl_plan_next)
+ * forgets the re-measured plan's old ratios: they are what is in doubt. The model cannot tell such
+ * plans apart (on NVMe every plan waits for the same disk, and how the update's threads share the
+ * cores with the I/O's decides), so auto runs each and lets the plan ratios, measured, choose
+ * (ofl_plan_next: beside home's steps around it); and again now and then, because a ratio measured once,
  * long ago, under another load, decides against the plan in use measured every step: on the 2-core
  * VM all-device ran 3 % ahead of all-cpu with the state on NVMe, and auto, its one probe of
  * all-device slower by noise, kept all-cpu for good. */
@@ -186,5 +187,29 @@ int ofl_plan_untried(const struct ofl_plan_sg *sg, uint32_t n, const double *rat
 #define OFL_PLAN_HYST 0.02
 int ofl_plan_switch(const struct ofl_plan_sg *sg, uint32_t n, const double *ratio, const struct ofl_plan_choice *cur,
                     const struct ofl_plan_choice *best);
+
+/* Auto's choice between steps (the engine keeps one; policy.c fills the plan ratios first). */
+struct ofl_plan_auto {
+    struct ofl_plan_choice cur;   /* the next step's plan */
+    struct ofl_plan_choice home;  /* the plan auto settled on: the one a probe returns to */
+    int set;                      /* cur holds a plan */
+    struct ofl_plan_choice probe; /* the last probe */
+    int probes;                   /* times it was probed in a row (0: none being judged) */
+    int wait;                     /* steps before auto decides again: the probe's, then home's after it */
+    uint32_t switches;            /* steps whose plan differed from the step before's */
+};
+/* The plan of the step after step `now` into a->cur (and the fastest fixed policy into *best_fixed,
+ * when not NULL), from the model's times sg[n] and the plan ratios (hist, ratio, tried: [n + 1], as
+ * above; the ratios already hold what step `now` measured). At the first call (now 0): the best by
+ * the model. Otherwise home, or the best when ofl_plan_switch says so (the new home runs first);
+ * or, from step 2 on, after a step of home, a probe, run for one step, then home for OFL_PLAN_BACK
+ * steps before auto decides again, whatever the probe measured. The probe: the last one again when
+ * it is predicted ahead of home, but not by the hysteresis (at most OFL_COST_WINDOW times in a row,
+ * its ratios and home's kept); else the tie ofl_plan_untried finds, whose start forgets its old
+ * ratios and all of home's but the last. So a probe is judged beside home's steps just around it:
+ * the median of home's step before it and those after it (costplan.c: why). */
+#define OFL_PLAN_BACK 2
+void ofl_plan_next(struct ofl_plan_auto *a, const struct ofl_plan_sg *sg, uint32_t n, struct ofl_cost_hist *hist,
+                   double *ratio, const unsigned char *tried, uint64_t now, struct ofl_plan_choice *best_fixed);
 
 #endif

@@ -17,6 +17,21 @@
  * switch costs a step of learning the new side's factors. The current plan stays unless the best
  * is predicted faster by more than OFL_PLAN_HYST of it.
  *
+ * Why a probe goes home (ofl_plan_next): a plan the model ties with the one auto settled on (home)
+ * is run for one step to be measured (a probe); then home runs again for OFL_PLAN_BACK steps, and
+ * only then do the plan ratios choose, home's ratio being the median of its step before the probe
+ * and those after it (its older ones forgotten). Why around the probe: the machine's other
+ * tenants load it in bursts that last many steps, so ratios measured far apart compare two loads,
+ * not two plans; and three steps, because their median outvotes one of them caught by a burst.
+ * When auto instead stayed on the probe until something beat it by the hysteresis, the
+ * hysteresis protected a probe measured once against home's old ratio: on NVMe every engine's
+ * first steps were slow, all-cpu's ratio came from them, and auto stayed on probes ~10 % slower
+ * than all-cpu for most of a 41-step run. Why a probe ahead of home, but not by the hysteresis, is
+ * run again (its ratios and home's kept: they cover the same steps), up to OFL_COST_WINDOW times:
+ * one step of each cannot tell plans 3 % apart through steps that vary by as much; on NVMe at 8x
+ * / 64 GB/s all-device ran ~4 % ahead of all-cpu, a probe of it measured 1 % ahead, and auto kept
+ * all-cpu until the re-probe at step 40.
+ *
  * Why plan ratios (ofl_plan_predict): the simulation is built from per-job times, and a step that
  * uses both sides ends with the later of two paths, each with its own noise and host threads to
  * share; the engine (policy.c) keeps, per number of device subgroups, the ratio of the measured
@@ -34,6 +49,8 @@
  */
 #include "offload/cost.h"
 #include "memwall/common.h"
+
+#include <string.h>
 
 
 int ofl_plan_on_device(const struct ofl_plan_choice *ch, uint32_t i, uint32_t n)
@@ -210,4 +227,58 @@ int ofl_plan_switch(const struct ofl_plan_sg *sg, uint32_t n, const double *rati
 {
     double tc = ofl_plan_predict(sg, n, ratio, cur), tb = ofl_plan_predict(sg, n, ratio, best);
     return tb < tc * (1 - OFL_PLAN_HYST);
+}
+
+static int same_plan(const struct ofl_plan_choice *a, const struct ofl_plan_choice *b)
+{
+    return a->kind == b->kind && a->k == b->k && a->ndev == b->ndev;
+}
+
+static void plan_set(struct ofl_plan_auto *a, const struct ofl_plan_choice *next)
+{
+    a->switches += (uint32_t)(a->set && !same_plan(&a->cur, next));
+    a->cur = *next;
+    a->set = 1;
+}
+
+void ofl_plan_next(struct ofl_plan_auto *a, const struct ofl_plan_sg *sg, uint32_t n, struct ofl_cost_hist *hist,
+                   double *ratio, const unsigned char *tried, uint64_t now, struct ofl_plan_choice *best_fixed)
+{
+    struct ofl_plan_choice best, probe;
+    ofl_plan_best(sg, n, ratio, &best, best_fixed);
+    if (!a->set) {
+        a->home = best;
+        plan_set(a, &best);
+        return;
+    }
+    int home_ran = !a->wait; /* the step just measured ran home, and auto may decide */
+    if (a->wait) a->wait--;
+    if (home_ran && ofl_plan_switch(sg, n, ratio, &a->home, &best)) {
+        a->home = best;
+        a->probes = 0;
+        home_ran = 0; /* the new home runs before anything is probed beside it */
+    }
+    a->home.predicted_s = ofl_plan_predict(sg, n, ratio, &a->home);
+    plan_set(a, &a->home);
+    if (!home_ran || now < 2 || !tried[a->home.ndev]) return;
+    if (a->probes && a->probes < OFL_COST_WINDOW && !same_plan(&a->probe, &a->home) &&
+        ofl_plan_predict(sg, n, ratio, &a->probe) < a->home.predicted_s) {
+        probe = a->probe; /* ahead, not by the hysteresis: again, home's ratios and its kept (the same steps) */
+    } else {
+        a->probes = 0;
+        if (!ofl_plan_untried(sg, n, ratio, tried, hist, now, &a->home, &probe)) return;
+        /* a new probe: its old ratios (if any) were another load's, and so were home's but the last */
+        struct ofl_cost_hist *h = &hist[a->home.ndev];
+        if (h->n) {
+            h->r[0] = h->r[(h->n - 1) % OFL_COST_WINDOW];
+            h->n = 1;
+        }
+        memset(&hist[probe.ndev], 0, sizeof hist[probe.ndev]);
+        ofl_plan_ratios(hist, n, ratio);
+    }
+    probe.predicted_s = ofl_plan_predict(sg, n, ratio, &probe);
+    a->probe = probe;
+    a->probes++;
+    a->wait = OFL_PLAN_BACK;
+    plan_set(a, &probe);
 }

@@ -714,11 +714,11 @@ void mw_offload_cost_get(const struct mw_offload *e, struct mw_offload_cost *c)
         c->late_measured_s[i] = m->late[i].meas_s;
     }
     c->steps = m->steps;
-    c->plan_policy = e->plan_set ? e->plan_cur.kind : (int)e->cfg.policy;
-    c->plan_k = e->plan_cur.k;
-    c->plan_device_subgroups = e->plan_cur.ndev;
-    c->plan_switches = e->plan_switches;
-    c->plan_predicted_s = e->plan_cur.predicted_s;
+    c->plan_policy = e->plan_auto.set ? e->plan_auto.cur.kind : (int)e->cfg.policy;
+    c->plan_k = e->plan_auto.cur.k;
+    c->plan_device_subgroups = e->plan_auto.cur.ndev;
+    c->plan_switches = e->plan_auto.switches;
+    c->plan_predicted_s = e->plan_auto.cur.predicted_s;
     c->best_fixed_predicted_s = e->plan_fixed.predicted_s;
     pthread_mutex_unlock((pthread_mutex_t *)&e->mu);
 }

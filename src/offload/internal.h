@@ -208,7 +208,8 @@ struct mw_offload {
     uint64_t writes_until_fail;    /* 0: no injected failure */
     /* The cost model that learns (cost.h) and auto's plan for the next step (costplan.c). */
     struct ofl_cost cost;
-    struct ofl_plan_choice plan_cur, plan_fixed; /* the plan in use; the best fixed policy beside it */
+    struct ofl_plan_auto plan_auto;        /* auto's plan: the next step's (cur), home, a probe's wait */
+    struct ofl_plan_choice plan_fixed;     /* the best fixed policy beside it */
     struct ofl_plan_sg *plan_sg;           /* [nsg] the model's times, refreshed between steps */
     unsigned char *plan_mask;              /* [nsg] where the last step's updates ran */
     struct ofl_cost_hist *plan_hist;       /* [nsg + 1] by subgroups on the device: measured / simulated steps */
@@ -217,8 +218,6 @@ struct mw_offload {
     uint64_t t_last_done;                  /* ns: the step's last subgroup finished */
     uint64_t dev_t0, dev_t1;               /* this step's device jobs: first copy in, last copy out (ns, the
                                               device's clock), 0 when none */
-    uint32_t plan_switches;
-    int plan_set;                          /* plan_cur holds a plan */
     int caller_waiting;                    /* the caller is blocked on the step (contention context) */
     int caller_sync;                       /* mw_offload_step: the caller waits from the start */
     uint64_t step_t0;

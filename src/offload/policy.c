@@ -82,7 +82,7 @@ int ofl_policy_decide(struct mw_offload *e, uint32_t sg)
     case MW_OFFLOAD_POLICY_ALL_CPU: dev = 0; break;
     case MW_OFFLOAD_POLICY_ALL_DEVICE: dev = 1; break;
     case MW_OFFLOAD_POLICY_EVERY_K: dev = (int)(sg % (uint32_t)e->cfg.every_k) == e->cfg.every_k - 1; break;
-    case MW_OFFLOAD_POLICY_AUTO: dev = e->plan_set && ofl_plan_on_device(&e->plan_cur, sg, e->nsg); break;
+    case MW_OFFLOAD_POLICY_AUTO: dev = e->plan_auto.set && ofl_plan_on_device(&e->plan_auto.cur, sg, e->nsg); break;
     }
     return e->dev ? dev : 0;
 }
@@ -136,33 +136,13 @@ void ofl_policy_replan(struct mw_offload *e)
 {
     if (e->cfg.policy != MW_OFFLOAD_POLICY_AUTO || !e->dev || !e->plan_sg) return;
     plan_inputs(e);
-    struct ofl_plan_choice best, fixed;
-    ofl_plan_best(e->plan_sg, e->nsg, e->plan_ratio, &best, &fixed);
-    int first = !e->plan_set, sw = first || ofl_plan_switch(e->plan_sg, e->nsg, e->plan_ratio, &e->plan_cur, &best);
-    /* ties the model cannot break are measured: each once (after the cold first step), and again when
-     * its ratio is OFL_PLAN_REPROBE steps old */
-    struct ofl_plan_choice probe;
-    if (e->committed >= 2 && e->plan_mask_tried[e->plan_cur.ndev] &&
-        ofl_plan_untried(e->plan_sg, e->nsg, e->plan_ratio, e->plan_mask_tried, e->plan_hist, e->committed, &best,
-                         &probe)) {
-        if (e->plan_hist[probe.ndev].n) /* re-measured: its old ratios were another load's */
-            memset(&e->plan_hist[probe.ndev], 0, sizeof e->plan_hist[probe.ndev]);
-        best = probe;
-        sw = 1;
-    }
-    if (sw) {
-        e->plan_cur = best;
-        e->plan_switches += (uint32_t)!first;
-    } else {
-        e->plan_cur.predicted_s = ofl_plan_predict(e->plan_sg, e->nsg, e->plan_ratio, &e->plan_cur);
-    }
-    e->plan_set = 1;
-    e->plan_fixed = fixed;
+    ofl_plan_next(&e->plan_auto, e->plan_sg, e->nsg, e->plan_hist, e->plan_ratio, e->plan_mask_tried, e->committed,
+                  &e->plan_fixed);
     /* docs/trace-conventions.md: cat "cost", "plan": the next step's split and the best fixed policy's time */
     uint64_t now = mw_now_ns();
     struct mw_trace_arg a[4] = {{"step", (int64_t)e->committed + 1},
-                                {"device_subgroups", (int64_t)e->plan_cur.ndev},
-                                {"predicted_ns", plan_ns(e->plan_cur.predicted_s)},
-                                {"best_fixed_ns", plan_ns(fixed.predicted_s)}};
+                                {"device_subgroups", (int64_t)e->plan_auto.cur.ndev},
+                                {"predicted_ns", plan_ns(e->plan_auto.cur.predicted_s)},
+                                {"best_fixed_ns", plan_ns(e->plan_fixed.predicted_s)}};
     mw_trace_span(e->tr, "cost", "plan", now, now, a, 4);
 }
