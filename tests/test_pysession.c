@@ -12,7 +12,8 @@
  *    bitwise the losses, gradient norms and final weights (read back unit by unit) of the
  *    all-DRAM session, and again after a unit is written between steps and one more step;
  *  - the same with a tied head (the embedding unit acquired again at the end of the forward,
- *    first in backward, its gradients reported last);
+ *    first in backward, its gradients reported last), its weights trimmed after the head's backward
+ *    (streamed: the subgroups wholly inside the trimmed range read zeros at once, the shared one not);
  *  - the streamed session never holds all weights at once, and each unit's initial weights are
  *    asked for once;
  *  - a unit acquired out of order is refused naming both units (resident and streamed), as are
@@ -93,6 +94,35 @@ static float *g_x;
 static double xval(int step, int micro, uint64_t i) { return g_x[(i + (uint64_t)(step * 2 + micro) * 7919) % NP]; }
 static double zval(int step, int micro, uint64_t i) { return g_x[(i + (uint64_t)(step * 2 + micro) * 7919 + 104729) % NP]; }
 
+/* At the end of the tied head's forward its weights go at once (MW_PYSESSION_TRIM_NOW), though its
+ * backward needs them next: it fetches them again. After its backward (read for the last time in this
+ * use): the first half
+ * of the embedding unit, then all of it, trimmed (mw_pysession_unit_trim). Streamed, each subgroup
+ * wholly inside the range goes at once (reads zeros), the one the unit shares with blocks.0 stays;
+ * resident, nothing changes. The results stay bitwise the resident run's (main). */
+static int g_streamed;
+static int nonzero(const float *w, uint64_t a, uint64_t b)
+{
+    int n = 0;
+    for (uint64_t i = a; i < b; i++) n += w[i] != 0;
+    return n;
+}
+static void trim_head(struct mw_pysession *s)
+{
+    const float *w = mw_pysession_params(s);
+    CHECK(nonzero(w, 0, SG) > 0); /* fetched again after the forward's trim (MW_PYSESSION_TRIM_NOW) */
+    CHECK_MSG(mw_pysession_unit_trim(s, 0, 0, unit_n[0] / 2, 0) == 0, "%s", mw_error_msg());
+    CHECK_MSG(g_streamed ? nonzero(w, 0, SG) == 0 && nonzero(w, SG, 2 * SG) > 0 : nonzero(w, 0, SG) > 0,
+              "streamed %d: subgroup 0: %d non-zero, subgroup 1: %d", g_streamed, nonzero(w, 0, SG), nonzero(w, SG, 2 * SG));
+    CHECK_MSG(mw_pysession_unit_trim(s, 0, 0, unit_n[0], 0) == 0, "%s", mw_error_msg());
+    CHECK_MSG(g_streamed ? nonzero(w, 0, 3 * SG) == 0 && nonzero(w, 3 * SG, unit_n[0]) > 0 : nonzero(w, SG, 3 * SG) > 0,
+              "streamed %d: %d non-zero in the unit's whole subgroups, %d in the one it shares", g_streamed,
+              nonzero(w, 0, 3 * SG), nonzero(w, 3 * SG, unit_n[0]));
+    CHECK(mw_pysession_unit_trim(s, 0, 0, unit_n[0] + 1, 0) == -EINVAL && strstr(mw_error_msg(), "outside unit 0"));
+    CHECK(mw_pysession_unit_trim(s, 1, 0, 10, 0) == -EINVAL);
+    CHECK(mw_pysession_unit_trim(s, 0, 0, 10, 2) == -EINVAL && strstr(mw_error_msg(), "flags"));
+}
+
 /* One micro-batch: loss = 0.5 (s - y)^2 + 0.5 lambda |w|^2 with s = x . w over the whole model
  * (tied: + z . w over the embedding again, as the head), read unit by unit between acquire and
  * release; the gradients added in backward, unit by unit, from the weights acquired again
@@ -111,6 +141,10 @@ static int micro_batch(struct mw_pysession *s, int step, int micro, double *loss
             dot += (double)w[i] * (head ? zval(step, micro, i) : xval(step, micro, i));
             sq += head ? 0 : (double)w[i] * w[i];
         }
+        if (head) { /* its weights over the "loss": gone now though the backward needs them (fetched again) */
+            CHECK_MSG(mw_pysession_unit_trim(s, 0, 0, unit_n[0], MW_PYSESSION_TRIM_NOW) == 0, "%s", mw_error_msg());
+            CHECK(g_streamed ? nonzero(w, 0, 3 * SG) == 0 : nonzero(w, 0, 3 * SG) > 0);
+        }
         err = mw_pysession_unit(s, MW_NET_UNIT_RELEASE, u, 0);
     }
     if (err || (err = mw_pysession_backward_begin(s, micro, micro == ACCUM - 1))) return err;
@@ -122,6 +156,7 @@ static int micro_batch(struct mw_pysession *s, int step, int micro, double *loss
         if ((err = mw_pysession_unit(s, MW_NET_UNIT_ACQUIRE, u, 1))) break;
         for (uint64_t i = a; i < a + unit_n[u]; i++)
             g[i] += (float)((r * (head ? zval(step, micro, i) : xval(step, micro, i)) + lambda * w[i]) / ACCUM);
+        if (head) trim_head(s);
         if (!(err = mw_pysession_unit(s, MW_NET_UNIT_RELEASE, u, 1)) && !head) err = mw_pysession_grad_ready(s, u);
     }
     for (uint64_t i = 0; g_tied && !err && i < unit_n[0]; i++) g[i] += (float)(r * xval(step, micro, i) / ACCUM);
@@ -160,6 +195,7 @@ static void train(const char *weights, const char *optimizer, uint64_t budget, s
     snprintf(sub, sizeof sub, "%s%s-%s", g_tied ? "tied-" : "", weights, optimizer ? optimizer : "auto");
     struct mw_pysession *s = open_session(weights, optimizer, sub, budget);
     if (!s) return;
+    g_streamed = !strcmp(weights, "nvme");
     CHECK_EQ_INT(mw_pysession_n_params(s), NP);
     for (int u = 0; u < NU; u++) CHECK_MSG(init_calls[u] == 1, "%s: unit %d initialised %d times", sub, u, init_calls[u]);
     int err = 0;

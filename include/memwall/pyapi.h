@@ -133,6 +133,14 @@ float *mw_pysession_params(struct mw_pysession *s);
 float *mw_pysession_grads(struct mw_pysession *s);
 uint64_t mw_pysession_n_params(const struct mw_pysession *s);
 int mw_pysession_unit_range(const struct mw_pysession *s, int unit, uint64_t *first, uint64_t *n);
+/* Elements [first, first+n) of unit `unit` (held now) are not read again in this use: streamed, the
+ * optimizer subgroups wholly inside go before the unit's release (a vocabulary-sized head's backward
+ * drops its weights chunk by chunk), unless the next units of the schedule need them. Flags:
+ * MW_PYSESSION_TRIM_NOW: those go too (to the OS; the next use reads them again and waits: a head's
+ * weights over the loss, between its forward and its backward). Advice: resident weights stay;
+ * outside the unit or unknown flags: -EINVAL. */
+#define MW_PYSESSION_TRIM_NOW 1
+int mw_pysession_unit_trim(struct mw_pysession *s, int unit, uint64_t first, uint64_t n, int flags);
 /* Before each forward pass (training: a backward pass follows; 0: an evaluation pass). */
 int mw_pysession_pass_begin(struct mw_pysession *s, int training);
 /* event 0 (MW_NET_UNIT_ACQUIRE) before the pass reads unit `unit`, 1 (RELEASE) after; backward. */

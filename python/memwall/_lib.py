@@ -119,6 +119,7 @@ def lib():
         "mw_pysession_unit": (i32, [P, i32, i32, i32]),
         "mw_pysession_backward_begin": (i32, [P, i32, i32]),
         "mw_pysession_grad_ready": (i32, [P, i32]),
+        "mw_pysession_unit_trim": (i32, [P, i32, u64, u64, i32]),
         "mw_pysession_backward_end": (i32, [P]),
         "mw_pysession_grad_norm": (i32, [P, ctypes.POINTER(f64)]),
         "mw_pysession_step": (i32, [P, f64, f64, f64, f64, f64, f64]),

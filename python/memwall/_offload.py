@@ -20,6 +20,18 @@ Why this shape:
   leaf over the same weights, so that autograd does not hold the head's vocabulary-sized gradient
   through the whole backward pass and sum it out of place with the embedding's (_plan): the alias's
   gradient is added into the session's array once the head's weights are released.
+- The vocabulary-sized tensors, on the host (lean, the default; MEMWALL_OFFLOAD_LEAN=0 turns it off): the
+  head (a bias-free nn.Linear: over the embedding's weight when tied, else in the last run) runs through
+  _Head, whose backward goes over the vocabulary in chunks: each chunk's weight gradient is added into the
+  session's array in place (no vocabulary x width gradient of its own; the parameter's own hooks do not
+  fire) and, streamed, the weights that chunk read go at once (mw_pysession_unit_trim), so the head's
+  backward holds one array of its size, not three. Streamed without accumulation the head's weights go
+  at the end of its forward too, over the loss, and its backward reads them again. The embedding
+  lookups take sparse gradients (nn.Embedding.sparse), which autograd adds into the session's dense
+  array in place: torch's dense embedding backward builds a vocabulary x width array of zeros for the
+  few rows a batch touches. Both change the rounding of the head's input gradient (summed by chunk) and of
+  rows a batch repeats, so the device path (_device.py, which keeps the alias) is bitwise the host path
+  with lean off.
 - weights_from: a model built on the meta device gets placeholders for its parameters (no memory) and
   its initial weights from a safetensors checkpoint, a tensor at a time in the session's init_unit
   callback (_weights.py), so that it is never whole in DRAM.
@@ -50,6 +62,9 @@ from . import _weights
 __all__ = ["offload", "Offload", "OffloadAdamW", "clip_grad_norm_"]
 
 _WEIGHTS = ("dram", "nvme")
+_LEAN_ENV = "MEMWALL_OFFLOAD_LEAN"
+_HEAD_CHUNK_BYTES = 32 << 20  # a head's backward goes over the vocabulary in chunks of this much weight
+_TRIM_NOW = 1  # MW_PYSESSION_TRIM_NOW
 _OPTIMIZERS = (None, "dram", "nvme")
 _NAME_MAX = 95  # MW_FOREIGN_NAME_MAX - 1
 
@@ -136,6 +151,44 @@ def _close_at_exit(ref):
             off.close(restore=False, keep=True)
         except Exception:  # noqa: BLE001 - at exit there is no caller to tell
             pass
+
+
+_libc = None
+
+
+def _trim_heap():
+    """The C heap's free memory back to the OS (glibc's malloc_trim; elsewhere nothing). A forward pass
+    frees many tensors of a few MiB, below glibc's mmap threshold (which rises to 32 MiB as large ones
+    are freed), in the middle of the heap: 0.2 GiB at Qwen2.5-0.5B, batch 1 x 256, activations on NVMe,
+    kept from the OS through the loss and the backward pass."""
+    global _libc
+    if _libc is None:
+        try:
+            _libc = ctypes.CDLL(None).malloc_trim
+            _libc.argtypes, _libc.restype = [ctypes.c_size_t], ctypes.c_int
+        except (OSError, AttributeError):
+            _libc = False
+    if _libc:
+        _libc(0)
+
+
+class _Head(torch.autograd.Function):
+    """logits = x @ W^T for a head whose W is the session's (see the design note: "lean"); the backward is
+    Offload._head_backward. W is no input of the graph: autograd neither saves it (the activations' hooks
+    never see it) nor makes a gradient of its size."""
+
+    @staticmethod
+    def forward(ctx, x, off, unit, q):
+        ctx.save_for_backward(x)
+        ctx.off, ctx.unit, ctx.q = off, unit, q
+        out = torch.nn.functional.linear(x, off._wview[id(q)])
+        off._head_forward_done(unit, q)
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        (x,) = ctx.saved_tensors
+        return ctx.off._head_backward(x, dout, ctx.unit, ctx.q), None, None, None
 
 
 class _Session:
@@ -542,6 +595,32 @@ class Offload:
                     alias_hooks.append(a.register_post_accumulate_grad_hook(self._on_alias_grad))
                 r.aliases.append((sub, pname, q, a))
         self._dev = None
+        self._lean = not dev and os.environ.get(_LEAN_ENV, "1") not in ("", "0")
+        self._heads = {}    # id(module) -> (module, unit, param, alias or None): heads run by _Head
+        self._sparse = []   # embeddings made sparse here (restored at close)
+        if self._lean:
+            def plain_linear(sub):
+                return (type(sub).forward is torch.nn.Linear.forward and sub.bias is None
+                        and "forward" not in sub.__dict__ and id(sub) not in self._heads)
+
+            for r in self._runs:  # tied heads: a later use of a unit, through its alias
+                for sub, pname, q, a in r.aliases:
+                    if pname == "weight" and plain_linear(sub):
+                        self._heads[id(sub)] = (sub, r.unit, q, a)
+            last = self._runs[-1]  # an untied head: a bias-free Linear of the last run, its weight the run's unit's
+            for site in last.sites:
+                for sub in site.modules():
+                    q = sub._parameters.get("weight") if isinstance(sub, torch.nn.Linear) else None
+                    if q is not None and plain_linear(sub) and self._param_unit.get(id(q)) == last.unit:
+                        self._heads[id(sub)] = (sub, last.unit, q, None)
+            for sub, _, _, _ in self._heads.values():
+                sub.forward = (lambda x, sub=sub: self._head_forward(sub, x))
+            for m in self.model.modules():
+                w = m._parameters.get("weight") if isinstance(m, torch.nn.Embedding) else None
+                if w is not None and id(w) in self._param_unit and not m.sparse:
+                    m.sparse = True
+                    self._sparse.append(m)
+        self._heads_untied = {id(q): True for _, _, q, a in self._heads.values() if a is None}
         if dev:
             by_unit = {}
             for r in self._runs:
@@ -667,6 +746,8 @@ class Offload:
     def _root_post(self, module, args, output):
         try:
             self._pass = False
+            if self._lean and torch.is_grad_enabled():
+                _trim_heap()
             if self._fpos != len(self._runs) or self._open_run is not None:
                 r = self._runs[self._fpos] if self._open_run is None else self._open_run[0]
                 raise self._order_error(f"the forward pass ended before module '{self._run_modules(r)}' "
@@ -782,6 +863,53 @@ class Offload:
         except Exception as e:
             raise self._fail(e)
 
+    def _head_forward(self, sub, x):
+        """A head's forward (its module's forward while offloaded): through _Head in a training pass (tied:
+        its alias swapped in by _site_pre), the plain linear otherwise."""
+        _, unit, q, a = self._heads[id(sub)]
+        training = sub._parameters.get("weight") is a if a is not None else self._pass and torch.is_grad_enabled()
+        # (an input without a gradient would leave the weight without one: autograd's own path then)
+        return _Head.apply(x, self, unit, q) if training and x.requires_grad else torch.nn.Linear.forward(sub, x)
+
+    def _head_forward_done(self, u, q):
+        """Streamed without accumulation, the head's weights go at the end of its forward though its backward
+        reads them next (fetched again then, a wait of their read): over the loss they are half the peak of
+        the step (the loss's three logits-sized arrays on top of them). With accumulation the whole gradient
+        array stays in DRAM through the step (the plan), far more than the head's weights: they stay."""
+        if self.weights == "nvme" and self.grad_accum == 1:
+            self._call("dropping the head's weights", _lib.lib().mw_pysession_unit_trim(
+                self._h, u, self._grad_off(q), q.numel(), _TRIM_NOW))
+
+    def _head_backward(self, x, dout, u, q):
+        """The head's backward over the vocabulary in chunks of _HEAD_CHUNK_BYTES of weight: the input's
+        gradient summed chunk by chunk, each chunk's weight gradient added into the session's array, and,
+        streamed, the weights read so far dropped (mw_pysession_unit_trim, whole subgroups)."""
+        try:
+            self._begin_backward()
+            if u >= self._mark:
+                self._report(u)  # raises: its unit was reported already
+            w, g = self._wview[id(q)], self._gview[id(q)]
+            V, D = w.shape
+            x2, d2 = x.reshape(-1, D), dout.reshape(-1, V)
+            rows = max(1, _HEAD_CHUNK_BYTES // (4 * D))
+            first = self._grad_off(q)
+            dx = None
+            with torch.no_grad():
+                for r0 in range(0, V, rows):
+                    r1 = min(V, r0 + rows)
+                    dc = d2[:, r0:r1]
+                    t = dc @ w[r0:r1]
+                    dx = t if dx is None else dx.add_(t)
+                    g[r0:r1].addmm_(dc.t(), x2)
+                    if self.weights == "nvme":
+                        self._call("dropping the head's weights", _lib.lib().mw_pysession_unit_trim(
+                            self._h, u, first, r1 * D, 0))
+            if self._heads_untied.get(id(q)):
+                self._grad_arrived(u)  # autograd does not see this weight: its gradient is complete here
+            return dx.view(x.shape)
+        except Exception as e:
+            raise self._fail(e)
+
     def _release_held(self):
         r = self._held
         if r is None:
@@ -862,15 +990,20 @@ class Offload:
                 raise RuntimeError(f"memwall.torch.offload: autograd replaced the gradient of "
                                    f"'{self._param_names[id(p)]}' (p.grad is not the session's view); do not assign "
                                    "p.grad, and do not use create_graph=True")
-            if u >= self._mark:
-                self._report(u)  # raises: its unit was reported already
-            self._count[u] += 1
-            if self._count[u] == len(self._unit_params[u]):
-                self._done[u] = True
-                if self._held is None or self._held.unit != u:
-                    self._report(u)  # else when its weights are released
+            self._grad_arrived(u)
         except Exception as e:
             raise self._fail(e)
+
+    def _grad_arrived(self, u):
+        """One more parameter of unit u has its gradient of this pass (counted; the unit is reported once all
+        have, unless its weights are still held: then at their release)."""
+        if u >= self._mark:
+            self._report(u)  # raises: its unit was reported already
+        self._count[u] += 1
+        if self._count[u] == len(self._unit_params[u]):
+            self._done[u] = True
+            if self._held is None or self._held.unit != u:
+                self._report(u)  # else when its weights are released
 
     def _grad_off(self, p):
         off = getattr(self, "_goff", None)
@@ -1143,6 +1276,12 @@ class Offload:
         for h in self._hooks:
             h.remove()
         self._hooks = []
+        for sub, _, _, _ in self._heads.values():
+            del sub.forward  # the class's again
+        self._heads = {}
+        for m in self._sparse:
+            m.sparse = False
+        self._sparse = []
         if getattr(self, "_acts", None) is not None:
             self._acts.close()  # the activations' files
         where = self._device or torch.device("cpu")  # the parameters go back where the model had them

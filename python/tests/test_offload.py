@@ -17,7 +17,8 @@ gradients as views of its arrays, the session's AdamW), docs/python.md "Whole-st
   torch's clip_grad_norm_ on streamed gradients (they are on NVMe by then).
 - A model built on the meta device with weights_from=DIR (fp32, bf16, fp16, sharded checkpoints): the
   logits, buffers (rotary inv_freq), losses and trained weights bitwise those of from_pretrained(DIR)
-  offloaded the same way, each tensor read once; its refusals. The tied head's alias. The example
+  offloaded the same way, each tensor read once; its refusals. The tied head's alias; the lean head and
+  embedding (the head's weights trimmed chunk by chunk) against the path without them. The example
   examples/hf_finetune.py runs.
 """
 import math
@@ -489,7 +490,8 @@ def test_tied_head_alias(tmp_path):
     W.register_hook(lambda g: arrived.append(g.clone()))
     m(input_ids=x, labels=x).loss.backward()
     assert in_head == [False] and m.lm_head.weight is W
-    assert len(arrived) == 1 and not torch.allclose(arrived[0], want)  # the lookup's part only
+    # the lookup's part only, sparse (the lean host path: nn.Embedding.sparse while offloaded)
+    assert len(arrived) == 1 and arrived[0].is_sparse and not torch.allclose(arrived[0].to_dense(), want)
     torch.testing.assert_close(W.grad, want, rtol=1e-5, atol=1e-7)
     opt = off.optimizer(lr=1e-3)
     opt.step()
@@ -511,8 +513,94 @@ def test_tied_head_alias(tmp_path):
         m(input_ids=x, labels=x)
     off.close()  # and close() does
     assert m.lm_head.weight is W and not any(hasattr(p, "_memwall_alias_of") for p in m.parameters())
+    assert "forward" not in m.lm_head.__dict__ and not m.model.embed_tokens.sparse  # the model's own again
     h.remove()
     m(input_ids=x, labels=x).loss.backward()  # an ordinary model again
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen2"])
+def test_lean_head_and_embedding(kind, tmp_path, monkeypatch):
+    """The lean host path (_offload.py's design note) against the path without it (MEMWALL_OFFLOAD_LEAN=0),
+    for a tied head (llama) and an untied one (qwen2): the head's backward in vocabulary chunks (24 rows
+    here: 6 chunks of the 128), its weights trimmed chunk by chunk when streamed, the embedding's gradient
+    sparse. The same losses within 1e-5 and weights within 1 % of how far they moved (the rounding
+    differs); each trim has left the whole subgroups it covers reading zeros (gone) and the rest of the
+    head's weights in place, before the unit's release; close() gives the modules back as they were.
+    Without accumulation the forward drops the head's weights too, and streamed == resident, bitwise."""
+    from memwall import _lib, _offload
+    monkeypatch.setattr(_offload, "_HEAD_CHUNK_BYTES", 4 * 64 * 24)
+    L = _lib.lib()
+    trim, seen, cur = L.mw_pysession_unit_trim, [], []
+
+    def spy(h, u, first, n, flags):
+        rc = trim(h, u, first, n, flags)
+        off, head = cur
+        w, end = off._flat_params, off._grad_off(head) + head.numel()
+        lo, hi = -(-first // 4096) * 4096, (first + n) // 4096 * 4096  # the 4096-element subgroups inside,
+        if first + n == w.numel():  # and the model's last one, shorter
+            hi = first + n
+        seen.append((u, first - off._grad_off(head), n, int((w[lo:hi] != 0).sum()), int((w[max(hi, lo):end] != 0).sum()),
+                     hi < end))
+        return rc
+
+    monkeypatch.setattr(L, "mw_pysession_unit_trim", spy)
+    out = {}
+    for lean in (True, False):
+        monkeypatch.setenv("MEMWALL_OFFLOAD_LEAN", "1" if lean else "0")
+        m = make(kind)
+        off = mt.offload(m, nvme_dir=tmp_path / str(lean), weights="nvme", grad_accum=2, prefetch=1,
+                         subgroup_size=4096, threads=1)
+        head = m.lm_head.weight
+        cur[:] = [off, head]
+        assert m.model.embed_tokens.sparse == lean and ("forward" in m.lm_head.__dict__) == lean
+        opt = off.optimizer(lr=LR, betas=BETAS, eps=EPS, weight_decay=WD)
+        losses = []
+        for x in batches(6):
+            loss = m(input_ids=x, labels=x).loss
+            (loss / 2).backward()
+            losses.append(loss.item())
+            if len(losses) % 2 == 0:
+                opt.step()
+                opt.zero_grad()
+        out[lean] = (losses, {k: v.clone() for k, v in m.state_dict().items()})
+        units = off.units
+        off.close()
+        assert not m.model.embed_tokens.sparse and "forward" not in m.lm_head.__dict__
+    head_unit = 0 if kind == "llama" else len(units) - 1
+    assert len(seen) == 6 * 6, seen  # 6 chunks in each of the 6 backward passes, none without lean
+    assert [(u, f, n) for u, f, n, _, _, _ in seen[:6]] == [(head_unit, 0, 64 * r) for r in (24, 48, 72, 96, 120, 128)]
+    for u, first, n, left, kept, more in seen:
+        assert left == 0, f"a trim of {n} weights left {left} in its whole subgroups"
+        assert kept > 0 or not more, f"a trim of {n} weights took those after it too"
+    assert any(left == 0 and n >= 4096 for _, _, n, left, _, _ in seen)  # some subgroup went
+    torch.testing.assert_close(out[True][0], out[False][0], rtol=1e-5, atol=1e-6)
+    # Without accumulation the head's weights also go at the end of its forward (MW_PYSESSION_TRIM_NOW), and its
+    # backward reads them again: bitwise the resident run still.
+    seen.clear()
+    monkeypatch.setenv("MEMWALL_OFFLOAD_LEAN", "1")
+    acc1 = {}
+    for weights in ("nvme", "dram"):
+        m = make(kind)
+        off = mt.offload(m, nvme_dir=tmp_path / f"acc1-{weights}", weights=weights, prefetch=1, subgroup_size=4096,
+                         threads=1)
+        cur[:] = [off, m.lm_head.weight]
+        opt = off.optimizer(lr=LR, betas=BETAS, eps=EPS, weight_decay=WD)
+        losses = []
+        for x in batches(3):
+            losses.append(m(input_ids=x, labels=x).loss)
+            losses[-1].backward()
+            opt.step()
+            opt.zero_grad()
+        acc1[weights] = ([v.item() for v in losses], {k: v.clone() for k, v in m.state_dict().items()})
+        off.close()
+    assert acc1["nvme"][0] == acc1["dram"][0], acc1
+    assert all(torch.equal(bits(v), bits(acc1["dram"][1][k])) for k, v in acc1["nvme"][1].items())
+    assert len(seen) == 3 * 7 and all(left == 0 for _, _, _, left, _, _ in seen), seen  # 3 x (forward, 6 chunks)
+    assert [n for _, _, n, _, _, _ in seen[:7]] == [8192] + [64 * r for r in (24, 48, 72, 96, 120, 128)], seen[:7]
+    start = make(kind).state_dict()
+    for k, v in out[False][1].items():  # AdamW moves a weight whose gradient is ~0 by lr either way: relative
+        moved, apart = (v - start[k]).abs().max().item(), (out[True][1][k] - v).abs().max().item()
+        assert moved > 0 and apart <= 0.01 * moved, f"{k}: {apart:.3g} apart, moved {moved:.3g}"
 
 
 def test_hf_finetune_example(tmp_path):

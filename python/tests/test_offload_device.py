@@ -67,16 +67,20 @@ def bits(x):
 
 @contextlib.contextmanager
 def simulated(on):
-    """MEMWALL_OFFLOAD_DEVICE_SIM=1 while offload() is called (it decides there)."""
-    old = os.environ.pop(_device.SIM_ENV, None)
+    """MEMWALL_OFFLOAD_DEVICE_SIM=1 while offload() is called (it decides there); the plain CPU path without
+    its lean head and embedding (MEMWALL_OFFLOAD_LEAN=0: _offload.py's design note), whose rounding the
+    device path does not share."""
+    old = {k: os.environ.pop(k, None) for k in (_device.SIM_ENV, "MEMWALL_OFFLOAD_LEAN")}
+    os.environ["MEMWALL_OFFLOAD_LEAN"] = "0"
     if on:
         os.environ[_device.SIM_ENV] = "1"
     try:
         yield
     finally:
-        os.environ.pop(_device.SIM_ENV, None)
-        if old is not None:
-            os.environ[_device.SIM_ENV] = old
+        for k, v in old.items():
+            os.environ.pop(k, None)
+            if v is not None:
+                os.environ[k] = v
 
 
 def train(kind, tmp_path, tag, *, weights="nvme", activations="dram", sim=False, device="cpu"):

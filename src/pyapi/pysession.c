@@ -38,9 +38,11 @@
 #include "memwall/train.h"
 #include "train/optimizer_step.h"
 #include "train/residency.h"
+#include "train/stream.h"
 #include "train/units.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -411,6 +413,19 @@ int mw_pysession_unit_range(const struct mw_pysession *s, int unit, uint64_t *fi
     *first = a;
     *n = c;
     return 0;
+}
+
+int mw_pysession_unit_trim(struct mw_pysession *s, int unit, uint64_t first, uint64_t n, int flags)
+{
+    if (flags & ~MW_PYSESSION_TRIM_NOW) return mw_error_set(-EINVAL, "session: trim flags 0x%x unknown", (unsigned)flags);
+    uint64_t a, c;
+    int err = mw_pysession_unit_range(s, unit, &a, &c);
+    if (err) return err;
+    if (first < a || first - a > c || n > c - (first - a))
+        return mw_error_set(-EINVAL, "session: trim of elements [%" PRIu64 ", +%" PRIu64 ") outside unit %d's range "
+                            "[%" PRIu64 ", +%" PRIu64 ")", first, n, unit, a, c);
+    struct mw_residency *r = res_of(s);
+    return r->stream ? mw_train_stream_trim(r->stream, unit, first, n, flags & MW_PYSESSION_TRIM_NOW) : 0; /* only streamed weights go */
 }
 
 /* ---------------------------------------------------------------- a step, piece by piece */

@@ -416,6 +416,19 @@ static int needed_soon(const struct mw_train_stream *s, uint32_t sg, int pos, in
     return 0;
 }
 
+/* Subgroup g (resident, held by none) is released: its pages go to the pool while the next fetches
+ * want them (*want), else back to the OS. */
+static int sg_put(struct mw_train_stream *s, uint32_t g, uint32_t *want)
+{
+    s->sg_state[g] = MW_UNIT_RELEASED;
+    if (*want && pool_put(s, g)) { /* still resident, in the pool */
+        --*want;
+        return 0;
+    }
+    count_resident(s, -(int64_t)sg_bytes(s, g));
+    return drop(s, s->model->params, g, "weight");
+}
+
 static int unit_put_(struct mw_train_stream *s, int u, int backward, int keep_ahead)
 {
     if (s->saving) return 0;
@@ -428,13 +441,26 @@ static int unit_put_(struct mw_train_stream *s, int u, int backward, int keep_ah
         if (s->sg_ref[g] || s->sg_state[g] != MW_UNIT_RESIDENT) continue;
         /* (A gathered subgroup is gathered again at its next use: nothing to keep.) */
         if (keep_ahead && owned(s, g) && needed_soon(s, g, s->units.pos, MW_MAX(s->units.depth, 1))) continue;
-        s->sg_state[g] = MW_UNIT_RELEASED;
-        if (want && pool_put(s, g)) { /* still resident, in the pool */
-            want--;
-            continue;
-        }
-        count_resident(s, -(int64_t)sg_bytes(s, g));
-        if ((err = drop(s, s->model->params, g, "weight"))) break;
+        err = sg_put(s, g, &want);
+    }
+    return err;
+}
+
+int mw_train_stream_trim(struct mw_train_stream *s, int u, uint64_t first, uint64_t n, int now)
+{
+    if (s->saving || u < 0 || u >= s->n_units) return 0;
+    uint64_t lo = s->u_first[u], hi = lo + s->u_n[u];
+    uint32_t want = now ? 0 : pool_want(s); /* now: to the OS, the next use reads them again */
+    int err = 0;
+    for (uint32_t g = s->u_lo[u]; g <= s->u_hi[u] && !err; g++) {
+        uint64_t a, k;
+        sg_range(s, g, &a, &k);
+        /* whole inside the range and the unit (a subgroup it shares is another unit's too), held by
+         * this unit alone, and not wanted by the next units of the schedule */
+        if (a < first || a - first + k > n || a < lo || a + k > hi) continue;
+        if (s->sg_ref[g] != 1 || s->sg_state[g] != MW_UNIT_RESIDENT || !owned(s, g)) continue;
+        if (!now && needed_soon(s, g, s->units.pos, MW_MAX(s->units.depth, 1))) continue;
+        err = sg_put(s, g, &want); /* its reference goes at the unit's release, which skips it */
     }
     return err;
 }

@@ -107,5 +107,11 @@ int mw_train_stream_init(struct mw_train_stream *s, struct mw_net *m, struct mw_
  * of units that reach outside this rank's shard were written whole). */
 int mw_train_stream_ready(struct mw_train_stream *s);
 void mw_train_stream_free(struct mw_train_stream *s);
+/* Part of a unit in use is done with before the unit's release (a vocabulary-sized head's backward,
+ * chunk by chunk): the subgroups wholly inside elements [first, first+n) of unit u that u alone holds
+ * and that the next units do not need go now (pool or OS), as its release would send them; the
+ * release then skips them. now: those the next units need go too, to the OS (the next use fetches
+ * them again, and waits for it). Advice: what it cannot drop stays until the release. 0 or an error. */
+int mw_train_stream_trim(struct mw_train_stream *s, int u, uint64_t first, uint64_t n, int now);
 
 #endif
