@@ -37,6 +37,6 @@ int mw_cli_model_config(const char *cmd, const char *hf, const char *ckpt, struc
  * 128 + the signal. `what` prefixes the messages. */
 int mw_cli_signals_start(const char *what);
 int mw_cli_stop_signal(void);   /* 0, or the signal that asked the run to stop */
-void mw_cli_signals_stop(void); /* the watcher ends; the mask and handler stay to the exit (a late signal finds the run done) */
+void mw_cli_signals_stop(void); /* the run is over: to the exit, a signal is told so (a second exits at once) */
 
 #endif

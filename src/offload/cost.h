@@ -115,6 +115,8 @@ void ofl_cost_learn_span(struct ofl_cost *c, struct mw_trace *tr, double measure
 /* Adds ratio r (> 0) to h; returns the median of its last OFL_COST_WINDOW ratios (1 when empty). */
 double ofl_cost_hist_add(struct ofl_cost_hist *h, double r);
 double ofl_cost_hist_median(const struct ofl_cost_hist *h);
+/* Forgets all but h's last ratio (none stays none). */
+void ofl_cost_hist_keep_last(struct ofl_cost_hist *h);
 
 /* ------------------------------------------------------------------ the auto planner (costplan.c) */
 

@@ -54,6 +54,13 @@ double ofl_cost_hist_add(struct ofl_cost_hist *h, double r)
     return ofl_cost_hist_median(h);
 }
 
+void ofl_cost_hist_keep_last(struct ofl_cost_hist *h)
+{
+    if (!h->n) return;
+    h->r[0] = h->r[(h->n - 1) % OFL_COST_WINDOW];
+    h->n = 1;
+}
+
 double ofl_cost_hist_median(const struct ofl_cost_hist *h)
 {
     if (!h->n) return 1;

@@ -268,11 +268,7 @@ void ofl_plan_next(struct ofl_plan_auto *a, const struct ofl_plan_sg *sg, uint32
         a->probes = 0;
         if (!ofl_plan_untried(sg, n, ratio, tried, hist, now, &a->home, &probe)) return;
         /* a new probe: its old ratios (if any) were another load's, and so were home's but the last */
-        struct ofl_cost_hist *h = &hist[a->home.ndev];
-        if (h->n) {
-            h->r[0] = h->r[(h->n - 1) % OFL_COST_WINDOW];
-            h->n = 1;
-        }
+        ofl_cost_hist_keep_last(&hist[a->home.ndev]);
         memset(&hist[probe.ndev], 0, sizeof hist[probe.ndev]);
         ofl_plan_ratios(hist, n, ratio);
     }
