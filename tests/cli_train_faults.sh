@@ -27,6 +27,10 @@ base=(--preset tiny --data "$src/data/kjv_excerpt.txt" --threads 2 --sample-len 
 declare -A mode
 mode[opt]="--optimizer-tier nvme --subgroup-size 10000 --preread off" # pieces counted per step: no reads between steps
 mode[stream]="--offload-params nvme --subgroup-size 8K"
+# (the streamed runs read every weight from NVMe: with handoffs from the update, how many subgroups
+# are read rather than handed over depends on timing, and the piece counted below must be the same
+# piece in both runs)
+export MEMWALL_STREAM_HANDOFF=0
 
 # Pieces of op (read/write) the engine issued before step 3 began: MEMWALL_FAULT's after= for
 # the first piece of step 3 (io events carry their submit time; steps 1-2 and the checkpoint

@@ -50,6 +50,15 @@ for a in 1 2 8; do
     done
   done
 done
+# The update hands each unit's new weights to the next forward (no read after its write): on by
+# default, the same bits as reading them (MEMWALL_STREAM_HANDOFF=0), and some bytes handed over.
+MEMWALL_STREAM_HANDOFF=0 run st-a1-nohand "${small[@]}" --steps 4 --subgroup-size 4096 --offload-params nvme \
+  --prefetch-depth 1 --nvme-dir "$dir/nvme"
+same ref-a1 st-a1-nohand
+handed() { sed -n 's/.*(handed over by the update instead: \([0-9.]*\) [KMGT]*i*B).*/\1/p' "$dir/$1.out"; }
+h1=$(handed st-a1-d1) h0=$(handed st-a1-nohand)
+python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) > 0 and float(sys.argv[2]) == 0 else 1)" "${h1:-x}" "${h0:-x}" \
+  2>/dev/null && ok || bad "handed over: '$h1' with handoffs (want > 0), '$h0' without (want 0)"
 # the schedules: auto above is layer-major for accumulation > 1; batch-major streamed and
 # layer-major resident give the same bits too
 run st-bm "${small[@]}" --steps 4 --grad-accum 2 --subgroup-size 4096 --offload-params nvme --nvme-dir "$dir/nvme" \

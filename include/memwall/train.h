@@ -254,6 +254,7 @@ struct mw_train_stream_info {
     int active, prefetch_depth;
     uint64_t resident_peak;        /* bytes of weights resident at the peak (subgroups) */
     uint64_t fetch_bytes, grad_write_bytes; /* NVMe traffic of the stream since init */
+    uint64_t handoff_bytes;       /* weights the update handed over instead of a fetch, since init */
     double wait_s;                 /* training thread blocked on weight fetches, s */
     /* The planned DRAM peak (bytes, src/plan mw_plan_stream_dram) and its parts. */
     uint64_t planned_total, planned_runtime, planned_acts, planned_staging, planned_weights, planned_grads;

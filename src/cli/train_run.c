@@ -504,13 +504,15 @@ static int report_streaming(struct train_cli *c, struct run_state *s, const stru
             mw_cli_fail("collecting the memory figures", err);
             return 1;
         }
-        char b[6][32];
+        char b[7][32];
         printf("streaming: measured peak resident set (VmHWM) %s vs planned %s (measured/planned %.3f%s)%s%s; weights "
-               "resident at most %s; NVMe: weights fetched %s, gradients written %s; blocked on fetches %.2f s\n",
+               "resident at most %s; NVMe: weights fetched %s (handed over by the update instead: %s), gradients "
+               "written %s; blocked on fetches %.2f s\n",
                mw_fmt_bytes(b[0], 32, hwm), mw_fmt_bytes(b[1], 32, planned), (double)ratio / 1e6,
                c->world > 1 ? ", the largest over the ranks" : "", tc->dram_budget ? ", budget " : "",
                tc->dram_budget ? mw_fmt_bytes(b[2], 32, tc->dram_budget) : "", mw_fmt_bytes(b[3], 32, se.resident_peak),
-               mw_fmt_bytes(b[4], 32, se.fetch_bytes), mw_fmt_bytes(b[5], 32, se.grad_write_bytes), se.wait_s);
+               mw_fmt_bytes(b[4], 32, se.fetch_bytes), mw_fmt_bytes(b[6], 32, se.handoff_bytes),
+               mw_fmt_bytes(b[5], 32, se.grad_write_bytes), se.wait_s);
     }
     return 0;
 }

@@ -462,6 +462,7 @@ static void reset_step_locked(struct mw_offload *e)
     for (uint32_t i = 0; i < e->nsg; i++) {
         e->st[i].state = OFL_SG_IDLE;
         e->st[i].fresh = 0;
+        e->st[i].wb = 0; /* (a handoff stays: one made between steps is for this step's update) */
     }
 }
 
@@ -556,6 +557,54 @@ static int sg_wait(struct mw_offload *e, uint32_t sg, int block, int fresh_ok, c
 }
 
 int mw_offload_sg_wait(struct mw_offload *e, uint32_t sg, int block) { return sg_wait(e, sg, block, 0, "sg_wait"); }
+
+int mw_offload_master_handoff(struct mw_offload *e, uint32_t sg, void *dst)
+{
+    if (sg >= e->nsg) return mw_error_set(-EINVAL, "offload master handoff: no subgroup %u (%u)", sg, e->nsg);
+    if (!e->cfg.stream || !e->txn || e->cfg.weights != MW_OFFLOAD_W_FP32)
+        return mw_error_set(-EINVAL, "offload master handoff: only for streamed fp32 weights (cfg.stream) with the "
+                            "state on NVMe");
+    if (dst && (uintptr_t)dst % MW_STORE_ALIGN)
+        return mw_error_set(-EINVAL, "offload master handoff: buffer not 4096-aligned");
+    struct ofl_sg *s = &e->st[sg];
+    int ok = 0;
+    pthread_mutex_lock(&e->mu);
+    if (!dst) {
+        while (s->hand_busy) pthread_cond_wait(&e->cv_done, &e->mu);
+        s->handoff = NULL;
+        s->handed = 0;
+    } else if (!e->failed && !s->handoff &&
+               (!e->in_flight || (!s->wb && s->state != OFL_SG_UPDATING && s->state != OFL_SG_DONE))) {
+        /* Between steps (for the next step's update), or before its update starts, or updated and
+         * not yet taken by the write-back: one of the two copies it there (both read s->handoff
+         * under this mutex as they take the subgroup). */
+        s->handoff = dst;
+        s->handed = 0;
+        ok = 1;
+    }
+    pthread_mutex_unlock(&e->mu);
+    return ok;
+}
+
+int mw_offload_master_handoff_wait(struct mw_offload *e, uint32_t sg)
+{
+    if (sg >= e->nsg) return mw_error_set(-EINVAL, "offload master handoff: no subgroup %u (%u)", sg, e->nsg);
+    struct ofl_sg *s = &e->st[sg];
+    pthread_mutex_lock(&e->mu);
+    uint64_t tw = mw_now_ns();
+    int waited = 0;
+    while (s->handoff && !s->handed && e->in_flight && !e->failed && s->state != OFL_SG_DONE) {
+        e->caller_waiting++;
+        pthread_cond_wait(&e->cv_done, &e->mu);
+        e->caller_waiting--;
+        waited = 1;
+    }
+    if (waited) caller_wait(e, tw);
+    int rc = s->handoff && s->handed;
+    if (!rc && e->in_flight && e->failed) rc = mw_error_set(e->err ? e->err : -EIO, "%s", e->errmsg);
+    pthread_mutex_unlock(&e->mu);
+    return rc;
+}
 
 /* With cfg.stream the caller reads the weights from the master: its write must have landed. */
 int mw_offload_sg_wait_weights(struct mw_offload *e, uint32_t sg, int block)

@@ -91,6 +91,12 @@ struct ofl_sg {
     int on_dev;                /* update runs on the device */
     int io_err;                /* the request is an injected (torn) write failure */
     int fresh;                 /* this step: the working copy holds the updated weights (write may be in flight) */
+    /* Streaming's handoff (mw_offload_master_handoff): the caller's pages that take the updated
+     * master from the update (or the write-back) instead of reading it after the write. */
+    void *handoff;
+    int handed;                /* they hold it */
+    int hand_busy;             /* an update thread or the write-back is copying into them now */
+    int wb;                    /* the write-back took it (too late to register a handoff) */
     int crcs;                  /* bufcrc of its buffer holds its write-back's block checksums (fused) */
     int verify_later;          /* its read (io) is checked by the update (MW_STORE_VERIFY_LATER) */
     struct mw_store_io io;     /* read or write of its slot object (one at a time) */

@@ -399,13 +399,14 @@ static void stream_release_grads(struct mw_offload *e, uint32_t sg)
 }
 
 /* Pipe thread, mutex released: write-back and working-copy refresh of an updated subgroup. */
-static void stage_writeback(struct mw_offload *e, uint32_t sg)
+static void stage_writeback(struct mw_offload *e, uint32_t sg, void *hand)
 {
     struct ofl_sg *s = &e->st[sg];
     const struct mw_offload_subgroup *g = &e->sgs[sg];
     struct mw_optim_slice v;
     current_view(e, sg, &v);
     uint64_t t0 = mw_now_ns();
+    if (hand) memcpy(hand, v.master, 4 * g->n); /* a streaming handoff (mw_offload_master_handoff) */
     if (e->cfg.stream) stream_release_grads(e, sg);
     else if (e->cfg.ext_grads_release) release_grads(e, sg);
     if (e->cfg.weights == MW_OFFLOAD_W_FP32 && !e->master_alias && !e->cfg.stream && !s->fresh) /* else done */
@@ -415,6 +416,7 @@ static void stage_writeback(struct mw_offload *e, uint32_t sg)
         struct mw_trace_arg a[1] = {{"subgroup", sg}};
         mw_trace_span(e->tr, "offload", "refresh", t0, t1, a, 1);
         pthread_mutex_lock(&e->mu);
+        if (hand) s->handed = 1, s->hand_busy = 0;
         finish_locked(e, sg, 1);
         pthread_mutex_unlock(&e->mu);
         return;
@@ -441,6 +443,7 @@ static void stage_writeback(struct mw_offload *e, uint32_t sg)
     e->n_writing++;
     ofl_cost_io_begin(&e->cost, 1, mw_now_ns());
     s->fresh = 1; /* a forward pass over these weights need not wait for their write */
+    if (hand) s->handed = 1, s->hand_busy = 0;
     pthread_cond_broadcast(&e->cv_done);
     pthread_mutex_unlock(&e->mu);
     if (inject) { /* torn write: the first half (whole checksum blocks) lands, then -EIO */
@@ -469,8 +472,13 @@ static void *pipe_main(void *arg)
         if (e->upd_head != e->upd_tail) {
             uint32_t sg = e->updq[e->upd_head++ % e->nsg];
             if (e->failed) { finish_locked(e, sg, 0); continue; }
+            struct ofl_sg *s = &e->st[sg];
+            void *hand = s->handoff && !s->handed ? s->handoff : NULL; /* a device update's, or one
+                                                                         registered after the kernel */
+            s->wb = 1;
+            s->hand_busy = hand != NULL;
             pthread_mutex_unlock(&e->mu);
-            stage_writeback(e, sg);
+            stage_writeback(e, sg, hand);
             pthread_mutex_lock(&e->mu);
             continue;
         }
@@ -643,6 +651,9 @@ static void cpu_update_one_locked(struct mw_offload *e)
     s->ctx = ofl_policy_ctx(e); /* the context it runs in, now (it may have waited in the queue) */
     s->pred_cpu_s = ofl_cost_predict(&e->cost, OFL_COST_CPU, s->ctx, (double)e->sgs[sg].n);
     struct mw_adamw_hp hp = step_hp(e);
+    /* Streaming: a pass waiting for these weights takes them from the kernel (handoff). */
+    float *hand = e->cfg.stream && s->handoff && !s->handed ? s->handoff : NULL;
+    s->hand_busy = hand != NULL;
     pthread_mutex_unlock(&e->mu);
     struct mw_optim_slice v;
     current_view(e, sg, &v);
@@ -652,7 +663,7 @@ static void cpu_update_one_locked(struct mw_offload *e)
     /* The working copy is refreshed here, not behind the previous subgroup's write-back on the
      * pipeline thread: a forward pass waiting for these weights waits for the update alone. */
     int refresh = e->txn && !e->cfg.stream && e->cfg.weights == MW_OFFLOAD_W_FP32 && !e->master_alias;
-    float *wcopy = refresh ? ofl_weights_of(e, sg) : NULL;
+    float *wcopy = refresh ? ofl_weights_of(e, sg) : hand;
     struct fuse fz;
     uint64_t t0 = mw_now_ns(), n = e->sgs[sg].n, kernel_ns = 0, t1;
     int rc = fuse_begin(e, sg, &fz), fused = rc == 1;
@@ -706,6 +717,7 @@ static void cpu_update_one_locked(struct mw_offload *e)
     if (rc) {
         char msg[300];
         snprintf(msg, sizeof msg, "offload: update of subgroup %u failed: %s", sg, mw_error_msg());
+        s->hand_busy = 0; /* (finish_locked wakes a cancel waiting for it) */
         fail_locked(e, rc, msg);
         finish_locked(e, sg, 0);
         return;
@@ -713,6 +725,11 @@ static void cpu_update_one_locked(struct mw_offload *e)
     s->state = OFL_SG_UPDATED;
     if (refresh) { /* bf16/fp16 working copies were written by the kernel itself */
         s->fresh = 1;
+        pthread_cond_broadcast(&e->cv_done);
+    }
+    if (hand) {
+        s->handed = 1;
+        s->hand_busy = 0;
         pthread_cond_broadcast(&e->cv_done);
     }
     e->updq[e->upd_tail++ % e->nsg] = sg;

@@ -511,6 +511,7 @@ int mw_residency_info(struct mw_residency *r, struct mw_train_residency_info *ri
     si->resident_peak = s->resident_peak;
     si->fetch_bytes = s->fetch_bytes;
     si->grad_write_bytes = s->grad_write_bytes;
+    si->handoff_bytes = s->handoff_bytes;
     si->wait_s = (double)s->wait_ns / 1e9;
     si->planned_total = s->plan.total;
     si->planned_runtime = s->plan.runtime;

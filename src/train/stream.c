@@ -165,21 +165,22 @@ static int pool_put(struct mw_train_stream *s, uint32_t g)
     return 1;
 }
 
-/* Before subgroup g's read: a full slot's pages move into its range (nothing when none). */
-static void pool_take(struct mw_train_stream *s, uint32_t g)
+/* Before subgroup g's read: a full slot's pages move into its range (nothing when none); 1 if so. */
+static int pool_take(struct mw_train_stream *s, uint32_t g)
 {
-    if (!s->pool || !s->pool_nfull || !pool_fits(s, g)) return;
+    if (!s->pool || !s->pool_nfull || !pool_fits(s, g)) return 0;
     uint32_t i = s->pool_full[s->pool_nfull - 1];
     size_t bytes = s->sg_size * 4;
     if (mremap(pool_slot(s, i), bytes, bytes, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP,
                s->model->params + (uint64_t)g * s->sg_size) == MAP_FAILED) {
         pool_off(s);
-        return;
+        return 0;
     }
     s->pool_nfull--;
     s->pool_empty[s->pool_nempty++] = i;
     s->pool_moves++;
     count_resident(s, -(int64_t)bytes); /* counted while pooled; the fetch counts them again */
+    return 1;
 }
 
 /* The pooled pages go back to the OS (after a step: no fetch follows before the next pass). */
@@ -236,6 +237,7 @@ int mw_train_stream_init(struct mw_train_stream *s, struct mw_net *m, struct mw_
     s->u_t0 = calloc(nu, sizeof *s->u_t0);
     s->sg_ref = calloc(ns, sizeof *s->sg_ref);
     s->sg_state = calloc(ns, 1);
+    s->sg_hand = calloc(ns, 1);
     s->sg_unit = calloc(ns, sizeof *s->sg_unit);
     s->sg_io = calloc(ns, sizeof *s->sg_io);
     s->sg_t0 = calloc(ns, sizeof *s->sg_t0);
@@ -246,7 +248,7 @@ int mw_train_stream_init(struct mw_train_stream *s, struct mw_net *m, struct mw_
     s->gw_unit = calloc(ns, sizeof *s->gw_unit);
     s->chunk_sumsq = calloc(s->nchunks, sizeof *s->chunk_sumsq);
     s->chunk_done = calloc(s->nchunks, 1);
-    if (!s->chunk_done || !s->u_first || !s->u_n || !s->u_lo || !s->u_hi || !s->u_init || !s->u_t0 || !s->sg_ref || !s->sg_state ||
+    if (!s->chunk_done || !s->u_first || !s->u_n || !s->u_lo || !s->u_hi || !s->u_init || !s->u_t0 || !s->sg_ref || !s->sg_state || !s->sg_hand ||
         !s->sg_unit || !s->sg_io || !s->sg_t0 || !s->sg_gdone || !s->chunk_sumsq || !s->gw_pending || !s->gw_io ||
         !s->gw_t0 || !s->gw_unit) {
         mw_train_stream_free(s);
@@ -267,6 +269,8 @@ int mw_train_stream_init(struct mw_train_stream *s, struct mw_net *m, struct mw_
     /* Nothing of the weights or gradients is resident until it is used: the model's arrays are
      * fresh mappings (the model's init), never touched before this. */
     pool_init(s);
+    const char *env = getenv("MEMWALL_STREAM_HANDOFF");
+    s->handoff = !(env && !strcmp(env, "0")) && opt->cfg.weights == MW_OFFLOAD_W_FP32;
     return 0;
 }
 
@@ -297,7 +301,8 @@ void mw_train_stream_free(struct mw_train_stream *s)
 {
     if (s->sg_state && s->opt && s->opt->eng)
         for (uint32_t i = 0; i < s->nsg; i++) {
-            if (s->sg_state[i] == MW_UNIT_FETCHING) (void)mw_offload_io_wait(eng(s), &s->sg_io[i]);
+            if (s->sg_state[i] == MW_UNIT_FETCHING && s->sg_hand[i]) (void)mw_offload_master_handoff(eng(s), i - s->sg0, NULL);
+            else if (s->sg_state[i] == MW_UNIT_FETCHING) (void)mw_offload_io_wait(eng(s), &s->sg_io[i]);
             if (s->gw_pending && s->gw_pending[i]) (void)mw_offload_io_wait(eng(s), &s->gw_io[i]);
         }
     free(s->u_first);
@@ -308,6 +313,7 @@ void mw_train_stream_free(struct mw_train_stream *s)
     free(s->u_t0);
     free(s->sg_ref);
     free(s->sg_state);
+    free(s->sg_hand);
     free(s->sg_unit);
     free(s->sg_io);
     free(s->sg_t0);
@@ -326,13 +332,43 @@ void mw_train_stream_free(struct mw_train_stream *s)
 
 /* ---------------------------------------------------------------- the source "nvme" (units.h) */
 
+/* Subgroup sg (released, or resident with stale weights and held by none) takes the weights of the
+ * update in flight, or between steps the next one, from the engine (stream.h, "a handoff"): 1 if
+ * arranged (FETCHING), 0 if not (as it was), or an error. */
+static int hand_over(struct mw_train_stream *s, uint32_t sg, int unit)
+{
+    uint64_t a, n;
+    sg_range(s, sg, &a, &n);
+    int was = s->sg_state[sg], took = was == MW_UNIT_RELEASED && pool_take(s, sg), e = 0; /* (before: the
+                                                           update may write into them once it is made) */
+    int h = mw_offload_master_handoff(eng(s), sg - s->sg0, s->model->params + a);
+    if (h == 1) {
+        s->sg_state[sg] = MW_UNIT_FETCHING;
+        s->sg_hand[sg] = 1;
+        s->sg_unit[sg] = unit;
+        s->sg_t0[sg] = mw_now_ns();
+        if (was == MW_UNIT_RELEASED) count_resident(s, (int64_t)sg_bytes(s, sg));
+        return 1;
+    }
+    if (took && pool_put(s, sg)) count_resident(s, (int64_t)sg_bytes(s, sg)); /* back, for a read */
+    else if (took) e = drop(s, s->model->params, sg, "weight");
+    return h < 0 ? h : e;
+}
+
 /* block: the unit is needed now (wait for the update of its subgroups, if one runs); else a
- * prefetch, skipped for a subgroup whose update has not been written yet. */
+ * prefetch. A subgroup whose update has not been written yet is handed over by the update (stream.h)
+ * when the engine can still arrange it; else a prefetch skips it and an acquire waits, then reads. */
 static int fetch_issue(struct mw_train_stream *s, uint32_t sg, int unit, int block)
 {
     if (s->sg_state[sg] != MW_UNIT_RELEASED || !owned(s, sg)) return 0; /* others: gathered (unit_get_) */
     uint64_t tw = mw_now_ns();
-    int ready = mw_offload_sg_wait(eng(s), sg - s->sg0, block);
+    int ready = mw_offload_sg_wait(eng(s), sg - s->sg0, 0);
+    if (ready < 0) return ready;
+    if (!ready && s->handoff) { /* its update has not been written: the update hands the weights over */
+        int h = hand_over(s, sg, unit);
+        if (h) return h < 0 ? h : 0;
+    }
+    if (!ready && block) ready = mw_offload_sg_wait(eng(s), sg - s->sg0, 1);
     if (ready < 0) return ready;
     if (!ready) return 0;
     if (block && mw_now_ns() - tw > 1000) { /* waited for the update: exposed too */
@@ -356,9 +392,49 @@ static int fetch_issue(struct mw_train_stream *s, uint32_t sg, int unit, int blo
     return 0;
 }
 
+/* A handoff (fetch_issue): waits for the update to copy the weights in; when it will not after all,
+ * they are read as a fetch would. */
+static int hand_wait(struct mw_train_stream *s, uint32_t sg)
+{
+    uint64_t t0 = mw_now_ns(), a, n;
+    sg_range(s, sg, &a, &n);
+    int r = mw_offload_master_handoff_wait(eng(s), sg - s->sg0);
+    uint64_t t1 = mw_now_ns();
+    s->sg_hand[sg] = 0;
+    if (r == 0) { /* the update did not hand them over: read them (pages as they are) */
+        (void)mw_offload_master_handoff(eng(s), sg - s->sg0, NULL);
+        if ((r = mw_offload_sg_wait(eng(s), sg - s->sg0, 1)) >= 0) {
+            s->sg_t0[sg] = mw_now_ns();
+            r = mw_offload_master_fetch(eng(s), sg - s->sg0, s->model->params + a, &s->sg_io[sg]);
+            if (!r) return 1; /* a read in flight now: the caller waits for it */
+        }
+    }
+    if (r < 0) {
+        (void)mw_offload_master_handoff(eng(s), sg - s->sg0, NULL);
+        s->sg_state[sg] = MW_UNIT_RELEASED;
+        count_resident(s, -(int64_t)sg_bytes(s, sg));
+        (void)drop(s, s->model->params, sg, "weight");
+        return mw_error_set(r, "streaming: the updated weights of subgroup %u (unit %d) failed: %s", sg, s->sg_unit[sg],
+                            mw_error_msg());
+    }
+    if (t1 - t0 > 1000) {
+        s->wait_ns += t1 - t0;
+        struct mw_trace_arg w[3] = {{"unit", s->sg_unit[sg]}, {"bytes", 0}, {"step", s->step}};
+        mw_trace_span(s->trace, "residency", "wait", t0, t1, w, 3);
+    }
+    (void)mw_offload_master_handoff(eng(s), sg - s->sg0, NULL); /* done: the next one is another step's */
+    s->sg_state[sg] = MW_UNIT_RESIDENT;
+    s->handoff_bytes += sg_bytes(s, sg);
+    return 0;
+}
+
 static int fetch_wait(struct mw_train_stream *s, uint32_t sg)
 {
     if (s->sg_state[sg] != MW_UNIT_FETCHING) return 0;
+    if (s->sg_hand[sg]) {
+        int r = hand_wait(s, sg);
+        if (r <= 0) return r; /* r == 1: read after all, below */
+    }
     uint64_t t0 = mw_now_ns();
     int done = mw_offload_io_test(&s->sg_io[sg]);
     int err = mw_offload_io_wait(eng(s), &s->sg_io[sg]);
@@ -636,6 +712,28 @@ static int zero_backward_end(struct mw_train_stream *s)
     return err ? err : e2;
 }
 
+/* The step's last backward ended: the first units of the next forward (those its first acquire
+ * waits for or issues ahead) take their weights from the coming update (stream.h). */
+static int hand_next_forward(struct mw_train_stream *s)
+{
+    if (!s->handoff || s->zero || s->layer_major) return 0;
+    int err = 0;
+    for (int k = 0; !err; k++) {
+        int u = mw_net_sched_unit(&s->units.sched, 0, 1, k);
+        if (u < 0 || (k > 0 && !mw_units_in_reach(&s->units, k - 1, u))) {
+            if (u < 0 || k > MW_MAX(s->units.depth, s->units.lead_max)) break;
+            continue;
+        }
+        for (uint32_t g = s->u_lo[u]; g <= s->u_hi[u] && !err; g++) {
+            if (!owned(s, g) || s->sg_ref[g] || (s->sg_state[g] != MW_UNIT_RELEASED && s->sg_state[g] != MW_UNIT_RESIDENT))
+                continue;
+            int h = hand_over(s, g, u);
+            if (h < 0) err = h;
+        }
+    }
+    return err;
+}
+
 static int st_backward_end(void *self)
 {
     struct mw_train_stream *s = self;
@@ -644,6 +742,7 @@ static int st_backward_end(void *self)
     s->err = grads_advance(s, 0, -1);
     int err = grads_reap(s, 1); /* the update reads them back: every write done */
     mw_offload_grads_resident(eng(s), s->grads_kept); /* no update runs: its step starts after this */
+    if (!s->err && !err) err = hand_next_forward(s);
     return s->err ? s->err : (s->err = err);
 }
 
@@ -670,6 +769,7 @@ static int st_after_step(void *self)
     struct mw_train_stream *s = self;
     int err = 0;
     for (uint32_t g = 0; g < s->nsg && !err; g++) {
+        if (s->sg_hand[g]) continue; /* the updated weights, handed over (hand_next_forward) */
         if (s->sg_state[g] == MW_UNIT_FETCHING && (err = fetch_wait(s, g))) break;
         if (s->sg_state[g] != MW_UNIT_RESIDENT || s->sg_ref[g]) continue;
         if ((err = drop(s, s->model->params, g, "weight"))) break;

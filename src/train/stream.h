@@ -23,6 +23,15 @@
  * pages instead: mremap moves them (page tables, no copy, no zeroing) to a pool slot, and the fetch
  * moves them into its own range before the read. The pool holds no more subgroups than the units
  * about to be fetched need, so the resident weights stay what the plan counts.
+ *
+ * Why a handoff: the update of step t runs behind the forward of step t+1, unit by unit, and the
+ * forward needs each unit's updated weights. Reading them back from the master once its write has
+ * landed put a write and a read on the forward's path for every subgroup, and 4 bytes a parameter
+ * more on a disk the update already loads with 24 (without accumulation the step is bound by NVMe:
+ * 8-9 s at Qwen2.5-0.5B, 2-4 s of it fetch waits). A fetch of a subgroup whose update has not run
+ * yet asks the engine to copy the new master into its pages instead (mw_offload_master_handoff:
+ * the kernel writes it as it goes); the read stays for the rest (the backward's fetches, an update
+ * already being written).
  */
 #ifndef MEMWALL_TRAIN_STREAM_H
 #define MEMWALL_TRAIN_STREAM_H
@@ -63,6 +72,8 @@ struct mw_train_stream {
     uint32_t nsg;
     int *sg_ref;                  /* [nsg] units holding it */
     unsigned char *sg_state;      /* [nsg] enum mw_unit_state of its weights */
+    unsigned char *sg_hand;       /* [nsg] FETCHING by a handoff from the update, not a read */
+    int handoff;                  /* handoffs on (MEMWALL_STREAM_HANDOFF=0: off) */
     int *sg_unit;                 /* [nsg] the unit whose acquire/prefetch fetched it (trace) */
     struct mw_offload_io *sg_io;    /* [nsg] fetch in flight */
     uint64_t *sg_t0;              /* [nsg] fetch start, ns */
@@ -86,6 +97,7 @@ struct mw_train_stream {
     /* measured */
     uint64_t resident_now, resident_peak;   /* weight bytes resident (subgroups), peak */
     uint64_t fetch_bytes, grad_write_bytes; /* since init */
+    uint64_t handoff_bytes;                 /* weights taken from the update instead of read, since init */
     uint64_t wait_ns;                       /* training thread blocked on fetches */
     /* The page pool (stream.c, "the page pool"): pages of released subgroups moved (mremap) to
      * the fetches that follow, so that a read lands in pages the kernel need not zero first. */
