@@ -25,6 +25,9 @@ Per case: median step time of the steps after --drop, peak resident set (VmHWM),
     python3 bench/torch_speed.py --shape smollm2-135m --batch 1 --seq 64 --accum 2 --steps 3 --drop 1
     MEMWALL_LIB=build/libmemwall.so PYTHONPATH=python python3 bench/torch_speed.py ...
 
+`--dram-budget G` gives memwall's cases offload(dram_budget=G GiB): with room, each step's gradients stay
+in DRAM (docs/python.md); DeepSpeed's peak resident set is the bound of the side-by-side figure.
+
 GiB = 2^30 bytes, GB = 10^9.
 """
 import argparse
@@ -185,6 +188,7 @@ def child(a):
         weights, optimizer = ("dram", "nvme") if a.child == "resident" else ("nvme", None)
         off = mt.offload(model, nvme_dir=a.nvme_dir, weights=weights, optimizer=optimizer, weights_from=a.model,
                          grad_accum=a.accum, threads=a.threads, prefetch=a.prefetch,
+                         dram_budget=int(a.dram_budget * 2**30) if a.dram_budget else None,
                          trace=f"{a.trace}.{a.child}.json" if a.trace else None)
         opt = off.optimizer(lr=a.lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.0)
         model.train()
@@ -251,8 +255,8 @@ def run_case(a, c, model):
     nvme = os.path.join(a.work, f"nvme-{c}")
     shutil.rmtree(nvme, ignore_errors=True)
     cmd = [sys.executable, os.path.abspath(__file__), "--child", c, "--model", model, "--nvme-dir", nvme]
-    for k in ("shape", "batch", "seq", "accum", "steps", "drop", "threads", "lr", "prefetch"):
-        cmd += [f"--{k}", str(getattr(a, k))]
+    for k in ("shape", "batch", "seq", "accum", "steps", "drop", "threads", "lr", "prefetch", "dram_budget"):
+        cmd += [f"--{k.replace('_', '-')}", str(getattr(a, k))]
     if a.trace:
         cmd += ["--trace", os.path.abspath(a.trace)]
     print("$ " + " ".join(cmd), flush=True)
@@ -279,6 +283,9 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--prefetch", type=int, default=2)
+    ap.add_argument("--dram-budget", type=float, default=0,
+                    help="GiB: memwall's dram_budget (0: none); the budget picks the staging and, with room, keeps "
+                         "each step's gradients in DRAM")
     ap.add_argument("--json", help="write the results here too")
     ap.add_argument("--trace", help="memwall's trace of each memwall case to TRACE.<case>.json (memwall report)")
     ap.add_argument("--child", help=argparse.SUPPRESS)

@@ -197,6 +197,10 @@ struct mw_offload_config {
     struct mw_trace *trace;          /* optional recorder */
     int stream;                      /* 1: the caller streams its weights and gradients (above);
                                         needs the master on NVMe */
+    int grads_dram;                  /* stream: every step's gradients stay in ext_grads (the caller's
+                                        plan counts the whole array): the update reads them there, zeroes
+                                        them after (memset: the pages stay, no kernel zeroing at the next
+                                        fault), and the next step's first subgroups may be pre-read */
     uint64_t scratch_bytes;          /* NVMe space for the caller (kept activations), 0 = none:
                                         mw_offload_scratch_start; not state (never committed) */
     /* Durable commit record (docs/resume.md; needs master and moments on NVMe): journal = 1 keeps

@@ -169,8 +169,9 @@ int mw_pysession_unit_write(struct mw_pysession *s, int unit, const float *src);
  *   0 steps, 1 n_params, 2 n_units, 3 planned DRAM peak (streamed; 0 resident), 4 weight bytes
  *   resident at the peak (streamed), 5 weight bytes fetched, 6 gradient bytes written (streamed),
  *   7 s waited for fetches, 8 optimizer NVMe bytes read, 9 written, 10 subgroup size (elements),
- *   11 prefetch depth */
-#define MW_PYSESSION_NSTATS 12
+ *   11 prefetch depth, 12 weight bytes handed over by the update instead of fetched (streamed), 13 1
+ *   when every step's gradients stay in DRAM (streamed: kept by the budget, or accumulated) */
+#define MW_PYSESSION_NSTATS 14
 int mw_pysession_stats(const struct mw_pysession *s, double *out, int n);
 
 /* ---- the session's commit records and resume (src/pyapi/pysession.c; docs/python.md, "Resume") ----

@@ -89,6 +89,11 @@ struct mw_train_config {
     int prefetch_by_size;       /* streaming: a unit larger than the model's typical one is fetched
                                    further ahead, in proportion (mw_plan_stream_leads; the PyTorch
                                    session: a tied head's read starts blocks before its use) */
+    int keep_grads;             /* streaming, batch-major, one rank: every step's gradients stay in DRAM
+                                   for the update (the plan counts the whole array), as they do with
+                                   accumulation, instead of a write to NVMe and a read back: 2 x 4 bytes a
+                                   parameter less disk traffic a step; --dram-budget chooses it when it
+                                   fits (MW_FIT_GRADS) */
     int sync_update;            /* 1: the optimizer step finishes inside its step; 0 (default): with
                                    the optimizer state on NVMe and one rank, it runs behind the next
                                    step's forward pass (bitwise the same results) */
@@ -240,7 +245,7 @@ void mw_train_config_names(const struct mw_train_config *tc, struct mw_train_nam
  * offload_params = NVMe and dram_budget > 0, the knobs named in free_knobs (the caller left them
  * to memwall) are set in *cfg to the most preferred values whose plan fits the budget; when none
  * fits, MW_EBUDGET naming the smallest budget that would (out->need_min). Nothing to choose: 0. */
-enum { MW_FIT_SUBGROUP = 1, MW_FIT_BUFFERS = 2, MW_FIT_PREFETCH = 4, MW_FIT_ACTS = 8 };
+enum { MW_FIT_SUBGROUP = 1, MW_FIT_BUFFERS = 2, MW_FIT_PREFETCH = 4, MW_FIT_ACTS = 8, MW_FIT_GRADS = 16 };
 struct mw_train_fit {
     int tried, changed;     /* plans evaluated; knobs set */
     uint64_t chosen_total;  /* the chosen plan's DRAM peak, bytes */

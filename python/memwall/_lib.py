@@ -53,7 +53,8 @@ E_BUDGET, E_OVERFLOW = -10001, -10004  # MW_EBUDGET (a budget too small), MW_EOV
 INIT_UNIT_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64)
 SESSION_STATS_FIELDS = ("steps", "n_params", "n_units", "planned_dram_peak", "weights_resident_peak",
                         "weight_bytes_fetched", "grad_bytes_written", "fetch_wait_s", "optimizer_nvme_read_bytes",
-                        "optimizer_nvme_write_bytes", "subgroup_size", "prefetch_depth")
+                        "optimizer_nvme_write_bytes", "subgroup_size", "prefetch_depth", "weight_bytes_handed_over",
+                        "grads_kept_in_dram")
 
 
 _lib = None

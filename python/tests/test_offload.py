@@ -285,6 +285,44 @@ def test_budget_picks_the_knobs(tmp_path):
                    dram_budget=budget, subgroup_size=4 << 20, buffer_count=8)
 
 
+def test_grads_kept_by_budget(tmp_path):
+    """Without accumulation, a dram_budget with room keeps each step's gradients in DRAM for the update
+    (no write to NVMe and read back; zeroed in place after it) and the update hands the next forward its
+    new weights: bitwise the run without a budget (gradients through NVMe), an evaluation pass before a
+    step and a skipped step (inf gradients) included."""
+    runs = {}
+    for name, budget in (("plain", None), ("kept", 8 << 30)):
+        model = make("llama")
+        off = mt.offload(model, nvme_dir=tmp_path / name, weights="nvme", prefetch=1, subgroup_size=4096,
+                         threads=1, dram_budget=budget)
+        opt = off.optimizer(lr=LR, betas=BETAS, eps=EPS, weight_decay=WD)
+        data = batches(6)
+        losses, norms = [], []
+        for t in range(5):
+            x = data[t]
+            loss = model(input_ids=x, labels=x).loss
+            if t == 3:
+                loss = loss * float("inf")  # a skipped step: the gradients are not zeroed by an update
+            loss.backward()
+            losses.append(loss.item())
+            if t == 1:  # a pass after the backward, before the step: the weights before the update
+                with torch.no_grad():
+                    losses.append(model(input_ids=data[-1], labels=data[-1]).loss.item())
+            norms.append(mt.clip_grad_norm_(model.parameters(), CLIPS[t % 2]).item())
+            opt.step()
+            opt.zero_grad()
+        runs[name] = (losses, norms, {k: v.clone() for k, v in model.state_dict().items()}, off.stats())
+        off.close(restore=False)
+    (la, na, wa, sa), (lb, nb, wb, sb) = runs["plain"], runs["kept"]
+    assert [bits(torch.tensor(v)) for v in la] == [bits(torch.tensor(v)) for v in lb]
+    assert [bits(torch.tensor(v)) for v in na] == [bits(torch.tensor(v)) for v in nb]
+    for k in wa:
+        assert torch.equal(bits(wa[k]), bits(wb[k])), k
+    assert sa["grads_kept_in_dram"] == 0 and sa["grad_bytes_written"] > 0, sa
+    assert sb["grads_kept_in_dram"] == 1 and sb["grad_bytes_written"] == 0, sb
+    assert sa["weight_bytes_handed_over"] > 0 and sb["weight_bytes_handed_over"] > 0, (sa, sb)
+
+
 def test_refusals(tmp_path):
     m = make("llama", layers=2)
     with pytest.raises(ValueError, match="activations='disk': use 'dram', 'nvme'"):

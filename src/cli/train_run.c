@@ -232,16 +232,17 @@ static int fit_budget(struct train_cli *c, const struct mw_net_config *nc, struc
     if (c->A.resume || c->world > 1) return 0;
     unsigned free_knobs = (GIVEN("subgroup-size") ? 0u : MW_FIT_SUBGROUP) | (GIVEN("buffer-count") ? 0u : MW_FIT_BUFFERS) |
                           (GIVEN("prefetch-depth") ? 0u : MW_FIT_PREFETCH) |
-                          (!strcmp(c->A.activations, "auto") || !GIVEN("activations") ? MW_FIT_ACTS : 0u);
+                          (!strcmp(c->A.activations, "auto") || !GIVEN("activations") ? MW_FIT_ACTS : 0u) | MW_FIT_GRADS;
     struct mw_train_fit fit;
     int err = mw_train_fit_budget(nc, tc, free_knobs, &fit);
     if (err) { mw_cli_fail("fitting the run into --dram-budget", err); return 1; }
     if (!fit.changed) return 0;
     char b1[32], b2[32];
     printf("  --dram-budget %s chose: subgroups of %llu parameters, %d staging buffers, prefetch depth %d, block "
-           "activations %s (planned peak %s; %d plan%s tried)\n", mw_fmt_bytes(b1, sizeof b1, tc->dram_budget),
+           "activations %s%s (planned peak %s; %d plan%s tried)\n", mw_fmt_bytes(b1, sizeof b1, tc->dram_budget),
            (unsigned long long)tc->subgroup_size, tc->buffer_count, tc->prefetch_depth,
-           tc->acts_nvme ? "on NVMe" : "recomputed", mw_fmt_bytes(b2, sizeof b2, fit.chosen_total), fit.tried,
+           tc->acts_nvme ? "on NVMe" : "recomputed", tc->keep_grads ? ", gradients kept in DRAM between steps" : "",
+           mw_fmt_bytes(b2, sizeof b2, fit.chosen_total), fit.tried,
            fit.tried == 1 ? "" : "s");
     /* What the run resolved is what its record keeps. */
     c->A.subgroup_size = tc->subgroup_size;

@@ -303,7 +303,7 @@ static void stage_read(struct mw_offload *e, uint32_t sg)
     s->crcs = 0;
     s->read_rc = 0;
     s->read_msg[0] = 0;
-    int gread = e->gobj && !e->grads_resident;
+    int gread = e->gobj && !e->grads_resident && s->state != OFL_SG_PREREADING;
     s->reads_left = gread ? 2 : 1;
     if (gread) { /* streaming: the gradients come back from their object into the caller's array */
         ofl_obj_io(&s->gio, e->gobj[sg], MW_AIO_READ, MW_ALIGN_UP(4 * e->sgs[sg].n, OFL_PAD),
@@ -395,7 +395,11 @@ static void stream_release_grads(struct mw_offload *e, uint32_t sg)
     const struct mw_offload_subgroup *g = &e->sgs[sg];
     char *a = (char *)(uintptr_t)(e->cfg.ext_grads + g->first);
     size_t len = (size_t)MW_ALIGN_UP(4 * g->n, OFL_PAD);
-    if (madvise(a, len, MADV_DONTNEED) != 0) memset(a, 0, 4 * g->n);
+    /* cfg.grads_dram: the pages stay for the next step (its plan counts them), zeroed here: a page
+     * given back comes back zeroed by the kernel at its next fault, which on the 2-vCPU guest cost a
+     * fifth of the process's CPU (perf: clear_page_erms under do_huge_pmd_wp_page, the backward's
+     * first add into each gradient) against a memset at memory speed. */
+    if (e->cfg.grads_dram || madvise(a, len, MADV_DONTNEED) != 0) memset(a, 0, 4 * g->n);
 }
 
 /* Pipe thread, mutex released: write-back and working-copy refresh of an updated subgroup. */
@@ -497,7 +501,7 @@ static void *pipe_main(void *arg)
             continue;
         }
         /* Between steps, the next step's first subgroups into the free buffers (no gradients are
-         * read: streaming has no pre-reads). */
+         * read: streaming pre-reads only with cfg.grads_dram, the gradients in DRAM). */
         if (e->pre_on && !e->in_flight && !e->n_started && !e->failed && e->nfree > 0) {
             while (e->pre_next < e->nsg && e->st[e->pre_next].state != OFL_SG_IDLE) e->pre_next++;
             if (e->pre_next < e->nsg) {
@@ -842,7 +846,9 @@ void ofl_pipe_enqueue_locked(struct mw_offload *e, uint32_t sg)
 
 void ofl_preread_allow(struct mw_offload *e)
 {
-    if (!e->txn || !e->store || e->gobj || e->cfg.stream || e->cfg.staging_release || !e->cfg.preread || !e->threads_up)
+    /* (streaming: only when every step's gradients stay in DRAM; a pre-read reads no gradients) */
+    if (!e->txn || !e->store || ((e->gobj || e->cfg.stream) && !e->cfg.grads_dram) || e->cfg.staging_release ||
+        !e->cfg.preread || !e->threads_up)
         return;
     pthread_mutex_lock(&e->mu);
     e->pre_on = 1;

@@ -227,6 +227,8 @@ static int check_config(const struct mw_offload_registry *r, const struct mw_off
     }
     if (c->stream && (c->place.tier[MW_OFFLOAD_MASTER] != MW_TIER_NVME || c->weights != MW_OFFLOAD_W_FP32))
         return mw_error_set(-EINVAL, "offload: streaming weights needs the fp32 master on nvme (it is the weights' home)");
+    if (c->grads_dram && !c->stream)
+        return mw_error_set(-EINVAL, "offload: grads_dram is for streamed weights (stream)");
     if (c->stream && c->use_device)
         return mw_error_set(-ENOTSUP, "offload: streaming weights runs every update on the CPU (use the all-cpu policy)");
     if (ofl_transactional(c) && (!c->nvme_dir || !*c->nvme_dir))

@@ -135,8 +135,8 @@ int mw_plan_stream_dram(const struct mw_plan_stream_in *in, struct mw_plan_strea
     /* At each position p of a training pass: the weights of the units at p..p+depth (resident
      * or being fetched; a released unit's subgroups stay only when the next one needs them) and,
      * leading by size, those further ahead within their own lead (mw_plan_stream_leads),
-     * plus the gradients resident then. Gradients: with accumulation the whole array lives
-     * through the step's micro-batches; at the last one, unit u's backward touches its range
+     * plus the gradients resident then. Gradients: with accumulation (or keep_grads) the whole
+     * array lives through the step (and stays, zeroed, for the next); else at the last micro-batch, unit u's backward touches its range
      * from first[u] up, the subgroups that start in a norm chunk below the previous mark wait
      * for the rest of their chunk, and those finished at the previous mark are being written.
      * The LM head (backward position 0) and the blocks write
@@ -171,7 +171,7 @@ int mw_plan_stream_dram(const struct mw_plan_stream_in *in, struct mw_plan_strea
         int backward = p >= nf, u = p < npos ? unit_at(in, p) : 0;
         if (in->dp_grads_bytes) { /* data parallel: as the ZeRO stage keeps them (the trainer's figure) */
             gbytes = in->dp_grads_bytes;
-        } else if (in->grad_accum > 1 && !lm) {
+        } else if ((in->grad_accum > 1 || in->keep_grads) && !lm) {
             gbytes = full;
         } else if (backward && (lm || p != nf || !tied)) { /* batch-major's tied LM head (position nf) writes none */
             /* The writes of the previous unit's subgroups are still in flight during this unit's

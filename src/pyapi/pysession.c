@@ -294,7 +294,8 @@ static int config_make(struct mw_pysession *s, const char *weights, const char *
 static int budget_fit(struct mw_pysession *s, const struct mw_net_config *mc, uint64_t subgroup_size, int buffer_count)
 {
     struct mw_train_config *c = &s->tr.cfg;
-    unsigned free_knobs = (subgroup_size || c->resume ? 0u : MW_FIT_SUBGROUP) | (buffer_count ? 0u : MW_FIT_BUFFERS);
+    unsigned free_knobs = (subgroup_size || c->resume ? 0u : MW_FIT_SUBGROUP) | (buffer_count ? 0u : MW_FIT_BUFFERS) |
+                          MW_FIT_GRADS;
     if (!c->dram_budget || c->offload_params != MW_TIER_NVME || !free_knobs) return 0;
     struct mw_train_fit fit;
     uint64_t sg = c->subgroup_size;
@@ -307,6 +308,7 @@ static int budget_fit(struct mw_pysession *s, const struct mw_net_config *mc, ui
     c->buffer_count = buffers;
     c->prefetch_depth = depth;
     c->acts_nvme = acts;
+    c->keep_grads = 0;
     return 0;
 }
 
@@ -624,7 +626,7 @@ int mw_pysession_stats(const struct mw_pysession *s, double *out, int n)
         (double)s->step, (double)s->tr.model.sizes.n_params, (double)s->tr.model.n_units, (double)si->planned_total,
         (double)si->resident_peak, (double)si->fetch_bytes, (double)si->grad_write_bytes, si->wait_s,
         (double)os.nvme_read_bytes, (double)os.nvme_write_bytes, (double)s->tr.opt->plan.subgroup_size,
-        (double)si->prefetch_depth,
+        (double)si->prefetch_depth, (double)si->handoff_bytes, (double)(si->active && s->tr.opt->cfg.grads_dram),
     };
     int k = n < MW_PYSESSION_NSTATS ? n : MW_PYSESSION_NSTATS;
     for (int i = 0; i < k; i++) out[i] = v[i];

@@ -11,6 +11,9 @@
  * is a stall in every pass), then the staging buffers down to 3 (the update's read, update and
  * write overlap), the subgroup size down to 256 Ki elements (below that the I/O pieces get small),
  * then 2 buffers and prefetch 1, and last the activations recomputed instead of written to NVMe.
+ * With the knobs chosen and room left, a batch-major run without accumulation keeps each step's
+ * gradients in DRAM too (MW_FIT_GRADS: 2 x 4 bytes a parameter of disk traffic less a step, and no
+ * kernel zeroing of their pages; docs/train.md), the other choices unchanged.
  */
 #include "memwall/train.h"
 #include "memwall/common.h"
@@ -24,7 +27,7 @@ static const uint64_t sg_sizes[] = {4u << 20, 2u << 20, 1u << 20, 512u << 10, 25
 static const int buffer_counts[] = {8, 6, 4, 3, 2};
 static const int depths[] = {2, 1, 0};
 
-struct cand { uint64_t sg; int buffers, depth, acts_nvme; };
+struct cand { uint64_t sg; int buffers, depth, acts_nvme, keep_grads; };
 
 /* The plan's runtime part is the resident set measured now; the trainer measures it again just
  * before its own check, a little later (the data mapped, the trace recorder made). A plan is
@@ -39,6 +42,7 @@ static int plan_of(const struct mw_net_config *mc, const struct mw_train_config 
     t.buffer_count = c->buffers;
     t.prefetch_depth = c->depth;
     t.acts_nvme = c->acts_nvme;
+    t.keep_grads = c->keep_grads;
     struct mw_plan_stream p;
     int err = mw_train_plan_stream(mc, &t, &p, NULL);
     if (!err) *total = p.total;
@@ -57,6 +61,8 @@ int mw_train_fit_budget(const struct mw_net_config *mc, struct mw_train_config *
     int nacts = (free_knobs & MW_FIT_ACTS) && cfg->layer_major && cfg->acts_nvme ? 2 : 1;
     int nd = free_knobs & MW_FIT_PREFETCH ? 3 : 1, ns = free_knobs & MW_FIT_SUBGROUP ? 5 : 1;
     int nb = free_knobs & MW_FIT_BUFFERS ? 5 : 1;
+    /* Gradients kept between steps: batch-major without accumulation (with it they are kept anyway). */
+    int grads_free = (free_knobs & MW_FIT_GRADS) && !cfg->keep_grads && !cfg->layer_major && cfg->grad_accum == 1;
     for (int a = 0; a < nacts; a++)
         for (int d = 0; d < nd; d++)
             for (int si = 0; si < ns; si++)
@@ -65,6 +71,7 @@ int mw_train_fit_budget(const struct mw_net_config *mc, struct mw_train_config *
                     c.depth = free_knobs & MW_FIT_PREFETCH ? depths[d] : cfg->prefetch_depth;
                     c.sg = free_knobs & MW_FIT_SUBGROUP ? sg_sizes[si] : cfg->subgroup_size;
                     c.buffers = free_knobs & MW_FIT_BUFFERS ? buffer_counts[b] : cfg->buffer_count;
+                    c.keep_grads = cfg->keep_grads;
                     /* 2 buffers only with prefetch 1 or less: the preference order above */
                     if (c.buffers == 2 && c.depth == 2 && nd > 1) continue;
                     uint64_t total = 0;
@@ -73,13 +80,25 @@ int mw_train_fit_budget(const struct mw_net_config *mc, struct mw_train_config *
                     out->tried++;
                     uint64_t need = total + margin(total);
                     if (need <= cfg->dram_budget) {
+                        /* With room left: the step's gradients kept in DRAM too (MW_FIT_GRADS), the
+                         * same knobs otherwise, when that plan fits as well. */
+                        c.keep_grads = 1;
+                        uint64_t kept = 0;
+                        if (grads_free && !(err = plan_of(mc, cfg, &c, &kept)) && kept + margin(kept) <= cfg->dram_budget) {
+                            out->tried++;
+                            total = kept;
+                        } else {
+                            if (err) return err;
+                            c.keep_grads = cfg->keep_grads;
+                        }
                         out->changed = c.sg != (cfg->subgroup_size ? cfg->subgroup_size : sg_sizes[0]) ||
-                                       c.buffers != cfg->buffer_count ||
+                                       c.buffers != cfg->buffer_count || c.keep_grads != cfg->keep_grads ||
                                        c.depth != cfg->prefetch_depth || c.acts_nvme != cfg->acts_nvme;
                         cfg->subgroup_size = c.sg;
                         cfg->buffer_count = c.buffers;
                         cfg->prefetch_depth = c.depth;
                         cfg->acts_nvme = c.acts_nvme;
+                        cfg->keep_grads = c.keep_grads;
                         out->chosen_total = total;
                         return 0;
                     }

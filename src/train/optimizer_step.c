@@ -116,6 +116,7 @@ static int opt_init(struct mw_train_opt *o, struct mw_net *m, const struct mw_tr
     /* Streamed weights (src/train/stream.c): the hook is planned for now (gradient objects on
      * NVMe), its user is set by the trainer once the stream exists. */
     cfg->stream = c->offload_params == MW_TIER_NVME;
+    cfg->grads_dram = cfg->stream && c->keep_grads; /* (residency.c: kept or accumulated, one rank, batch-major) */
     if (c->acts_nvme) { /* the blocks' kept activations (src/train/acts.c) */
         cfg->scratch_bytes = mw_train_acts_scratch_bytes(m->n_layer, c->grad_accum, mw_net_act_slot_bytes(m));
         if (cfg->scratch_bytes == UINT64_MAX) {

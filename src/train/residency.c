@@ -224,6 +224,7 @@ int mw_residency_stream_plan(const struct mw_net *m, const struct mw_train_opt *
         .layer_major = cfg->layer_major, .overlap = !cfg->sync_update,
         .wrap_micro = cfg->prefetch_next_micro && cfg->grad_accum > 1 && !cfg->layer_major,
         .lead_by_size = cfg->prefetch_by_size,
+        .keep_grads = cfg->keep_grads && !cfg->layer_major,
         .acts_bytes = acts,
         .staging_bytes = o->plan.tier_bytes[MW_TIER_DRAM],
         .runtime_bytes = mw_proc_mem("VmRSS"),
@@ -354,8 +355,14 @@ int mw_residency_open(struct mw_trainer *tr, const struct mw_net_config *mcfg, s
     const struct mw_net_sizes *z = &tr->model.sizes;
     /* Streamed: the streamed part is planned at attach (the plan checks the whole budget). */
     out->model_dram = streaming ? z->acts_bytes : z->params_bytes + z->grads_bytes + z->acts_bytes;
+    if (cfg->keep_grads && (!streaming || cfg->layer_major || tr->world > 1))
+        return mw_error_set(-EINVAL, "gradients kept in DRAM (keep_grads) need streamed weights (offload_params nvme), "
+                            "the batch-major schedule and one rank");
     out->opt_cfg = tr->cfg;
     if (streaming) out->opt_cfg.dram_budget = 0;
+    /* The engine's cfg.grads_dram: every step's gradients stay in DRAM (kept, or with batch-major
+     * accumulation), so the update zeroes them in place and may pre-read between steps. */
+    out->opt_cfg.keep_grads = streaming && !cfg->layer_major && tr->world == 1 && (cfg->keep_grads || cfg->grad_accum > 1);
     return 0;
 }
 
@@ -378,6 +385,7 @@ static int attach_stream(struct mw_trainer *tr, struct mw_residency *r)
         return err;
     s->layer_major = cfg->layer_major;
     s->prefetch_next_micro = cfg->prefetch_next_micro;
+    s->keep_grads = cfg->keep_grads;
     if (cfg->prefetch_by_size && (err = mw_units_lead_by_size(&s->units))) return err;
     if ((err = mw_residency_stream_plan(&tr->model, tr->opt, cfg, r->zero, &s->plan))) return err;
     if (cfg->dram_budget && s->plan.total > cfg->dram_budget) {

@@ -582,7 +582,13 @@ static int st_step_begin(void *self)
     memset(s->chunk_done, 0, s->nchunks);
     s->err = 0;
     /* Zero gradients without touching them: every page goes back to the OS (no update runs
-     * now: the trainer finished it before this). */
+     * now: the trainer finished it before this). With the engine's grads_dram the update zeroed
+     * them in place as it read them, and they stay (grads_clean: a skipped or failed step did not). */
+    uint64_t committed = mw_offload_committed_steps(eng(s));
+    int clean = s->grads_clean && !mw_offload_step_in_flight(eng(s)) && committed == s->clean_at;
+    s->grads_clean = 0;
+    s->begun_at = committed;
+    if (clean) return 0;
     if (madvise(s->model->grads, MW_ALIGN_UP(s->model->sizes.grads_bytes, s->page), MADV_DONTNEED) != 0) {
         int e = errno;
         return mw_error_set(-e, "streaming: returning the gradient pages failed: %s", strerror(e));
@@ -602,7 +608,7 @@ static int st_backward_begin(void *self, int micro, int last)
      * whole array): the update reads them there (mw_offload_grads_resident) and drops each
      * subgroup's pages once it has, so writing them out and reading them back would be 2 x the
      * gradients' bytes of disk traffic for nothing, in the step's busiest stretch. */
-    if (last) s->grads_kept = micro > 0 && !s->layer_major && !s->zero;
+    if (last) s->grads_kept = (micro > 0 || s->keep_grads) && !s->layer_major && !s->zero;
     if (s->zero) mw_train_zero_backward_begin(s->zero, micro, last);
     return 0;
 }
@@ -768,6 +774,14 @@ static int st_after_step(void *self)
 {
     struct mw_train_stream *s = self;
     int err = 0;
+    /* The update started zeroes each subgroup's gradients in place as it reads them (grads_dram):
+     * once it has committed, the next step_begin has nothing to zero. */
+    uint64_t committed = mw_offload_committed_steps(eng(s));
+    int running = mw_offload_step_in_flight(eng(s));
+    if (s->opt->cfg.grads_dram && !s->zero && (running || committed > s->begun_at)) { /* (not a skipped step) */
+        s->grads_clean = 1;
+        s->clean_at = committed + (running ? 1 : 0);
+    }
     for (uint32_t g = 0; g < s->nsg && !err; g++) {
         if (s->sg_hand[g]) continue; /* the updated weights, handed over (hand_next_forward) */
         if (s->sg_state[g] == MW_UNIT_FETCHING && (err = fetch_wait(s, g))) break;
