@@ -54,6 +54,19 @@ int main(void)
     CHECK(mw_plan_stream_dram(&in, &p) == 0);
     CHECK(p.grads_peak == MW_ALIGN_UP(108288 * 4, 4096));
 
+    /* Kept gradients (keep_grads) without accumulation: the whole array too. A tied embedding kept
+     * from its lookup to the head (keep_tied): a block's 13 subgroups plus the embeddings' 2 at
+     * prefetch depth 0 (without it: the block alone). */
+    in = shape(2, 64, 64, 64, 4096, 0, 1);
+    in.keep_grads = 1;
+    CHECK(mw_plan_stream_dram(&in, &p) == 0);
+    CHECK(p.grads_peak == MW_ALIGN_UP(108288 * 4, 4096));
+    in.keep_grads = 0;
+    CHECK(mw_plan_stream_dram(&in, &p) == 0 && p.weights_peak == 13 * 16384);
+    in.keep_tied = 1;
+    CHECK(mw_plan_stream_dram(&in, &p) == 0);
+    CHECK(p.weights_peak == 15 * 16384);
+
     /* Data parallel: the gradients are what the trainer says its ZeRO stage keeps, at every
      * position; the collectives' buffers are added to the total. */
     in = shape(2, 64, 64, 64, 4096, 1, 1);

@@ -320,6 +320,8 @@ struct mw_plan_stream_in {
     int lead_by_size;             /* larger units fetched further ahead (mw_plan_stream_leads) */
     int keep_grads;               /* batch-major: every step's gradients stay in DRAM (the whole array,
                                      at every position, as with accumulation) */
+    int keep_tied;                /* a unit used twice in the forward (a tied embedding and head) stays
+                                     resident between its two uses */
     uint64_t subgroup_size;       /* elements per optimizer subgroup (the engine's, after rounding) */
     int buffer_count;             /* optimizer staging buffers */
     uint64_t acts_bytes;          /* the model's activation allocation (mw_gpt2_sizes), plus layer-major's

@@ -94,6 +94,9 @@ struct mw_train_config {
                                    accumulation, instead of a write to NVMe and a read back: 2 x 4 bytes a
                                    parameter less disk traffic a step; --dram-budget chooses it when it
                                    fits (MW_FIT_GRADS) */
+    int keep_tied;              /* streaming: a unit the forward uses twice (a tied embedding and LM head)
+                                   stays resident from its first use to its second instead of a second
+                                   fetch; --dram-budget chooses it when it fits (MW_FIT_GRADS) */
     int sync_update;            /* 1: the optimizer step finishes inside its step; 0 (default): with
                                    the optimizer state on NVMe and one rank, it runs behind the next
                                    step's forward pass (bitwise the same results) */

@@ -74,7 +74,7 @@ void train_opts_init(struct train_cli *c)
         {"aio-queue-depth", MW_OPT_INT, &c->A.aio_queue_depth, "N", "NVMe request pieces in flight; 0 = 128", 0, 4096, NULL},
         {"preread", MW_OPT_CHOICE, &c->A.preread, NULL, "read the next step's first optimizer subgroups from NVMe between steps, into the free staging buffers during backward, checked by the update that uses them (docs/offload.md); auto = on with --optimizer-tier nvme (the streamed weights have their own read-ahead)", 0, 0, preread_names},
         {"offload-policy", MW_OPT_STRING, &c->A.policy, "P", "where subgroups are updated: all-cpu, auto, all-device, every-K (device: the emulated accelerator, or the GPU with MEMWALL_DEVICE=cuda: docs/gpu.md)", 0, 0, NULL},
-        {"dram-budget", MW_OPT_SIZE, &c->A.dram_budget, "BYTES", "DRAM for the whole run (model + optimizer), refused up front if short; 0 = no limit", 0, 0, NULL},
+        {"dram-budget", MW_OPT_SIZE, &c->A.dram_budget, "BYTES", "DRAM for the whole run (model + optimizer), refused up front if short; streamed: picks the knobs left unset and, with room, keeps the gradients in DRAM; 0 = no limit", 0, 0, NULL},
         {"nvme-budget", MW_OPT_SIZE, &c->A.nvme_budget, "BYTES", "NVMe bytes for the optimizer state, refused up front if short; 0 = the free space", 0, 0, NULL},
         {"sample-len", MW_OPT_INT, &c->A.sample_len, "N", "tokens of text generated at the end; 0 = none", 0, 1 << 20, NULL},
         {"temperature", MW_OPT_DOUBLE, &c->A.temperature, "X", "sampling temperature", 0.01, 100, NULL},

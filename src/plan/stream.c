@@ -165,6 +165,12 @@ int mw_plan_stream_dram(const struct mw_plan_stream_in *in, struct mw_plan_strea
             for (uint64_t g = first[u] / S; g <= (first[u] + n[u] - 1) / S; g++)
                 if (!mark[g]) { mark[g] = 1; wbytes += sg_bytes(g, S, N, page); }
         }
+        for (int q = 0; in->keep_tied && p > 0 && p < nf && q < p; q++) { /* kept from a use before p to one after */
+            int u = unit_at(in, q), again = 0;
+            for (int r = p + 1; r < nf && !again; r++) again = unit_at(in, r) == u;
+            for (uint64_t g = first[u] / S; again && g <= (first[u] + n[u] - 1) / S; g++)
+                if (!mark[g]) { mark[g] = 1; wbytes += sg_bytes(g, S, N, page); }
+        }
         if (lm && tied && p == nf - 1) /* layer-major's tied head holds ln_f and the embeddings together */
             for (uint64_t g = first[L + 1] / S; g <= (N - 1) / S; g++)
                 if (!mark[g]) { mark[g] = 1; wbytes += sg_bytes(g, S, N, page); }

@@ -309,6 +309,7 @@ static int budget_fit(struct mw_pysession *s, const struct mw_net_config *mc, ui
     c->prefetch_depth = depth;
     c->acts_nvme = acts;
     c->keep_grads = 0;
+    c->keep_tied = 0;
     return 0;
 }
 

@@ -13,7 +13,8 @@
  * then 2 buffers and prefetch 1, and last the activations recomputed instead of written to NVMe.
  * With the knobs chosen and room left, a batch-major run without accumulation keeps each step's
  * gradients in DRAM too (MW_FIT_GRADS: 2 x 4 bytes a parameter of disk traffic less a step, and no
- * kernel zeroing of their pages; docs/train.md), the other choices unchanged.
+ * kernel zeroing of their pages; docs/train.md), then keeps a tied embedding resident from its
+ * lookup to the LM head (no second fetch in the forward), the other choices unchanged.
  */
 #include "memwall/train.h"
 #include "memwall/common.h"
@@ -27,7 +28,7 @@ static const uint64_t sg_sizes[] = {4u << 20, 2u << 20, 1u << 20, 512u << 10, 25
 static const int buffer_counts[] = {8, 6, 4, 3, 2};
 static const int depths[] = {2, 1, 0};
 
-struct cand { uint64_t sg; int buffers, depth, acts_nvme, keep_grads; };
+struct cand { uint64_t sg; int buffers, depth, acts_nvme, keep_grads, keep_tied; };
 
 /* The plan's runtime part is the resident set measured now; the trainer measures it again just
  * before its own check, a little later (the data mapped, the trace recorder made). A plan is
@@ -43,6 +44,7 @@ static int plan_of(const struct mw_net_config *mc, const struct mw_train_config 
     t.prefetch_depth = c->depth;
     t.acts_nvme = c->acts_nvme;
     t.keep_grads = c->keep_grads;
+    t.keep_tied = c->keep_tied;
     struct mw_plan_stream p;
     int err = mw_train_plan_stream(mc, &t, &p, NULL);
     if (!err) *total = p.total;
@@ -72,6 +74,7 @@ int mw_train_fit_budget(const struct mw_net_config *mc, struct mw_train_config *
                     c.sg = free_knobs & MW_FIT_SUBGROUP ? sg_sizes[si] : cfg->subgroup_size;
                     c.buffers = free_knobs & MW_FIT_BUFFERS ? buffer_counts[b] : cfg->buffer_count;
                     c.keep_grads = cfg->keep_grads;
+                    c.keep_tied = cfg->keep_tied;
                     /* 2 buffers only with prefetch 1 or less: the preference order above */
                     if (c.buffers == 2 && c.depth == 2 && nd > 1) continue;
                     uint64_t total = 0;
@@ -91,14 +94,25 @@ int mw_train_fit_budget(const struct mw_net_config *mc, struct mw_train_config *
                             if (err) return err;
                             c.keep_grads = cfg->keep_grads;
                         }
+                        /* and a tied embedding kept from its lookup to the head, when that fits too */
+                        c.keep_tied = 1;
+                        if (grads_free && !(err = plan_of(mc, cfg, &c, &kept)) && kept + margin(kept) <= cfg->dram_budget) {
+                            out->tried++;
+                            total = kept;
+                        } else {
+                            if (err) return err;
+                            c.keep_tied = cfg->keep_tied;
+                        }
                         out->changed = c.sg != (cfg->subgroup_size ? cfg->subgroup_size : sg_sizes[0]) ||
                                        c.buffers != cfg->buffer_count || c.keep_grads != cfg->keep_grads ||
+                                       c.keep_tied != cfg->keep_tied ||
                                        c.depth != cfg->prefetch_depth || c.acts_nvme != cfg->acts_nvme;
                         cfg->subgroup_size = c.sg;
                         cfg->buffer_count = c.buffers;
                         cfg->prefetch_depth = c.depth;
                         cfg->acts_nvme = c.acts_nvme;
                         cfg->keep_grads = c.keep_grads;
+                        cfg->keep_tied = c.keep_tied;
                         out->chosen_total = total;
                         return 0;
                     }

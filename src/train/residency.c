@@ -225,6 +225,7 @@ int mw_residency_stream_plan(const struct mw_net *m, const struct mw_train_opt *
         .wrap_micro = cfg->prefetch_next_micro && cfg->grad_accum > 1 && !cfg->layer_major,
         .lead_by_size = cfg->prefetch_by_size,
         .keep_grads = cfg->keep_grads && !cfg->layer_major,
+        .keep_tied = cfg->keep_tied,
         .acts_bytes = acts,
         .staging_bytes = o->plan.tier_bytes[MW_TIER_DRAM],
         .runtime_bytes = mw_proc_mem("VmRSS"),
@@ -386,6 +387,7 @@ static int attach_stream(struct mw_trainer *tr, struct mw_residency *r)
     s->layer_major = cfg->layer_major;
     s->prefetch_next_micro = cfg->prefetch_next_micro;
     s->keep_grads = cfg->keep_grads;
+    s->keep_tied = cfg->keep_tied;
     if (cfg->prefetch_by_size && (err = mw_units_lead_by_size(&s->units))) return err;
     if ((err = mw_residency_stream_plan(&tr->model, tr->opt, cfg, r->zero, &s->plan))) return err;
     if (cfg->dram_budget && s->plan.total > cfg->dram_budget) {

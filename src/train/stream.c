@@ -505,9 +505,20 @@ static int sg_put(struct mw_train_stream *s, uint32_t g, uint32_t *want)
     return drop(s, s->model->params, g, "weight");
 }
 
+/* Whether unit u comes again later in the forward being run (a tied head after its embedding). */
+static int again_in_forward(const struct mw_train_stream *s, int u)
+{
+    if (s->units.in_backward) return 0;
+    int nf = s->units.sched.nf[!!s->units.layer_major];
+    for (int p = s->units.pos; p < nf; p++)
+        if (mw_units_at(&s->units, p) == u) return 1;
+    return 0;
+}
+
 static int unit_put_(struct mw_train_stream *s, int u, int backward, int keep_ahead)
 {
     if (s->saving) return 0;
+    int again = keep_ahead && s->keep_tied && !backward && again_in_forward(s, u); /* cfg.keep_tied */
     struct mw_trace_arg a[4] = {{"unit", u}, {"bytes", (int64_t)(s->u_n[u] * 4)}, {"backward", backward}, {"step", s->step}};
     mw_trace_span(s->trace, "residency", "resident", s->u_t0[u], mw_now_ns(), a, 4);
     int err = 0;
@@ -516,7 +527,7 @@ static int unit_put_(struct mw_train_stream *s, int u, int backward, int keep_ah
         if (s->sg_ref[g] > 0) s->sg_ref[g]--;
         if (s->sg_ref[g] || s->sg_state[g] != MW_UNIT_RESIDENT) continue;
         /* (A gathered subgroup is gathered again at its next use: nothing to keep.) */
-        if (keep_ahead && owned(s, g) && needed_soon(s, g, s->units.pos, MW_MAX(s->units.depth, 1))) continue;
+        if (keep_ahead && owned(s, g) && (again || needed_soon(s, g, s->units.pos, MW_MAX(s->units.depth, 1)))) continue;
         err = sg_put(s, g, &want);
     }
     return err;

@@ -92,6 +92,7 @@ struct mw_train_stream {
     int grads_kept;               /* this step's final gradients stay in DRAM for the update (batch-major
                                      with accumulation: they were all resident anyway), not written */
     int keep_grads;               /* cfg.keep_grads: so at every step (set by the trainer) */
+    int keep_tied;                /* cfg.keep_tied: a unit the forward uses again stays resident till then */
     int grads_clean;              /* the update zeroes every gradient in place (engine's grads_dram) ... */
     uint64_t clean_at;            /* ... once the engine has committed this many steps */
     uint64_t begun_at;            /* the engine's committed steps at the last step_begin */
