@@ -422,6 +422,8 @@ static int hand_wait(struct mw_train_stream *s, uint32_t sg)
         struct mw_trace_arg w[3] = {{"unit", s->sg_unit[sg]}, {"bytes", 0}, {"step", s->step}};
         mw_trace_span(s->trace, "residency", "wait", t0, t1, w, 3);
     }
+    struct mw_trace_arg f[4] = {{"unit", s->sg_unit[sg]}, {"bytes", 0}, {"step", s->step}, {"handoff", 1}};
+    mw_trace_span(s->trace, "residency", "fetch", s->sg_t0[sg], t1, f, 4); /* arrived, nothing read */
     (void)mw_offload_master_handoff(eng(s), sg - s->sg0, NULL); /* done: the next one is another step's */
     s->sg_state[sg] = MW_UNIT_RESIDENT;
     s->handoff_bytes += sg_bytes(s, sg);
