@@ -317,17 +317,18 @@ int mw_offload_sg_wait(struct mw_offload *e, uint32_t sg, int block);
  * which is all a forward pass over resident weights needs. With cfg.stream, mw_offload_sg_wait
  * (the caller reads the master). */
 int mw_offload_sg_wait_weights(struct mw_offload *e, uint32_t sg, int block);
-/* Streaming (cfg.stream, fp32 weights): the caller wants subgroup sg's updated master in dst (its
- * own 4096-aligned pages, 4 n bytes) for a pass that follows the update, rather than reading it from
- * NVMe once the write has landed: the CPU update copies it there chunk by chunk as its kernel
- * finishes them (cache-hot), a device update's write-back before its write. The update is the step
- * in flight's, or between steps the next step's. Returns 1 when that is arranged (dst is the
- * engine's until mw_offload_master_handoff_wait returns 1 or a cancel returns; then cancel to end
- * it), 0 when it is too late (the subgroup being updated, written, or done: mw_offload_sg_wait then
- * mw_offload_master_fetch) or one is pending, or an error. dst NULL ends or cancels sg's handoff,
- * waiting out a copy in progress (before the caller drops or unmaps those pages). */
-int mw_offload_master_handoff(struct mw_offload *e, uint32_t sg, void *dst);
-/* Waits for a handoff: 1 once dst holds the updated master (its write may still be in flight; a
+/* Streaming (cfg.stream, fp32 weights): the caller wants subgroup sg's updated master in its pages of
+ * the working copy (cfg.ext_weights, resident now) for a pass that follows the update, rather than
+ * reading it from NVMe once the write has landed: the update refreshes them as it refreshes a
+ * resident working copy (the CPU kernel chunk by chunk, cache-hot; else the write-back before its
+ * write). The update is the step in flight's, or between steps the next step's. on = 1: returns 1
+ * when that is arranged (the pages are the engine's until mw_offload_master_handoff_wait returns 1
+ * or a cancel returns; then cancel to end it), 0 when it is too late (the subgroup being updated,
+ * written, or done: mw_offload_sg_wait then mw_offload_master_fetch) or one is pending, or an
+ * error. on = 0 ends or cancels sg's handoff, waiting out a copy in progress (before the caller
+ * drops those pages). */
+int mw_offload_master_handoff(struct mw_offload *e, uint32_t sg, int on);
+/* Waits for a handoff: 1 once the pages hold the updated master (its write may still be in flight; a
  * failed write fails the step at mw_offload_step_wait), 0 when it will not (no step in flight: a
  * pass before the step reads the committed master; the caller cancels, then reads), an error when
  * the step failed (cancel the handoff, then drop the pages). */

@@ -1443,8 +1443,8 @@ def offload(model, nvme_dir=None, dram_budget=None, prefetch=2, units=None, acti
                   not the model's activations) fits it, the largest that do (as `memwall train --dram-budget`),
                   and with room left (grad_accum 1) each step's gradients stay in DRAM for the update instead of
                   a round trip through NVMe (stats()["grads_kept_in_dram"]) and a tied embedding stays resident
-                  from its lookup to the head; a run whose plan is above it even
-                  so is refused up front, the parts named with their bytes
+                  from its lookup to the head; a run whose plan is above it even so is refused up front, the
+                  parts named with their bytes
     units:        None (the model's repeated block list, one unit per block, plus one unit for the
                   modules before it and one for those after), or [module or [modules], ...] in forward order
     grad_accum:   backward passes per step (micro-batches; each step() takes exactly that many)

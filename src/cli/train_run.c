@@ -239,11 +239,10 @@ static int fit_budget(struct train_cli *c, const struct mw_net_config *nc, struc
     if (!fit.changed) return 0;
     char b1[32], b2[32];
     printf("  --dram-budget %s chose: subgroups of %llu parameters, %d staging buffers, prefetch depth %d, block "
-           "activations %s%s (planned peak %s; %d plan%s tried)\n", mw_fmt_bytes(b1, sizeof b1, tc->dram_budget),
+           "activations %s%s%s (planned peak %s; %d plan%s tried)\n", mw_fmt_bytes(b1, sizeof b1, tc->dram_budget),
            (unsigned long long)tc->subgroup_size, tc->buffer_count, tc->prefetch_depth,
-           tc->acts_nvme ? "on NVMe" : "recomputed",
-           tc->keep_grads && tc->keep_tied ? ", gradients kept in DRAM between steps, the tied embedding kept for the head"
-           : tc->keep_grads ? ", gradients kept in DRAM between steps" : "",
+           tc->acts_nvme ? "on NVMe" : "recomputed", tc->keep_grads ? ", gradients kept in DRAM between steps" : "",
+           tc->keep_tied ? ", the tied embedding kept for the head" : "",
            mw_fmt_bytes(b2, sizeof b2, fit.chosen_total), fit.tried,
            fit.tried == 1 ? "" : "s");
     /* What the run resolved is what its record keeps. */

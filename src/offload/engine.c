@@ -558,27 +558,25 @@ static int sg_wait(struct mw_offload *e, uint32_t sg, int block, int fresh_ok, c
 
 int mw_offload_sg_wait(struct mw_offload *e, uint32_t sg, int block) { return sg_wait(e, sg, block, 0, "sg_wait"); }
 
-int mw_offload_master_handoff(struct mw_offload *e, uint32_t sg, void *dst)
+int mw_offload_master_handoff(struct mw_offload *e, uint32_t sg, int on)
 {
     if (sg >= e->nsg) return mw_error_set(-EINVAL, "offload master handoff: no subgroup %u (%u)", sg, e->nsg);
     if (!e->cfg.stream || !e->txn || e->cfg.weights != MW_OFFLOAD_W_FP32)
         return mw_error_set(-EINVAL, "offload master handoff: only for streamed fp32 weights (cfg.stream) with the "
                             "state on NVMe");
-    if (dst && (uintptr_t)dst % MW_STORE_ALIGN)
-        return mw_error_set(-EINVAL, "offload master handoff: buffer not 4096-aligned");
     struct ofl_sg *s = &e->st[sg];
     int ok = 0;
     pthread_mutex_lock(&e->mu);
-    if (!dst) {
+    if (!on) {
         while (s->hand_busy) pthread_cond_wait(&e->cv_done, &e->mu);
-        s->handoff = NULL;
+        s->handoff = 0;
         s->handed = 0;
     } else if (!e->failed && !s->handoff &&
                (!e->in_flight || (!s->wb && s->state != OFL_SG_UPDATING && s->state != OFL_SG_DONE))) {
         /* Between steps (for the next step's update), or before its update starts, or updated and
          * not yet taken by the write-back: one of the two copies it there (both read s->handoff
          * under this mutex as they take the subgroup). */
-        s->handoff = dst;
+        s->handoff = 1;
         s->handed = 0;
         ok = 1;
     }

@@ -91,10 +91,11 @@ struct ofl_sg {
     int on_dev;                /* update runs on the device */
     int io_err;                /* the request is an injected (torn) write failure */
     int fresh;                 /* this step: the working copy holds the updated weights (write may be in flight) */
-    /* Streaming's handoff (mw_offload_master_handoff): the caller's pages that take the updated
-     * master from the update (or the write-back) instead of reading it after the write. */
-    void *handoff;
-    int handed;                /* they hold it */
+    /* Streaming's handoff (mw_offload_master_handoff): the caller's pages of the working copy
+     * (cfg.ext_weights) take the updated master from the update, as a resident working copy is
+     * refreshed, instead of reading it after the write. */
+    int handoff;               /* asked for */
+    int handed;                /* the pages hold it */
     int hand_busy;             /* an update thread or the write-back is copying into them now */
     int wb;                    /* the write-back took it (too late to register a handoff) */
     int crcs;                  /* bufcrc of its buffer holds its write-back's block checksums (fused) */

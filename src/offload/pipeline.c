@@ -403,17 +403,17 @@ static void stream_release_grads(struct mw_offload *e, uint32_t sg)
 }
 
 /* Pipe thread, mutex released: write-back and working-copy refresh of an updated subgroup. */
-static void stage_writeback(struct mw_offload *e, uint32_t sg, void *hand)
+static void stage_writeback(struct mw_offload *e, uint32_t sg, int hand)
 {
     struct ofl_sg *s = &e->st[sg];
     const struct mw_offload_subgroup *g = &e->sgs[sg];
     struct mw_optim_slice v;
     current_view(e, sg, &v);
     uint64_t t0 = mw_now_ns();
-    if (hand) memcpy(hand, v.master, 4 * g->n); /* a streaming handoff (mw_offload_master_handoff) */
     if (e->cfg.stream) stream_release_grads(e, sg);
     else if (e->cfg.ext_grads_release) release_grads(e, sg);
-    if (e->cfg.weights == MW_OFFLOAD_W_FP32 && !e->master_alias && !e->cfg.stream && !s->fresh) /* else done */
+    /* (streamed: only the pages a handoff asked for are there to refresh) */
+    if (e->cfg.weights == MW_OFFLOAD_W_FP32 && !e->master_alias && (e->cfg.stream ? hand : !s->fresh)) /* else done */
         memcpy(ofl_weights_of(e, sg), v.master, 4 * g->n);
     if (!e->txn) {
         uint64_t t1 = mw_now_ns();
@@ -477,10 +477,9 @@ static void *pipe_main(void *arg)
             uint32_t sg = e->updq[e->upd_head++ % e->nsg];
             if (e->failed) { finish_locked(e, sg, 0); continue; }
             struct ofl_sg *s = &e->st[sg];
-            void *hand = s->handoff && !s->handed ? s->handoff : NULL; /* a device update's, or one
-                                                                         registered after the kernel */
+            int hand = s->handoff && !s->handed; /* a device update's, or one asked for after the kernel */
             s->wb = 1;
-            s->hand_busy = hand != NULL;
+            s->hand_busy = hand;
             pthread_mutex_unlock(&e->mu);
             stage_writeback(e, sg, hand);
             pthread_mutex_lock(&e->mu);
@@ -656,8 +655,8 @@ static void cpu_update_one_locked(struct mw_offload *e)
     s->pred_cpu_s = ofl_cost_predict(&e->cost, OFL_COST_CPU, s->ctx, (double)e->sgs[sg].n);
     struct mw_adamw_hp hp = step_hp(e);
     /* Streaming: a pass waiting for these weights takes them from the kernel (handoff). */
-    float *hand = e->cfg.stream && s->handoff && !s->handed ? s->handoff : NULL;
-    s->hand_busy = hand != NULL;
+    int hand = e->cfg.stream && s->handoff && !s->handed;
+    s->hand_busy = hand;
     pthread_mutex_unlock(&e->mu);
     struct mw_optim_slice v;
     current_view(e, sg, &v);
@@ -666,8 +665,8 @@ static void cpu_update_one_locked(struct mw_offload *e)
     uint32_t nruns = e->sg_run[sg + 1] - e->sg_run[sg];
     /* The working copy is refreshed here, not behind the previous subgroup's write-back on the
      * pipeline thread: a forward pass waiting for these weights waits for the update alone. */
-    int refresh = e->txn && !e->cfg.stream && e->cfg.weights == MW_OFFLOAD_W_FP32 && !e->master_alias;
-    float *wcopy = refresh ? ofl_weights_of(e, sg) : hand;
+    int refresh = e->txn && (!e->cfg.stream || hand) && e->cfg.weights == MW_OFFLOAD_W_FP32 && !e->master_alias;
+    float *wcopy = refresh ? ofl_weights_of(e, sg) : NULL;
     struct fuse fz;
     uint64_t t0 = mw_now_ns(), n = e->sgs[sg].n, kernel_ns = 0, t1;
     int rc = fuse_begin(e, sg, &fz), fused = rc == 1;

@@ -51,6 +51,21 @@ static int plan_of(const struct mw_net_config *mc, const struct mw_train_config 
     return err;
 }
 
+/* With the knobs of c fitting the budget: *flag = 1 stays when that plan fits too (*total its peak),
+ * else *flag goes back to was. */
+static int try_keep(const struct mw_net_config *mc, const struct mw_train_config *cfg, struct cand *c, int *flag,
+                    int was, uint64_t *total, struct mw_train_fit *out)
+{
+    uint64_t t = 0;
+    *flag = 1;
+    int err = plan_of(mc, cfg, c, &t);
+    if (err) return err;
+    out->tried++;
+    if (t + margin(t) <= cfg->dram_budget) *total = t;
+    else *flag = was;
+    return 0;
+}
+
 int mw_train_fit_budget(const struct mw_net_config *mc, struct mw_train_config *cfg, unsigned free_knobs,
                         struct mw_train_fit *out)
 {
@@ -64,7 +79,7 @@ int mw_train_fit_budget(const struct mw_net_config *mc, struct mw_train_config *
     int nd = free_knobs & MW_FIT_PREFETCH ? 3 : 1, ns = free_knobs & MW_FIT_SUBGROUP ? 5 : 1;
     int nb = free_knobs & MW_FIT_BUFFERS ? 5 : 1;
     /* Gradients kept between steps: batch-major without accumulation (with it they are kept anyway). */
-    int grads_free = (free_knobs & MW_FIT_GRADS) && !cfg->keep_grads && !cfg->layer_major && cfg->grad_accum == 1;
+    int keeps_free = (free_knobs & MW_FIT_GRADS) && !cfg->keep_grads && !cfg->layer_major && cfg->grad_accum == 1;
     for (int a = 0; a < nacts; a++)
         for (int d = 0; d < nd; d++)
             for (int si = 0; si < ns; si++)
@@ -83,26 +98,11 @@ int mw_train_fit_budget(const struct mw_net_config *mc, struct mw_train_config *
                     out->tried++;
                     uint64_t need = total + margin(total);
                     if (need <= cfg->dram_budget) {
-                        /* With room left: the step's gradients kept in DRAM too (MW_FIT_GRADS), the
-                         * same knobs otherwise, when that plan fits as well. */
-                        c.keep_grads = 1;
-                        uint64_t kept = 0;
-                        if (grads_free && !(err = plan_of(mc, cfg, &c, &kept)) && kept + margin(kept) <= cfg->dram_budget) {
-                            out->tried++;
-                            total = kept;
-                        } else {
-                            if (err) return err;
-                            c.keep_grads = cfg->keep_grads;
-                        }
-                        /* and a tied embedding kept from its lookup to the head, when that fits too */
-                        c.keep_tied = 1;
-                        if (grads_free && !(err = plan_of(mc, cfg, &c, &kept)) && kept + margin(kept) <= cfg->dram_budget) {
-                            out->tried++;
-                            total = kept;
-                        } else {
-                            if (err) return err;
-                            c.keep_tied = cfg->keep_tied;
-                        }
+                        /* With room left, the same knobs otherwise: the step's gradients kept in
+                         * DRAM (MW_FIT_GRADS), then a tied embedding from its lookup to the head. */
+                        if (keeps_free && ((err = try_keep(mc, cfg, &c, &c.keep_grads, cfg->keep_grads, &total, out)) ||
+                                           (err = try_keep(mc, cfg, &c, &c.keep_tied, cfg->keep_tied, &total, out))))
+                            return err;
                         out->changed = c.sg != (cfg->subgroup_size ? cfg->subgroup_size : sg_sizes[0]) ||
                                        c.buffers != cfg->buffer_count || c.keep_grads != cfg->keep_grads ||
                                        c.keep_tied != cfg->keep_tied ||

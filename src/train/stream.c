@@ -301,7 +301,7 @@ void mw_train_stream_free(struct mw_train_stream *s)
 {
     if (s->sg_state && s->opt && s->opt->eng)
         for (uint32_t i = 0; i < s->nsg; i++) {
-            if (s->sg_state[i] == MW_UNIT_FETCHING && s->sg_hand[i]) (void)mw_offload_master_handoff(eng(s), i - s->sg0, NULL);
+            if (s->sg_state[i] == MW_UNIT_FETCHING && s->sg_hand[i]) (void)mw_offload_master_handoff(eng(s), i - s->sg0, 0);
             else if (s->sg_state[i] == MW_UNIT_FETCHING) (void)mw_offload_io_wait(eng(s), &s->sg_io[i]);
             if (s->gw_pending && s->gw_pending[i]) (void)mw_offload_io_wait(eng(s), &s->gw_io[i]);
         }
@@ -337,11 +337,9 @@ void mw_train_stream_free(struct mw_train_stream *s)
  * arranged (FETCHING), 0 if not (as it was), or an error. */
 static int hand_over(struct mw_train_stream *s, uint32_t sg, int unit)
 {
-    uint64_t a, n;
-    sg_range(s, sg, &a, &n);
-    int was = s->sg_state[sg], took = was == MW_UNIT_RELEASED && pool_take(s, sg), e = 0; /* (before: the
-                                                           update may write into them once it is made) */
-    int h = mw_offload_master_handoff(eng(s), sg - s->sg0, s->model->params + a);
+    /* Pooled pages first: the update may write into the range as soon as the handoff is made. */
+    int was = s->sg_state[sg], took = was == MW_UNIT_RELEASED && pool_take(s, sg), e = 0;
+    int h = mw_offload_master_handoff(eng(s), sg - s->sg0, 1);
     if (h == 1) {
         s->sg_state[sg] = MW_UNIT_FETCHING;
         s->sg_hand[sg] = 1;
@@ -402,7 +400,7 @@ static int hand_wait(struct mw_train_stream *s, uint32_t sg)
     uint64_t t1 = mw_now_ns();
     s->sg_hand[sg] = 0;
     if (r == 0) { /* the update did not hand them over: read them (pages as they are) */
-        (void)mw_offload_master_handoff(eng(s), sg - s->sg0, NULL);
+        (void)mw_offload_master_handoff(eng(s), sg - s->sg0, 0);
         if ((r = mw_offload_sg_wait(eng(s), sg - s->sg0, 1)) >= 0) {
             s->sg_t0[sg] = mw_now_ns();
             r = mw_offload_master_fetch(eng(s), sg - s->sg0, s->model->params + a, &s->sg_io[sg]);
@@ -410,7 +408,7 @@ static int hand_wait(struct mw_train_stream *s, uint32_t sg)
         }
     }
     if (r < 0) {
-        (void)mw_offload_master_handoff(eng(s), sg - s->sg0, NULL);
+        (void)mw_offload_master_handoff(eng(s), sg - s->sg0, 0);
         s->sg_state[sg] = MW_UNIT_RELEASED;
         count_resident(s, -(int64_t)sg_bytes(s, sg));
         (void)drop(s, s->model->params, sg, "weight");
@@ -424,7 +422,7 @@ static int hand_wait(struct mw_train_stream *s, uint32_t sg)
     }
     struct mw_trace_arg f[4] = {{"unit", s->sg_unit[sg]}, {"bytes", 0}, {"step", s->step}, {"handoff", 1}};
     mw_trace_span(s->trace, "residency", "fetch", s->sg_t0[sg], t1, f, 4); /* arrived, nothing read */
-    (void)mw_offload_master_handoff(eng(s), sg - s->sg0, NULL); /* done: the next one is another step's */
+    (void)mw_offload_master_handoff(eng(s), sg - s->sg0, 0); /* done: the next one is another step's */
     s->sg_state[sg] = MW_UNIT_RESIDENT;
     s->handoff_bytes += sg_bytes(s, sg);
     return 0;
@@ -736,13 +734,11 @@ static int zero_backward_end(struct mw_train_stream *s)
 static int hand_next_forward(struct mw_train_stream *s)
 {
     if (!s->handoff || s->zero || s->layer_major) return 0;
-    int err = 0;
-    for (int k = 0; !err; k++) {
+    int err = 0, reach = MW_MAX(s->units.depth, s->units.lead_max);
+    for (int k = 0; k <= reach && !err; k++) { /* position 0, and those its acquire issues ahead */
         int u = mw_net_sched_unit(&s->units.sched, 0, 1, k);
-        if (u < 0 || (k > 0 && !mw_units_in_reach(&s->units, k - 1, u))) {
-            if (u < 0 || k > MW_MAX(s->units.depth, s->units.lead_max)) break;
-            continue;
-        }
+        if (u < 0) break;
+        if (k > 0 && !mw_units_in_reach(&s->units, k - 1, u)) continue;
         for (uint32_t g = s->u_lo[u]; g <= s->u_hi[u] && !err; g++) {
             if (!owned(s, g) || s->sg_ref[g] || (s->sg_state[g] != MW_UNIT_RELEASED && s->sg_state[g] != MW_UNIT_RESIDENT))
                 continue;
