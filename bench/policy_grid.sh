@@ -2,8 +2,8 @@
 # bench/policy_grid.sh — `--offload-policy auto` against the fixed policies on a grid of emulated
 # devices (issue 26): the device 0.25x..8x the CPU's update speed, its link 1..64 GB/s, the optimizer
 # state in DRAM and on NVMe. Each cell is ONE `memwall bench offload --policies auto,all-cpu,
-# all-device,every-2,every-4` process: one engine per policy, their steps interleaved round-robin
-# (the first engine rotating each round), so every policy sees the same load of the machine's other
+# all-device,every-2,every-4` process: one engine per policy, their steps interleaved (each
+# round in a shuffled order), so every policy sees the same load of the machine's other
 # tenants. It prints auto's median update phase, the best fixed policy's, and their ratio; auto is
 # meant to be within 3 % of the best fixed policy in every cell, and the script exits 1 when the
 # worst ratio is above 1.03.

@@ -417,14 +417,19 @@ static void split_margin(void)
     ofl_cost_hist_add(&h[0], 1.08); /* all-cpu ran 8 % over its simulation */
     ofl_plan_ratios(h, GRID_N, ratio);
     for (int d = 0; d <= GRID_N; d++) CHECK(fabs(ratio[d] - 1.08) < 1e-12);
-    ofl_cost_hist_add(&h[4], 1.3);
+    ofl_cost_hist_add(&h[4], 1.3); /* between two measured counts: the line; beyond the last: its own */
     ofl_plan_ratios(h, GRID_N, ratio);
     CHECK(fabs(ratio[0] - 1.08) < 1e-12 && fabs(ratio[4] - 1.3) < 1e-12 && fabs(ratio[7] - 1.3) < 1e-12 &&
           fabs(ratio[GRID_N] - 1.3) < 1e-12);
-    memset(h, 0, sizeof h);
-    ofl_cost_hist_add(&h[0], 0.9); /* faster than simulated: the untried are not given less than 1 */
+    CHECK(fabs(ratio[1] - 1.135) < 1e-12 && fabs(ratio[3] - 1.245) < 1e-12);
+    ofl_cost_hist_add(&h[12], 0.9); /* 4 .. 12: 1.3 down to 0.9 */
     ofl_plan_ratios(h, GRID_N, ratio);
-    CHECK(fabs(ratio[0] - 0.9) < 1e-12 && ratio[1] == 1 && ratio[GRID_N] == 1);
+    CHECK(fabs(ratio[6] - 1.2) < 1e-12 && fabs(ratio[8] - 1.1) < 1e-12 && fabs(ratio[11] - 0.95) < 1e-12 &&
+          fabs(ratio[GRID_N] - 0.9) < 1e-12 && fabs(ratio[2] - 1.19) < 1e-12);
+    memset(h, 0, sizeof h);
+    ofl_cost_hist_add(&h[5], 0.9); /* only one measured, faster than simulated: every count takes it */
+    ofl_plan_ratios(h, GRID_N, ratio);
+    for (int d = 0; d <= GRID_N; d++) CHECK(fabs(ratio[d] - 0.9) < 1e-12);
     /* with all-cpu at 1.08 and nothing else run, the model's tie stays a tie: all-cpu, not a split */
     for (int i = 0; i < GRID_N; i++) sg[i] = (struct ofl_plan_sg){1, 1, 0.5, 0.1, 0.5, 0.1}; /* disk-bound */
     memset(h, 0, sizeof h);
@@ -479,6 +484,39 @@ static void reprobe(void)
     CHECK(probe.kind == MW_OFFLOAD_POLICY_EVERY_K && probe.k == 3);
 }
 
+/* A local search (ofl_plan_untried, OFL_PLAN_EXPLORE): 16 subgroups of 1 s on either side, no copies,
+ * so a plan of d on the device simulates max(16 - d, d) s; home every-2 (8 s). Its neighbours among
+ * the fixed policies are every-3 (5 subgroups) and all-device (16). every-3, never run, predicted 20 %
+ * slower, is probed; predicted 30 % slower it is not. every-4 (4 subgroups, not a neighbour) is not
+ * probed 20 % slower, but is 2.5 % slower: a tie (OFL_PLAN_TIE), probed wherever it lies. */
+static void explore(void)
+{
+    struct ofl_plan_sg sg[GRID_N];
+    for (int i = 0; i < GRID_N; i++) sg[i] = (struct ofl_plan_sg){0, 0, 1, 0, 1, 0};
+    double ratio[GRID_N + 1];
+    unsigned char tried[GRID_N + 1];
+    for (int d = 0; d <= GRID_N; d++) ratio[d] = 10; /* far behind */
+    memset(tried, 0, sizeof tried);
+    struct ofl_plan_choice home = {MW_OFFLOAD_POLICY_EVERY_K, 2, 8, 0}, probe;
+    ratio[8] = 1;
+    tried[8] = 1;
+    home.predicted_s = ofl_plan_predict(sg, GRID_N, ratio, &home);
+    REQUIRE(fabs(home.predicted_s - 8) < 1e-9);
+    ratio[5] = 1.2 * 8 / 11;
+    REQUIRE(ofl_plan_untried(sg, GRID_N, ratio, tried, NULL, 3, &home, &probe));
+    CHECK_MSG(probe.kind == MW_OFFLOAD_POLICY_EVERY_K && probe.k == 3 && probe.ndev == 5, "probe: kind %d k %d, %u",
+              probe.kind, probe.k, probe.ndev);
+    ratio[5] = 1.3 * 8 / 11;
+    CHECK(!ofl_plan_untried(sg, GRID_N, ratio, tried, NULL, 3, &home, &probe));
+    ratio[4] = 1.2 * 8 / 12; /* not a neighbour: 20 % is too far */
+    CHECK(!ofl_plan_untried(sg, GRID_N, ratio, tried, NULL, 3, &home, &probe));
+    ratio[4] = 1.025 * 8 / 12; /* a tie: probed wherever it is */
+    REQUIRE(ofl_plan_untried(sg, GRID_N, ratio, tried, NULL, 3, &home, &probe));
+    CHECK(probe.kind == MW_OFFLOAD_POLICY_EVERY_K && probe.k == 4);
+    tried[4] = 1; /* run: a tie again only at a re-probe, and only when the simulation alone ties */
+    CHECK(!ofl_plan_untried(sg, GRID_N, ratio, tried, NULL, 3, &home, &probe));
+}
+
 /* Probes go home (ofl_plan_next, OFL_PLAN_BACK): the engine's plan loop (policy.c) on a disk-bound
  * tie (every fixed policy simulates the same), with each step's measured / simulated ratio given:
  * the machine's `dev` for a plan with device subgroups, 1 for all-cpu, times load[s] (another
@@ -512,42 +550,57 @@ static void probe_run(double dev, const double *load, uint32_t *ndev, uint32_t *
     *switches = a.switches;
 }
 
+/* Step s's device subgroups against want: home, except the probes listed as {step, device subgroups}
+ * (a zero-terminated list). */
+static void probe_expect(const char *what, const uint32_t *ndev, uint32_t home_before, int switch_at, uint32_t home,
+                         const int (*probes)[2])
+{
+    for (int s = 1; s <= PROBE_S; s++) {
+        uint32_t want = s < switch_at ? home_before : home;
+        for (int i = 0; probes[i][0]; i++)
+            if (probes[i][0] == s) want = (uint32_t)probes[i][1];
+        CHECK_MSG(ndev[s] == want, "%s: step %d ran %u device subgroups, not %u", what, s, ndev[s], want);
+    }
+}
+
 static void probe_home(void)
 {
     double load[PROBE_S + 1];
     uint32_t ndev[PROBE_S + 1], sw;
     for (int s = 0; s <= PROBE_S; s++) load[s] = 1;
     /* the grid's bad cell: the first steps slow (all-cpu learned 1.3), the probe of all-device
-     * measured at 1.1, all-cpu at 1.0 after it; all-device is probed at step 3 and again when its
-     * ratio is OFL_PLAN_REPROBE steps old (step 41), and auto goes home after each */
+     * measured at 1.1, all-cpu at 1.0 after it. All-device is probed at step 3; then every-4 (step
+     * 6: its ratio on the line from all-cpu's 1.0 to all-device's 1.1 puts it within OFL_PLAN_TIE)
+     * and every-6 (2 subgroups, step 9: all-cpu's neighbour, within OFL_PLAN_EXPLORE), each measured
+     * 1.1 too; every-6 again when its ratio is OFL_PLAN_REPROBE steps old (step 41: the plan measured last);
+     * auto goes home after each */
+    static const int slow_first[][2] = {{3, GRID_N}, {6, 4}, {9, 2}, {2 * OFL_PLAN_REPROBE + 1, 2}, {0, 0}};
     load[1] = load[2] = 1.3;
     probe_run(1.1, load, ndev, &sw);
-    for (int s = 1; s <= PROBE_S; s++)
-        CHECK_MSG(ndev[s] == (s == 3 || s == 2 * OFL_PLAN_REPROBE + 1 ? GRID_N : 0),
-                  "slow first steps: step %d ran %u device subgroups", s, ndev[s]);
-    CHECK_EQ_INT(sw, 4);
+    probe_expect("slow first steps", ndev, 0, 0, 0, slow_first);
+    CHECK_EQ_INT(sw, 8); /* four probes, each there and back */
     /* a clean start, and a burst on home's first step after the probe: outvoted by the other two */
     for (int s = 0; s <= PROBE_S; s++) load[s] = 1;
     load[4] = 1.3;
     probe_run(1.1, load, ndev, &sw);
-    for (int s = 4; s <= 2 * OFL_PLAN_REPROBE; s++)
-        CHECK_MSG(ndev[s] == 0, "burst after the probe: step %d ran %u device subgroups", s, ndev[s]);
+    probe_expect("burst after the probe", ndev, 0, 0, 0, slow_first);
     /* a probe 4 % faster, measured 1 % ahead the first time (within the hysteresis), is probed again
-     * (step 6) and taken with its two measurements (2.6 % ahead) */
+     * (step 6) and taken with its two measurements (2.6 % ahead); then the fixed policies between
+     * (every-2, -3, -4, -5, -6: 8, 5, 4, 3, 2 subgroups), their ratios on the line to all-cpu's within
+     * the tie, are each probed once; every-5 again at step 41 (the last measured of those whose
+     * ratios are more than OFL_PLAN_REPROBE steps old) */
     load[3] = 1.03;
     probe_run(0.96, load, ndev, &sw);
-    for (int s = 1; s <= 2 * OFL_PLAN_REPROBE; s++) {
-        int want = s == 3 || s == 6 || s >= 9 ? GRID_N : 0;
-        CHECK_MSG(ndev[s] == (uint32_t)want, "probe ahead: step %d ran %u device subgroups, not %d", s, ndev[s], want);
-    }
-    /* a probe that IS faster (0.9) is taken after home's steps, and all-cpu, left, is re-probed */
+    static const int ahead[][2] = {{3, GRID_N}, {6, GRID_N}, {10, 8}, {13, 5}, {16, 4}, {19, 3}, {22, 2},
+                                   {2 * OFL_PLAN_REPROBE + 1, 3}, {0, 0}};
+    probe_expect("probe ahead", ndev, 0, 9, GRID_N, ahead);
+    /* a probe that IS faster (0.9) is taken after home's steps (step 6 on); its neighbour every-2 is
+     * probed once (step 7: within OFL_PLAN_EXPLORE) and re-probed at step 41 (measured after all-cpu) */
     load[3] = 1;
     load[4] = 1;
     probe_run(0.9, load, ndev, &sw);
-    for (int s = 1; s <= PROBE_S; s++) {
-        int want = s == 3 || (s >= 6 && s != 2 * OFL_PLAN_REPROBE + 1) ? GRID_N : 0;
-        CHECK_MSG(ndev[s] == (uint32_t)want, "faster probe: step %d ran %u device subgroups, not %d", s, ndev[s], want);
-    }
+    static const int faster[][2] = {{3, GRID_N}, {7, 8}, {2 * OFL_PLAN_REPROBE + 1, 8}, {0, 0}};
+    probe_expect("faster probe", ndev, 0, 6, GRID_N, faster);
 }
 
 int main(void)
@@ -567,6 +620,7 @@ int main(void)
     plan_ratios();
     split_margin();
     reprobe();
+    explore();
     probe_home();
     engine_auto(&r, g, n);
     free(g);

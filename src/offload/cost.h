@@ -162,13 +162,20 @@ double ofl_plan_predict(const struct ofl_plan_sg *sg, uint32_t n, const double *
 void ofl_plan_best(const struct ofl_plan_sg *sg, uint32_t n, const double *ratio, struct ofl_plan_choice *best,
                    struct ofl_plan_choice *best_fixed);
 /* The plan ratios from their histories (hist, ratio: [n + 1], by the number of subgroups on the
- * device): each count's median when it ran; for one that did not, the largest of those that did, and
- * at least 1 (a plan never measured is not assumed better than any plan measured: given 1 while
- * all-cpu measured 1.08, every untried split looked 8 % ahead of it and auto left for one). */
+ * device): each count's median when it ran; for one that did not, the line between the nearest
+ * counts that ran on either side of it, or the nearest one's where it has one side only (1 when
+ * nothing ran). Why not the largest measured (this function's first version): a plan never measured
+ * was then never ahead of those measured; on the 2-core VM with the state in DRAM, a device 8x the
+ * CPU behind 64 GB/s, the simulation put the best split at 7 of 16 subgroups while 4 and 5 ran
+ * fastest (14.5 ms against 17-19 ms): every count below 5 got 7's ratio, 1.1, and was never tried,
+ * though 5's measured 0.8 said the simulation was wrong about the low side. Nor 1 for all: an
+ * untried split then looked ahead of all-cpu by all-cpu's own error (1.08). A step's time is the
+ * later of the CPU's path and the device's, each nearly linear in the count, so a ratio between two
+ * measured counts is near the line between them. */
 void ofl_plan_ratios(const struct ofl_cost_hist *hist, uint32_t n, double *ratio);
 /* Ties: a fixed policy with a number of device subgroups other than best's, into *out: one never run
- * (tried[ndev] == 0, tried: [n + 1]) predicted within OFL_PLAN_TIE of best (the first in the
- * candidates' order), else, when step `now` is a multiple of OFL_PLAN_REPROBE, one whose plan ratio
+ * (tried[ndev] == 0, tried: [n + 1]) predicted within OFL_PLAN_TIE of best, or within
+ * OFL_PLAN_EXPLORE when it is best's neighbour (below: the first in the candidates' order), else, when step `now` is a multiple of OFL_PLAN_REPROBE, one whose plan ratio
  * was last learned more than OFL_PLAN_REPROBE steps before (hist: [n + 1], the plan ratios'
  * histories, NULL: none such) and whose simulation alone is within OFL_PLAN_TIE of best's (the one
  * measured last: the plan auto left last). 1, or 0 when there is none. The caller (ofl_plan_next)
@@ -180,6 +187,12 @@ void ofl_plan_ratios(const struct ofl_cost_hist *hist, uint32_t n, double *ratio
  * VM all-device ran 3 % ahead of all-cpu with the state on NVMe, and auto, its one probe of
  * all-device slower by noise, kept all-cpu for good. */
 #define OFL_PLAN_TIE 0.03
+/* ... and a fixed policy never run whose device count is next to best's (the nearest of the fixed
+ * policies below it or above it) is probed when predicted within OFL_PLAN_EXPLORE: a local search
+ * on measured steps, because the simulation can be wrong about where the best count lies (the
+ * device's copies share the host with the CPU's updates); one step of a plan 20 % slower costs
+ * less than a run spent on the wrong side of the best. */
+#define OFL_PLAN_EXPLORE 0.25
 #define OFL_PLAN_REPROBE 20
 int ofl_plan_untried(const struct ofl_plan_sg *sg, uint32_t n, const double *ratio, const unsigned char *tried,
                      const struct ofl_cost_hist *hist, uint64_t now, const struct ofl_plan_choice *best,

@@ -186,10 +186,35 @@ void ofl_plan_best(const struct ofl_plan_sg *sg, uint32_t n, const double *ratio
 
 void ofl_plan_ratios(const struct ofl_cost_hist *hist, uint32_t n, double *ratio)
 {
-    double known = 1;
-    for (uint32_t d = 0; d <= n; d++)
-        if (hist[d].n) known = MW_MAX(known, ofl_cost_hist_median(&hist[d]));
-    for (uint32_t d = 0; d <= n; d++) ratio[d] = hist[d].n ? ofl_cost_hist_median(&hist[d]) : known;
+    int lo = -1; /* the last count below d that ran */
+    for (uint32_t d = 0; d <= n; d++) {
+        if (hist[d].n) {
+            ratio[d] = ofl_cost_hist_median(&hist[d]);
+            lo = (int)d;
+            continue;
+        }
+        uint32_t hi = d + 1; /* the next count above d that ran */
+        while (hi <= n && !hist[hi].n) hi++;
+        if (lo < 0 && hi > n) ratio[d] = 1; /* nothing ran: the simulation as it is */
+        else if (lo < 0) ratio[d] = ofl_cost_hist_median(&hist[hi]);
+        else if (hi > n) ratio[d] = ratio[lo];
+        else {
+            double a = ratio[lo], b = ofl_cost_hist_median(&hist[hi]);
+            ratio[d] = a + (b - a) * (double)(d - (uint32_t)lo) / (double)(hi - (uint32_t)lo);
+        }
+    }
+}
+
+/* The fixed candidates' device counts nearest home's below and above (-1: none), among c[0..nc). */
+static void neighbours(const struct ofl_plan_choice *c, uint32_t nc, uint32_t home, int *below, int *above)
+{
+    *below = *above = -1;
+    for (uint32_t i = 0; i < nc; i++) {
+        if (c[i].kind < 0) continue;
+        int d = (int)c[i].ndev;
+        if (c[i].ndev < home && d > *below) *below = d;
+        if (c[i].ndev > home && (*above < 0 || d < *above)) *above = d;
+    }
 }
 
 int ofl_plan_untried(const struct ofl_plan_sg *sg, uint32_t n, const double *ratio, const unsigned char *tried,
@@ -201,11 +226,14 @@ int ofl_plan_untried(const struct ofl_plan_sg *sg, uint32_t n, const double *rat
     int found = 0;
     uint64_t found_at = 0;
     double sim_best = ofl_plan_simulate(sg, n, best);
+    int below, above;
+    neighbours(c, nc, best->ndev, &below, &above);
     for (uint32_t i = 0; i < nc; i++) {
         if (c[i].kind < 0 || c[i].ndev > n || c[i].ndev == best->ndev) continue;
         c[i].predicted_s = ofl_plan_predict(sg, n, ratio, &c[i]);
-        if (!tried[c[i].ndev]) { /* never run: the first tied one, at once */
-            if (c[i].predicted_s > best->predicted_s * (1 + OFL_PLAN_TIE)) continue;
+        if (!tried[c[i].ndev]) { /* never run: the first tied one, or a neighbour within reach, at once */
+            int near = (int)c[i].ndev == below || (int)c[i].ndev == above;
+            if (c[i].predicted_s > best->predicted_s * (1 + (near ? OFL_PLAN_EXPLORE : OFL_PLAN_TIE))) continue;
             *out = c[i];
             return 1;
         }
