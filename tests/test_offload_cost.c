@@ -441,8 +441,8 @@ static void split_margin(void)
 
 /* Ties re-measured (ofl_plan_untried, OFL_PLAN_REPROBE): with the state on NVMe every fixed policy
  * waits for the same disk. A plan never run is probed first, at any step; one run long ago (its ratio
- * older than OFL_PLAN_REPROBE steps) only at a multiple of OFL_PLAN_REPROBE, the one measured last,
- * not when its ratio is recent, and whatever that old ratio says (the simulation ties it). */
+ * older than OFL_PLAN_REPROBE steps) only at a multiple of OFL_PLAN_REPROBE, the one measured longest
+ * ago, not when its ratio is recent, and whatever that old ratio says (the simulation ties it). */
 static void reprobe(void)
 {
     struct ofl_plan_sg sg[GRID_N];
@@ -462,25 +462,30 @@ static void reprobe(void)
     struct ofl_plan_choice best, probe;
     ofl_plan_best(sg, GRID_N, ratio, &best, NULL);
     REQUIRE(best.kind == MW_OFFLOAD_POLICY_ALL_CPU);
-    CHECK(!ofl_plan_untried(sg, GRID_N, ratio, tried, h, 10, &best, &probe));       /* not a multiple */
-    CHECK(!ofl_plan_untried(sg, GRID_N, ratio, tried, h, OFL_PLAN_REPROBE, &best, &probe)); /* not older */
-    CHECK(!ofl_plan_untried(sg, GRID_N, ratio, tried, NULL, 2 * OFL_PLAN_REPROBE, &best, &probe));
-    REQUIRE(ofl_plan_untried(sg, GRID_N, ratio, tried, h, 2 * OFL_PLAN_REPROBE, &best, &probe));
+    const uint64_t R = OFL_PLAN_REPROBE, at = 4 * R; /* the step asked about */
+    for (size_t i = 0; i < sizeof fixed_ndev / sizeof *fixed_ndev; i++) h[fixed_ndev[i]].at = at - 2 * R;
+    CHECK(!ofl_plan_untried(sg, GRID_N, ratio, tried, h, at + 3, &best, &probe));  /* not a multiple */
+    CHECK(!ofl_plan_untried(sg, GRID_N, ratio, tried, h, at - R, &best, &probe));  /* not older */
+    CHECK(!ofl_plan_untried(sg, GRID_N, ratio, tried, NULL, at, &best, &probe));
+    REQUIRE(ofl_plan_untried(sg, GRID_N, ratio, tried, h, at, &best, &probe));
     CHECK_MSG(probe.kind == MW_OFFLOAD_POLICY_ALL_DEVICE, "re-probed kind %d, %u on the device", probe.kind, probe.ndev);
-    h[GRID_N].at = 2 * OFL_PLAN_REPROBE - 5; /* all-device measured lately: the next tie */
-    REQUIRE(ofl_plan_untried(sg, GRID_N, ratio, tried, h, 2 * OFL_PLAN_REPROBE, &best, &probe));
+    h[GRID_N].at = at - R / 2; /* all-device measured lately: the next tie in the candidates' order */
+    REQUIRE(ofl_plan_untried(sg, GRID_N, ratio, tried, h, at, &best, &probe));
     CHECK(probe.kind == MW_OFFLOAD_POLICY_EVERY_K && probe.k == 2);
-    h[4].at = 15; /* every-4 measured after the others: the plan left last, re-measured first */
-    REQUIRE(ofl_plan_untried(sg, GRID_N, ratio, tried, h, 2 * OFL_PLAN_REPROBE, &best, &probe));
+    h[8].at = at - R - 1; /* every-2 measured after the rest: they come first, every-3 (5) now */
+    REQUIRE(ofl_plan_untried(sg, GRID_N, ratio, tried, h, at, &best, &probe));
+    CHECK(probe.kind == MW_OFFLOAD_POLICY_EVERY_K && probe.k == 3);
+    h[4].at = at - 3 * R; /* every-4 measured longest ago: before every-3 */
+    REQUIRE(ofl_plan_untried(sg, GRID_N, ratio, tried, h, at, &best, &probe));
     CHECK(probe.kind == MW_OFFLOAD_POLICY_EVERY_K && probe.k == 4);
     /* an old ratio that makes it look 20 % slower does not keep a plan the simulation ties from it */
     ofl_cost_hist_add(&h[4], 1.2);
     ofl_cost_hist_add(&h[4], 1.2);
     ofl_plan_ratios(h, GRID_N, ratio);
-    REQUIRE(ofl_plan_untried(sg, GRID_N, ratio, tried, h, 2 * OFL_PLAN_REPROBE, &best, &probe));
+    REQUIRE(ofl_plan_untried(sg, GRID_N, ratio, tried, h, at, &best, &probe));
     CHECK(probe.kind == MW_OFFLOAD_POLICY_EVERY_K && probe.k == 4);
     tried[5] = 0; /* every-3 never ran: probed at once, before any re-measurement */
-    REQUIRE(ofl_plan_untried(sg, GRID_N, ratio, tried, h, 11, &best, &probe));
+    REQUIRE(ofl_plan_untried(sg, GRID_N, ratio, tried, h, at + 1, &best, &probe));
     CHECK(probe.kind == MW_OFFLOAD_POLICY_EVERY_K && probe.k == 3);
 }
 
@@ -565,20 +570,22 @@ static void probe_expect(const char *what, const uint32_t *ndev, uint32_t home_b
 
 static void probe_home(void)
 {
+    _Static_assert(OFL_PLAN_REPROBE == 10, "the steps below are for a re-probe every 10 steps");
     double load[PROBE_S + 1];
     uint32_t ndev[PROBE_S + 1], sw;
     for (int s = 0; s <= PROBE_S; s++) load[s] = 1;
     /* the grid's bad cell: the first steps slow (all-cpu learned 1.3), the probe of all-device
-     * measured at 1.1, all-cpu at 1.0 after it. All-device is probed at step 3; then every-4 (step
-     * 6: its ratio on the line from all-cpu's 1.0 to all-device's 1.1 puts it within OFL_PLAN_TIE)
-     * and every-6 (2 subgroups, step 9: all-cpu's neighbour, within OFL_PLAN_EXPLORE), each measured
-     * 1.1 too; every-6 again when its ratio is OFL_PLAN_REPROBE steps old (step 41: the plan measured last);
-     * auto goes home after each */
-    static const int slow_first[][2] = {{3, GRID_N}, {6, 4}, {9, 2}, {2 * OFL_PLAN_REPROBE + 1, 2}, {0, 0}};
+     * measured at 1.1, all-cpu at 1.0 after it. The simulation ties every fixed policy (the disk
+     * decides), so each device count never run is probed once, in the candidates' order: all-device
+     * (step 3), every-2, -3, -4, -5, -6 (8, 5, 4, 3, 2 subgroups), each measured 1.1; then every 10
+     * steps the one measured longest ago (all-device at 21, every-2 at 31, every-3 at 41); auto goes
+     * home after each */
+    static const int slow_first[][2] = {{3, GRID_N}, {6, 8},       {9, 5},  {12, 4}, {15, 3},
+                                        {18, 2},     {21, GRID_N}, {31, 8}, {41, 5}, {0, 0}};
     load[1] = load[2] = 1.3;
     probe_run(1.1, load, ndev, &sw);
     probe_expect("slow first steps", ndev, 0, 0, 0, slow_first);
-    CHECK_EQ_INT(sw, 8); /* four probes, each there and back */
+    CHECK_EQ_INT(sw, 18); /* nine probes, each there and back */
     /* a clean start, and a burst on home's first step after the probe: outvoted by the other two */
     for (int s = 0; s <= PROBE_S; s++) load[s] = 1;
     load[4] = 1.3;
@@ -586,21 +593,22 @@ static void probe_home(void)
     probe_expect("burst after the probe", ndev, 0, 0, 0, slow_first);
     /* a probe 4 % faster, measured 1 % ahead the first time (within the hysteresis), is probed again
      * (step 6) and taken with its two measurements (2.6 % ahead); then the fixed policies between
-     * (every-2, -3, -4, -5, -6: 8, 5, 4, 3, 2 subgroups), their ratios on the line to all-cpu's within
-     * the tie, are each probed once; every-5 again at step 41 (the last measured of those whose
-     * ratios are more than OFL_PLAN_REPROBE steps old) */
+     * (every-2, -3, -4, -5, -6: 8, 5, 4, 3, 2 subgroups), never run and tied by the simulation, are
+     * each probed once; all-cpu, left, is re-probed at step 31, every-2 at 41 */
     load[3] = 1.03;
     probe_run(0.96, load, ndev, &sw);
-    static const int ahead[][2] = {{3, GRID_N}, {6, GRID_N}, {10, 8}, {13, 5}, {16, 4}, {19, 3}, {22, 2},
-                                   {2 * OFL_PLAN_REPROBE + 1, 3}, {0, 0}};
+    static const int ahead[][2] = {{3, GRID_N}, {6, GRID_N}, {10, 8}, {13, 5}, {16, 4},
+                                   {19, 3},     {22, 2},     {31, 0}, {41, 8}, {0, 0}};
     probe_expect("probe ahead", ndev, 0, 9, GRID_N, ahead);
-    /* a probe that IS faster (0.9) is taken after home's steps (step 6 on); its neighbour every-2 is
-     * probed once (step 7: within OFL_PLAN_EXPLORE) and re-probed at step 41 (measured after all-cpu) */
+    /* a probe that IS faster (0.9) is probed again (step 6: measured once, it is not taken,
+     * OFL_PLAN_TAKE_AFTER) and taken after home's steps (step 9 on); the other fixed policies are
+     * probed once each as above, all-cpu again at 31, every-2 at 41 */
     load[3] = 1;
     load[4] = 1;
     probe_run(0.9, load, ndev, &sw);
-    static const int faster[][2] = {{3, GRID_N}, {7, 8}, {2 * OFL_PLAN_REPROBE + 1, 8}, {0, 0}};
-    probe_expect("faster probe", ndev, 0, 6, GRID_N, faster);
+    static const int faster[][2] = {{3, GRID_N}, {6, GRID_N}, {10, 8}, {13, 5}, {16, 4},
+                                    {19, 3},     {22, 2},     {31, 0}, {41, 8}, {0, 0}};
+    probe_expect("faster probe", ndev, 0, 9, GRID_N, faster);
 }
 
 int main(void)

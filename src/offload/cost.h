@@ -173,19 +173,25 @@ void ofl_plan_best(const struct ofl_plan_sg *sg, uint32_t n, const double *ratio
  * later of the CPU's path and the device's, each nearly linear in the count, so a ratio between two
  * measured counts is near the line between them. */
 void ofl_plan_ratios(const struct ofl_cost_hist *hist, uint32_t n, double *ratio);
-/* Ties: a fixed policy with a number of device subgroups other than best's, into *out: one never run
- * (tried[ndev] == 0, tried: [n + 1]) predicted within OFL_PLAN_TIE of best, or within
- * OFL_PLAN_EXPLORE when it is best's neighbour (below: the first in the candidates' order), else, when step `now` is a multiple of OFL_PLAN_REPROBE, one whose plan ratio
- * was last learned more than OFL_PLAN_REPROBE steps before (hist: [n + 1], the plan ratios'
- * histories, NULL: none such) and whose simulation alone is within OFL_PLAN_TIE of best's (the one
- * measured last: the plan auto left last). 1, or 0 when there is none. The caller (ofl_plan_next)
- * forgets the re-measured plan's old ratios: they are what is in doubt. The model cannot tell such
- * plans apart (on NVMe every plan waits for the same disk, and how the update's threads share the
- * cores with the I/O's decides), so auto runs each and lets the plan ratios, measured, choose
- * (ofl_plan_next: beside home's steps around it); and again now and then, because a ratio measured once,
- * long ago, under another load, decides against the plan in use measured every step: on the 2-core
- * VM all-device ran 3 % ahead of all-cpu with the state on NVMe, and auto, its one probe of
- * all-device slower by noise, kept all-cpu for good. */
+/* Ties: a fixed policy with a number of device subgroups other than best's, into *out: one never
+ * run (tried[ndev] == 0, tried: [n + 1]) predicted within OFL_PLAN_TIE of best or simulated within
+ * it (its ratio, never measured, is ofl_plan_ratios' guess), or predicted within OFL_PLAN_EXPLORE
+ * when it is best's neighbour (below: the first in the candidates' order); else, when step `now` is
+ * a multiple of OFL_PLAN_REPROBE, one whose plan ratio was last learned more than OFL_PLAN_REPROBE
+ * steps before (hist: [n + 1], the plan ratios' histories, NULL: none such) and whose simulation
+ * alone is within OFL_PLAN_TIE of best's, the one measured longest ago (the first in the
+ * candidates' order among equals), so that every tie comes round in turn. 1, or 0 when there is
+ * none. The caller (ofl_plan_next) forgets the re-measured plan's old ratios: they are what is in
+ * doubt. The model cannot tell such plans apart (on NVMe every plan waits for the same disk, and
+ * how the update's threads share the cores with the I/O's decides), so auto runs each and lets the
+ * plan ratios, measured, choose (ofl_plan_next: beside home's steps around it); and again now and
+ * then, because a ratio measured once, long ago, under another load, decides against the plan in
+ * use measured every step: on the 2-core VM all-device ran 3 % ahead of all-cpu with the state on
+ * NVMe, and auto, its one probe of all-device slower by noise, kept all-cpu for good. Why the one
+ * measured longest ago (this rule first took the one measured last, the plan auto left last): with
+ * seven fixed policies tied on NVMe, the re-probe went to the same two or three, and all-device,
+ * probed once at step 3 and 2.6 % "behind" by noise, was never run again in a 46-step run where it
+ * was 2.7 % ahead of the rest. */
 #define OFL_PLAN_TIE 0.03
 /* ... and a fixed policy never run whose device count is next to best's (the nearest of the fixed
  * policies below it or above it) is probed when predicted within OFL_PLAN_EXPLORE: a local search
@@ -193,7 +199,9 @@ void ofl_plan_ratios(const struct ofl_cost_hist *hist, uint32_t n, double *ratio
  * device's copies share the host with the CPU's updates); one step of a plan 20 % slower costs
  * less than a run spent on the wrong side of the best. */
 #define OFL_PLAN_EXPLORE 0.25
-#define OFL_PLAN_REPROBE 20
+/* A re-probe every 10 steps: each costs one step of a plan the simulation ties (3 %), so a tenth of
+ * that at most, and seven ties come round within 70 steps. */
+#define OFL_PLAN_REPROBE 10
 int ofl_plan_untried(const struct ofl_plan_sg *sg, uint32_t n, const double *ratio, const unsigned char *tried,
                      const struct ofl_cost_hist *hist, uint64_t now, const struct ofl_plan_choice *best,
                      struct ofl_plan_choice *out);
@@ -218,12 +226,19 @@ struct ofl_plan_auto {
  * above; the ratios already hold what step `now` measured). At the first call (now 0): the best by
  * the model. Otherwise home, or the best when ofl_plan_switch says so (the new home runs first);
  * or, from step 2 on, after a step of home, a probe, run for one step, then home for OFL_PLAN_BACK
- * steps before auto decides again, whatever the probe measured. The probe: the last one again when
- * it is predicted ahead of home, but not by the hysteresis (at most OFL_COST_WINDOW times in a row,
- * its ratios and home's kept); else the tie ofl_plan_untried finds, whose start forgets its old
- * ratios and all of home's but the last. So a probe is judged beside home's steps just around it:
- * the median of home's step before it and those after it (costplan.c: why). */
+ * steps before auto decides again, whatever the probe measured (a probe the ratios choose is taken
+ * only after OFL_PLAN_TAKE_AFTER of its steps: probed again until then). The probe: the last one
+ * again when it is predicted ahead of home, but not by the hysteresis (at most OFL_COST_WINDOW
+ * times in a row, its ratios and home's kept); else the tie ofl_plan_untried finds, whose start
+ * forgets its old ratios and all of home's but the last. So a probe is judged beside home's steps
+ * just around it: the median of home's step before it and those after it (costplan.c: why). */
 #define OFL_PLAN_BACK 2
+/* A probe is taken (made home) only once it has been measured OFL_PLAN_TAKE_AFTER times: ahead by
+ * the hysteresis after one step, it is probed again. Why: one step varies by 3-4 % on the 2-core
+ * VM, and with seven plans tied on NVMe, a probe 2.7 % slower than home measured 2 % ahead once in
+ * about ten probes and was taken; auto then ran it until a re-probe brought the better plan back
+ * (in a 46-step run, 10 to 20 steps on the slower plan). */
+#define OFL_PLAN_TAKE_AFTER 2
 void ofl_plan_next(struct ofl_plan_auto *a, const struct ofl_plan_sg *sg, uint32_t n, struct ofl_cost_hist *hist,
                    double *ratio, const unsigned char *tried, uint64_t now, struct ofl_plan_choice *best_fixed);
 

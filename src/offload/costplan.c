@@ -17,20 +17,26 @@
  * switch costs a step of learning the new side's factors. The current plan stays unless the best
  * is predicted faster by more than OFL_PLAN_HYST of it.
  *
- * Why a probe goes home (ofl_plan_next): a plan the model ties with the one auto settled on (home)
- * is run for one step to be measured (a probe); then home runs again for OFL_PLAN_BACK steps, and
- * only then do the plan ratios choose, home's ratio being the median of its step before the probe
- * and those after it (its older ones forgotten). Why around the probe: the machine's other
- * tenants load it in bursts that last many steps, so ratios measured far apart compare two loads,
- * not two plans; and three steps, because their median outvotes one of them caught by a burst.
- * When auto instead stayed on the probe until something beat it by the hysteresis, the
- * hysteresis protected a probe measured once against home's old ratio: on NVMe every engine's
- * first steps were slow, all-cpu's ratio came from them, and auto stayed on probes ~10 % slower
- * than all-cpu for most of a 41-step run. Why a probe ahead of home, but not by the hysteresis, is
- * run again (its ratios and home's kept: they cover the same steps), up to OFL_COST_WINDOW times:
- * one step of each cannot tell plans 3 % apart through steps that vary by as much; on NVMe at 8x
- * / 64 GB/s all-device ran ~4 % ahead of all-cpu, a probe of it measured 1 % ahead, and auto kept
- * all-cpu until the re-probe at step 40.
+ * Why probes: a plan the model ties with the one auto settled on (home), by its prediction or, when
+ * it never ran (its plan ratio is a guess, ofl_plan_ratios), by its simulation alone, is run to be
+ * measured; so is a fixed policy never run next to home's device count predicted within
+ * OFL_PLAN_EXPLORE (a local search: the simulation can be wrong about where the best count lies).
+ * On NVMe at 0.25x / 64 GB/s all-device ran 2.7 % ahead of every other plan, and auto, which gave
+ * it the ratio of the counts it had measured and so never ran it, 4.6 % behind.
+ *
+ * Why a probe goes home (ofl_plan_next): a probe runs for one step; then home runs again for
+ * OFL_PLAN_BACK steps, and only then do the plan ratios choose, home's ratio being the median of
+ * its step before the probe and those after it (its older ones forgotten). Why around the probe:
+ * the machine's other tenants load it in bursts that last many steps, so ratios measured far apart
+ * compare two loads, not two plans; and three steps, because their median outvotes one of them
+ * caught by a burst. When auto instead stayed on the probe until something beat it by the
+ * hysteresis, the hysteresis protected a probe measured once against home's old ratio: on NVMe
+ * every engine's first steps were slow, all-cpu's ratio came from them, and auto stayed on probes
+ * ~10 % slower than all-cpu for most of a 41-step run. Why a probe ahead of home, but not by the
+ * hysteresis, is run again (its ratios and home's kept: they cover the same steps), up to
+ * OFL_COST_WINDOW times: one step of each cannot tell plans 3 % apart through steps that vary by as
+ * much; on NVMe at 8x / 64 GB/s all-device ran ~4 % ahead of all-cpu, a probe of it measured 1 %
+ * ahead, and auto kept all-cpu until the re-probe at step 40.
  *
  * Why plan ratios (ofl_plan_predict): the simulation is built from per-job times, and a step that
  * uses both sides ends with the later of two paths, each with its own noise and host threads to
@@ -233,15 +239,17 @@ int ofl_plan_untried(const struct ofl_plan_sg *sg, uint32_t n, const double *rat
         c[i].predicted_s = ofl_plan_predict(sg, n, ratio, &c[i]);
         if (!tried[c[i].ndev]) { /* never run: the first tied one, or a neighbour within reach, at once */
             int near = (int)c[i].ndev == below || (int)c[i].ndev == above;
-            if (c[i].predicted_s > best->predicted_s * (1 + (near ? OFL_PLAN_EXPLORE : OFL_PLAN_TIE))) continue;
+            int tie = c[i].predicted_s <= best->predicted_s * (1 + OFL_PLAN_TIE) ||
+                      ofl_plan_simulate(sg, n, &c[i]) <= sim_best * (1 + OFL_PLAN_TIE);
+            if (!tie && !(near && c[i].predicted_s <= best->predicted_s * (1 + OFL_PLAN_EXPLORE))) continue;
             *out = c[i];
             return 1;
         }
         /* run, long ago: tied by the simulation alone (its old ratio is what is in doubt), at most one
-         * every OFL_PLAN_REPROBE steps, the one measured last (the plan auto left last) */
+         * every OFL_PLAN_REPROBE steps, the one measured longest ago (so each tie comes round) */
         const struct ofl_cost_hist *h = hist ? &hist[c[i].ndev] : NULL;
         if (h && h->n && now > h->at + OFL_PLAN_REPROBE && now % OFL_PLAN_REPROBE == 0 &&
-            ofl_plan_simulate(sg, n, &c[i]) <= sim_best * (1 + OFL_PLAN_TIE) && (!found || h->at > found_at)) {
+            ofl_plan_simulate(sg, n, &c[i]) <= sim_best * (1 + OFL_PLAN_TIE) && (!found || h->at < found_at)) {
             *out = c[i];
             found = 1;
             found_at = h->at;
@@ -281,7 +289,10 @@ void ofl_plan_next(struct ofl_plan_auto *a, const struct ofl_plan_sg *sg, uint32
     }
     int home_ran = !a->wait; /* the step just measured ran home, and auto may decide */
     if (a->wait) a->wait--;
-    if (home_ran && ofl_plan_switch(sg, n, ratio, &a->home, &best)) {
+    /* a probe measured once is not taken on that one step: probed again (below) first */
+    int once = a->probes && a->probes < OFL_COST_WINDOW && best.ndev == a->probe.ndev &&
+               hist[best.ndev].n < OFL_PLAN_TAKE_AFTER;
+    if (home_ran && !once && ofl_plan_switch(sg, n, ratio, &a->home, &best)) {
         a->home = best;
         a->probes = 0;
         home_ran = 0; /* the new home runs before anything is probed beside it */
