@@ -192,21 +192,23 @@ void ofl_plan_best(const struct ofl_plan_sg *sg, uint32_t n, const double *ratio
 
 void ofl_plan_ratios(const struct ofl_cost_hist *hist, uint32_t n, double *ratio)
 {
-    int lo = -1; /* the last count below d that ran */
+    int lo = -1;     /* the last count below d that ran */
+    uint32_t hi = 0; /* the first count from d on that ran (n + 1: none) */
+    double rhi = 1;  /* its ratio */
     for (uint32_t d = 0; d <= n; d++) {
-        if (hist[d].n) {
-            ratio[d] = ofl_cost_hist_median(&hist[d]);
-            lo = (int)d;
-            continue;
+        if (d == 0 || d > hi) { /* one pass: hi moves on only once d has passed it */
+            for (hi = d; hi <= n && !hist[hi].n; hi++) {}
+            rhi = hi <= n ? ofl_cost_hist_median(&hist[hi]) : 1;
         }
-        uint32_t hi = d + 1; /* the next count above d that ran */
-        while (hi <= n && !hist[hi].n) hi++;
-        if (lo < 0 && hi > n) ratio[d] = 1; /* nothing ran: the simulation as it is */
-        else if (lo < 0) ratio[d] = ofl_cost_hist_median(&hist[hi]);
-        else if (hi > n) ratio[d] = ratio[lo];
-        else {
-            double a = ratio[lo], b = ofl_cost_hist_median(&hist[hi]);
-            ratio[d] = a + (b - a) * (double)(d - (uint32_t)lo) / (double)(hi - (uint32_t)lo);
+        if (hi == d) {
+            ratio[d] = rhi;
+            lo = (int)d;
+        } else if (lo < 0) {
+            ratio[d] = rhi; /* the nearest above, or 1 when nothing ran: the simulation as it is */
+        } else if (hi > n) {
+            ratio[d] = ratio[lo];
+        } else {
+            ratio[d] = ratio[lo] + (rhi - ratio[lo]) * (double)(d - (uint32_t)lo) / (double)(hi - (uint32_t)lo);
         }
     }
 }

@@ -135,12 +135,12 @@ int mw_plan_stream_dram(const struct mw_plan_stream_in *in, struct mw_plan_strea
     /* At each position p of a training pass: the weights of the units at p..p+depth (resident
      * or being fetched; a released unit's subgroups stay only when the next one needs them) and,
      * leading by size, those further ahead within their own lead (mw_plan_stream_leads),
-     * plus the gradients resident then. Gradients: with accumulation (or keep_grads) the whole
-     * array lives through the step (and stays, zeroed, for the next); else at the last micro-batch, unit u's backward touches its range
-     * from first[u] up, the subgroups that start in a norm chunk below the previous mark wait
-     * for the rest of their chunk, and those finished at the previous mark are being written.
-     * The LM head (backward position 0) and the blocks write
-     * nothing below them; the embeddings' gradients come last, after every weight is gone.
+     * plus the gradients resident then. Gradients: with accumulation (or keep_grads) the whole array
+     * lives through the step (and stays, zeroed, for the next); else at the last micro-batch, unit
+     * u's backward touches its range from first[u] up, the subgroups that start in a norm chunk below
+     * the previous mark wait for the rest of their chunk, and those finished at the previous mark are
+     * being written. The LM head (backward position 0) and the blocks write nothing below them; the
+     * embeddings' gradients come last, after every weight is gone.
      * Layer-major adds wte's head share in the forward's head phase: the embeddings' gradients
      * are resident from there to the end (an untied head's own gradients are written then).
      * Another family's pass (in->order) walks the same way over its own units. */
