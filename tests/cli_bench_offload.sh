@@ -2,7 +2,8 @@
 # `memwall bench offload`: small runs with the state in DRAM and on NVMe print JSON with the
 # required keys and plausible byte counts; the hybrid schedule, --calibrate and --trace work;
 # the NVMe files are removed; the default NVMe directory is private and removed; --policies runs
-# every policy side by side (each with its figures, its NVMe subdirectory removed); usage errors
+# every policy side by side (each with its figures, its NVMe subdirectory removed; --control: auto's
+# engine and the best's with the same placement, their ratio beside the paired one); usage errors
 # exit 2, runtime failures 1.
 set -u
 cli=${MW_CLI:?}
@@ -56,6 +57,24 @@ assert p['all-cpu']['dev_updates'] == 0 and p['all-device']['cpu_updates'] == 0 
 assert 'plan_device_subgroups' in p['auto'] and j['best_fixed'] in p and j['auto_over_best_fixed'] > 0
 assert j['auto_over_best_fixed_paired'] > 0
 " || bad "--policies JSON: $out"
+# --control: auto's engine and the best fixed policy's both with the best's placement, C more rounds
+out=$("$cli" bench offload --params 300000 --subgroup-size 65536 --tier dram --steps 2 --control 3 \
+      --policies auto,all-cpu,every-2 --json) || bad "--control run exited $?"
+echo "$out" | python3 -c "
+import json, sys
+j = json.load(sys.stdin)
+p, b = j['policies'], j['best_fixed']
+assert j['control'] == 3 and b in ('all-cpu', 'every-2'), j
+assert len(p['auto']['control_steps_s']) == 3 and len(p[b]['control_steps_s']) == 3, p
+assert all(t > 0 for t in p['auto']['control_steps_s'] + p[b]['control_steps_s']), p
+r = sorted(x / y for x, y in zip(p['auto']['control_steps_s'], p[b]['control_steps_s']))
+assert abs(j['engine_offset'] - r[1]) < 1e-3 * r[1], (j['engine_offset'], r)
+assert abs(j['auto_over_best_fixed_corrected'] - j['auto_over_best_fixed_paired'] / j['engine_offset']) < 1e-3, j
+assert p['auto']['steps_run'] == 2 and 'plan_device_subgroups' in p['auto']
+" || bad "--control JSON: $out"
+"$cli" bench offload --params 300000 --subgroup-size 65536 --tier dram --steps 1 --control 2 --policies auto,all-cpu |
+  grep -q "control (2 rounds, auto's engine with all-cpu's placement)" || bad "--control text output"
+"$cli" bench offload --control 2 >/dev/null 2>&1; [ $? = 2 ] || bad "--control without --policies should exit 2"
 out=$("$cli" bench offload --params 300000 --subgroup-size 65536 --tier nvme --nvme-dir "$dir/side" --steps 1 \
       --policies auto,every-2) || bad "--policies on nvme exited $?"
 echo "$out" | grep -q "auto / best fixed" || bad "--policies text output: $out"

@@ -39,6 +39,7 @@
 #include "offload_util.h"
 #include "testutil.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -383,7 +384,32 @@ static void engine_auto(const struct mw_offload_registry *r, float *g, uint64_t 
     CHECK_EQ_INT(c.plan_switches, 1); /* once, and no flapping back */
     CHECK_EQ_INT(c.plan_device_subgroups, 0);
     CHECK(c.plan_predicted_s > 0 && c.plan_predicted_s <= c.best_fixed_predicted_s);
+
+    /* mw_offload_set_policy between steps: a fixed policy runs (auto no longer re-plans), then auto
+     * again, from what it had learned; not during a step, not every-0 */
+    struct mw_offload_stats st;
+    CHECK(mw_offload_set_policy(e, MW_OFFLOAD_POLICY_EVERY_K, 0) == -EINVAL);
+    REQUIRE(mw_offload_set_policy(e, MW_OFFLOAD_POLICY_EVERY_K, 2) == 0);
+    REQUIRE(step(e, 9, g, n, &st) == 0);
+    CHECK_EQ_INT(st.dev_updates, NSG / 2);
+    REQUIRE(mw_offload_set_policy(e, MW_OFFLOAD_POLICY_ALL_DEVICE, 0) == 0);
+    REQUIRE(step(e, 10, g, n, &st) == 0);
+    CHECK_EQ_INT(st.dev_updates, NSG);
+    mw_offload_cost_get(e, &c);
+    CHECK_EQ_INT(c.plan_switches, 1); /* a fixed policy set: auto's plan not touched */
+    REQUIRE(mw_offload_set_policy(e, MW_OFFLOAD_POLICY_AUTO, 0) == 0);
+    REQUIRE(step(e, 11, g, n, &st) == 0);
+    CHECK_EQ_INT(st.dev_updates, 0); /* auto's plan: the device it measured slower gets nothing */
+    REQUIRE(mw_offload_backward_begin(e, 1, NULL) == 0);
+    CHECK(mw_offload_set_policy(e, MW_OFFLOAD_POLICY_ALL_CPU, 0) == -EBUSY);
+    REQUIRE(mw_offload_backward_end(e) == 0);
     mw_offload_free(e);
+    e = open_engine(r, MW_OFFLOAD_POLICY_ALL_CPU, &p, NULL); /* made without auto: no plan to run */
+    if (e) {
+        CHECK(mw_offload_set_policy(e, MW_OFFLOAD_POLICY_AUTO, 0) == -EINVAL);
+        CHECK(mw_offload_set_policy(e, MW_OFFLOAD_POLICY_ALL_DEVICE, 0) == 0);
+        mw_offload_free(e);
+    }
     unsetenv("MEMWALL_EMU");
 }
 
@@ -592,23 +618,91 @@ static void probe_home(void)
     probe_run(1.1, load, ndev, &sw);
     probe_expect("burst after the probe", ndev, 0, 0, 0, slow_first);
     /* a probe 4 % faster, measured 1 % ahead the first time (within the hysteresis), is probed again
-     * (step 6) and taken with its two measurements (2.6 % ahead); then the fixed policies between
-     * (every-2, -3, -4, -5, -6: 8, 5, 4, 3, 2 subgroups), never run and tied by the simulation, are
-     * each probed once; all-cpu, left, is re-probed at step 31, every-2 at 41 */
+     * (step 6: 2.6 % ahead over both, its level the median of 1 and 2.6: 1.9 %, still within) and a
+     * third time (step 9: 2.6 %), and taken (step 12 on); all-cpu, the home it left, is probed next
+     * (step 13, OFL_PLAN_VERIFY); then the fixed policies between (every-2, -3, -4, -5, -6: 8, 5, 4,
+     * 3, 2 subgroups), never run and tied by the simulation, are each probed once; all-cpu is
+     * re-probed at step 31, every-2 at 41 */
     load[3] = 1.03;
     probe_run(0.96, load, ndev, &sw);
-    static const int ahead[][2] = {{3, GRID_N}, {6, GRID_N}, {10, 8}, {13, 5}, {16, 4},
-                                   {19, 3},     {22, 2},     {31, 0}, {41, 8}, {0, 0}};
-    probe_expect("probe ahead", ndev, 0, 9, GRID_N, ahead);
+    static const int ahead[][2] = {{3, GRID_N}, {6, GRID_N}, {9, GRID_N}, {13, 0}, {16, 8}, {19, 5},
+                                   {22, 4},     {25, 3},     {28, 2},     {31, 0}, {41, 8}, {0, 0}};
+    probe_expect("probe ahead", ndev, 0, 12, GRID_N, ahead);
     /* a probe that IS faster (0.9) is probed again (step 6: measured once, it is not taken,
-     * OFL_PLAN_TAKE_AFTER) and taken after home's steps (step 9 on); the other fixed policies are
-     * probed once each as above, all-cpu again at 31, every-2 at 41 */
+     * OFL_PLAN_TAKE_AFTER) and taken after home's steps (step 9 on); all-cpu, left 11 % behind, is
+     * not probed back (OFL_PLAN_VERIFY); the other fixed policies are probed once each as above,
+     * all-cpu again at 31, every-2 at 41 */
     load[3] = 1;
     load[4] = 1;
     probe_run(0.9, load, ndev, &sw);
     static const int faster[][2] = {{3, GRID_N}, {6, GRID_N}, {10, 8}, {13, 5}, {16, 4},
                                     {19, 3},     {22, 2},     {31, 0}, {41, 8}, {0, 0}};
     probe_expect("faster probe", ndev, 0, 9, GRID_N, faster);
+}
+
+/* Paired levels (ofl_plan_ratios_paired): a count's ratio is home's median times the count's level
+ * over home's (each measured as a probe's steps over home's around them), not its own old median,
+ * which came from another load. By hand, then in the plan loop. */
+static void paired_levels(void)
+{
+    struct ofl_cost_hist h[GRID_N + 1];
+    double ratio[GRID_N + 1], plain[GRID_N + 1];
+    memset(h, 0, sizeof h);
+    for (int i = 0; i < 3; i++) ofl_cost_hist_add(&h[0], 1.3); /* home, now: 1.3 */
+    h[0].lvl_n = 1;                                             /* level 0 */
+    ofl_cost_hist_add(&h[GRID_N], 1.2);                         /* ran at a quieter time ... */
+    h[GRID_N].lv[0] = log(0.95);                                /* ... 5 % ahead of home beside it */
+    h[GRID_N].lvl_n = 1;
+    ofl_cost_hist_add(&h[8], 1.0); /* as fast as home beside it, its own median from a quiet time */
+    h[8].lvl_n = 1;
+    ofl_cost_hist_add(&h[4], 0.9); /* no level: its own median */
+    ofl_plan_ratios_paired(h, GRID_N, 0, ratio);
+    CHECK(fabs(ratio[0] - 1.3) < 1e-12 && fabs(ratio[GRID_N] - 1.235) < 1e-12 && fabs(ratio[8] - 1.3) < 1e-12 &&
+          fabs(ratio[4] - 0.9) < 1e-12);
+    CHECK(fabs(ratio[12] - 1.2675) < 1e-12 && fabs(ratio[2] - 1.1) < 1e-12 && fabs(ratio[6] - 1.1) < 1e-12);
+    h[0].lvl_n = 0; /* home without a level: the plain medians */
+    ofl_plan_ratios_paired(h, GRID_N, 0, ratio);
+    ofl_plan_ratios(h, GRID_N, plain);
+    for (int d = 0; d <= GRID_N; d++) CHECK(ratio[d] == plain[d]);
+    CHECK(fabs(plain[GRID_N] - 1.2) < 1e-12 && fabs(plain[8] - 1.0) < 1e-12);
+
+    /* The loop on a disk-bound tie: all-device 5 % faster than all-cpu, every other count as fast as
+     * all-cpu; its first probe (step 3) caught by a burst (+10 %). The other fixed policies are probed
+     * in the quiet first steps; from step 20 the machine is 30 % slower for good. Their own medians
+     * (1.0) then look 23 % ahead of home's (1.3); paired, none is taken, and all-device, re-probed
+     * beside home, becomes home. */
+    struct ofl_plan_sg sg[GRID_N];
+    for (int i = 0; i < GRID_N; i++) sg[i] = (struct ofl_plan_sg){1, 1, 0.5, 0.1, 0.5, 0.1};
+    unsigned char tried[GRID_N + 1];
+    memset(h, 0, sizeof h);
+    memset(tried, 0, sizeof tried);
+    ofl_plan_ratios(h, GRID_N, ratio);
+    struct ofl_plan_auto a;
+    memset(&a, 0, sizeof a);
+    ofl_plan_next(&a, sg, GRID_N, h, ratio, tried, 0, NULL);
+    uint32_t home[PROBE_S + 1], ran[PROBE_S + 1];
+    for (uint64_t s = 1; s <= PROBE_S; s++) {
+        uint32_t d = a.cur.ndev;
+        ran[s] = d;
+        if (s > 1) {
+            double load = s >= 20 ? 1.3 : s == 3 ? 1.1 : 1.0;
+            tried[d] = 1;
+            ofl_cost_hist_add(&h[d], (d == GRID_N ? 0.95 : 1.0) * load);
+            h[d].at = s;
+        }
+        ofl_plan_ratios(h, GRID_N, ratio);
+        ofl_plan_next(&a, sg, GRID_N, h, ratio, tried, s, NULL);
+        home[s] = a.home.ndev;
+    }
+    /* the probes in the quiet steps (all-device at 3, in the burst; every-2..-6 after it), all-device
+     * re-probed at 21 and run again at 24 (5 % ahead beside home, but its level the median of that and
+     * the burst's +4.5 %: within the hysteresis), taken after it (its levels: -5, -5, +4.5 %); all-cpu,
+     * left, probed beside it (28); then the re-probes of the oldest ties (every-2 at 31, every-3 at 41) */
+    static const int want[][2] = {{3, GRID_N},  {6, 8},       {9, 5},  {12, 4}, {15, 3}, {18, 2},
+                                  {21, GRID_N}, {24, GRID_N}, {28, 0}, {31, 8}, {41, 5}, {0, 0}};
+    probe_expect("paired levels", ran, 0, 27, GRID_N, want);
+    for (int s = 20; s <= PROBE_S; s++) /* never home on a count whose old median looked 23 % ahead */
+        CHECK_MSG(home[s] == 0 || home[s] == GRID_N, "step %d: home is %u device subgroups", s, home[s]);
 }
 
 int main(void)
@@ -630,6 +724,7 @@ int main(void)
     reprobe();
     explore();
     probe_home();
+    paired_levels();
     engine_auto(&r, g, n);
     free(g);
     mw_offload_registry_free(&r);

@@ -265,6 +265,12 @@ int mw_offload_init(struct mw_offload **out, const struct mw_offload_registry *r
                     const struct mw_offload_config *cfg);
 void mw_offload_free(struct mw_offload *e);
 const struct mw_offload_plan *mw_offload_get_plan(const struct mw_offload *e);
+/* Between steps: the policy the next steps run. A fixed one (every-K: k >= 1) on any engine (a device
+ * policy only with the accelerator); auto only on an engine made with auto, which stops re-planning
+ * while it runs a fixed one and resumes from what it had learned. -EINVAL, or -EBUSY with a step in
+ * progress. (memwall bench offload --policies: every engine runs the best fixed policy's placement
+ * to measure what the engines alone differ by.) */
+int mw_offload_set_policy(struct mw_offload *e, enum mw_offload_policy p, int k);
 const struct mw_offload_subgroup *mw_offload_subgroups(const struct mw_offload *e, uint32_t *n);
 
 /* Overwrites master weights [first, first+n) of the committed state (and the working copy). */

@@ -56,8 +56,15 @@ enum ofl_cost_ctx { OFL_CTX_QUIET = 0, OFL_CTX_SHARED = 1, OFL_CTX_N };
  * followed within three steps, and a burst of another tenant's load on one or two steps (a 5 ms
  * CPU update where the others take 1.3 ms, on a 2-core machine) does not move it. */
 #define OFL_COST_WINDOW 5
-struct ofl_cost_hist { double r[OFL_COST_WINDOW]; uint32_t n; uint64_t at; }; /* log ratios, a ring; n: learned;
-                                                                              at: the step of the last (plan ratios) */
+struct ofl_cost_hist {
+    double r[OFL_COST_WINDOW]; /* log ratios, a ring */
+    uint32_t n;                /* learned */
+    uint64_t at;               /* plan ratios: the step of the last */
+    /* plan ratios: the count's level, the median of its last OFL_COST_WINDOW log ratios each paired
+     * with home's (costplan.c), a ring of lvl_n; a probe run again replaces the one it added */
+    double lv[OFL_COST_WINDOW];
+    uint32_t lvl_n;
+};
 /* A component's first steps (in each context) are measured and reported but not learned from
  * (costlearn.c: warm-up). */
 #define OFL_COST_WARMUP 1
@@ -173,6 +180,11 @@ void ofl_plan_best(const struct ofl_plan_sg *sg, uint32_t n, const double *ratio
  * later of the CPU's path and the device's, each nearly linear in the count, so a ratio between two
  * measured counts is near the line between them. */
 void ofl_plan_ratios(const struct ofl_cost_hist *hist, uint32_t n, double *ratio);
+/* The same, each count's ratio from its level beside home's (ofl_plan_next: every probe's steps over
+ * home's around it, paired) times home's median: ratios measured at different times are compared
+ * through what each measured beside home, not under two loads (costplan.c: why). Counts without a
+ * level: their own median, or the line between. Without home's median or level: ofl_plan_ratios. */
+void ofl_plan_ratios_paired(const struct ofl_cost_hist *hist, uint32_t n, uint32_t home, double *ratio);
 /* Ties: a fixed policy with a number of device subgroups other than best's, into *out: one never
  * run (tried[ndev] == 0, tried: [n + 1]) predicted within OFL_PLAN_TIE of best or simulated within
  * it (its ratio, never measured, is ofl_plan_ratios' guess), or predicted within OFL_PLAN_EXPLORE
@@ -219,6 +231,9 @@ struct ofl_plan_auto {
     struct ofl_plan_choice probe; /* the last probe */
     int probes;                   /* times it was probed in a row (0: none being judged) */
     int wait;                     /* steps before auto decides again: the probe's, then home's after it */
+    int pending;                  /* the probe ran, its level beside home's not yet learned */
+    struct ofl_plan_choice left;  /* the home auto last moved from */
+    int verify;                   /* it is the next probe */
     uint32_t switches;            /* steps whose plan differed from the step before's */
 };
 /* The plan of the step after step `now` into a->cur (and the fastest fixed policy into *best_fixed,
@@ -231,7 +246,9 @@ struct ofl_plan_auto {
  * again when it is predicted ahead of home, but not by the hysteresis (at most OFL_COST_WINDOW
  * times in a row, its ratios and home's kept); else the tie ofl_plan_untried finds, whose start
  * forgets its old ratios and all of home's but the last. So a probe is judged beside home's steps
- * just around it: the median of home's step before it and those after it (costplan.c: why). */
+ * just around it: the median of home's step before it and those after it (costplan.c: why); what it
+ * measured there is added to its levels, and the ratios are ofl_plan_ratios_paired's (the ratio
+ * array given is recomputed). After a move, the home left is the next probe (OFL_PLAN_VERIFY). */
 #define OFL_PLAN_BACK 2
 /* A probe is taken (made home) only once it has been measured OFL_PLAN_TAKE_AFTER times: ahead by
  * the hysteresis after one step, it is probed again. Why: one step varies by 3-4 % on the 2-core
@@ -239,6 +256,13 @@ struct ofl_plan_auto {
  * about ten probes and was taken; auto then ran it until a re-probe brought the better plan back
  * (in a 46-step run, 10 to 20 steps on the slower plan). */
 #define OFL_PLAN_TAKE_AFTER 2
+/* After auto moves home, the home it left is the next probe when predicted within OFL_PLAN_VERIFY of
+ * the new one: a move is made on the probe's steps that measured it ahead by the hysteresis, and among
+ * seven plans tied on NVMe, some probe measures ahead by noise (the winner's curse); measured again
+ * beside the new home, the one left comes back when it is the faster. On NVMe at 2x / 64 GB/s auto
+ * started on all-device, the best fixed policy there (4 % ahead), and walked through every-2 and
+ * every-3 to every-4, each move on a probe measured 2-3 % ahead, and stayed there (1.041). */
+#define OFL_PLAN_VERIFY 0.10
 void ofl_plan_next(struct ofl_plan_auto *a, const struct ofl_plan_sg *sg, uint32_t n, struct ofl_cost_hist *hist,
                    double *ratio, const unsigned char *tried, uint64_t now, struct ofl_plan_choice *best_fixed);
 

@@ -38,6 +38,19 @@
  * much; on NVMe at 8x / 64 GB/s all-device ran ~4 % ahead of all-cpu, a probe of it measured 1 %
  * ahead, and auto kept all-cpu until the re-probe at step 40.
  *
+ * Why levels (level_learn, ofl_plan_ratios_paired): judging a probe beside home's steps around it
+ * compares the two under one load, but the next decision compared that probe's ratio with every
+ * other count's own, measured under the loads of their own probes. Once the machine was slower for
+ * good, a count probed in the quiet first steps looked ahead of home by the load alone: on NVMe at
+ * 0.25x / 64 GB/s auto moved home to every-5, probed 7 steps before, right after a probe of
+ * all-device that ran 5 % ahead of it. So what each probe measured beside home is kept as the
+ * count's level (on home's, itself on its home's when it was probed: one chain from the first home,
+ * level 0), the median of its last OFL_COST_WINDOW, and a count's ratio is home's median times its
+ * level over home's: every comparison goes through steps that ran side by side. Why the home left
+ * is probed after a move (OFL_PLAN_VERIFY, cost.h): a move is made on the probes that measured
+ * ahead, and among many tied plans some do by noise; beside the new home, the old one comes back
+ * when it is the faster.
+ *
  * Why plan ratios (ofl_plan_predict): the simulation is built from per-job times, and a step that
  * uses both sides ends with the later of two paths, each with its own noise and host threads to
  * share; the engine (policy.c) keeps, per number of device subgroups, the ratio of the measured
@@ -56,6 +69,8 @@
 #include "offload/cost.h"
 #include "memwall/common.h"
 
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 
@@ -190,15 +205,17 @@ void ofl_plan_best(const struct ofl_plan_sg *sg, uint32_t n, const double *ratio
     if (best_fixed) *best_fixed = c[bf];
 }
 
-void ofl_plan_ratios(const struct ofl_cost_hist *hist, uint32_t n, double *ratio)
+/* The ratios from known[d] (> 0: that count's ratio; 0: not known), the unknown ones on the line
+ * between the nearest known counts (ofl_plan_ratios): one pass, the next known count found once. */
+static void ratios_between(const double *known, uint32_t n, double *ratio)
 {
-    int lo = -1;     /* the last count below d that ran */
-    uint32_t hi = 0; /* the first count from d on that ran (n + 1: none) */
+    int lo = -1;     /* the last known count below d */
+    uint32_t hi = 0; /* the first known count from d on (n + 1: none) */
     double rhi = 1;  /* its ratio */
     for (uint32_t d = 0; d <= n; d++) {
         if (d == 0 || d > hi) { /* one pass: hi moves on only once d has passed it */
-            for (hi = d; hi <= n && !hist[hi].n; hi++) {}
-            rhi = hi <= n ? ofl_cost_hist_median(&hist[hi]) : 1;
+            for (hi = d; hi <= n && !(known[hi] > 0); hi++) {}
+            rhi = hi <= n ? known[hi] : 1;
         }
         if (hi == d) {
             ratio[d] = rhi;
@@ -211,6 +228,47 @@ void ofl_plan_ratios(const struct ofl_cost_hist *hist, uint32_t n, double *ratio
             ratio[d] = ratio[lo] + (rhi - ratio[lo]) * (double)(d - (uint32_t)lo) / (double)(hi - (uint32_t)lo);
         }
     }
+}
+
+void ofl_plan_ratios(const struct ofl_cost_hist *hist, uint32_t n, double *ratio)
+{
+    for (uint32_t d = 0; d <= n; d++) ratio[d] = hist[d].n ? ofl_cost_hist_median(&hist[d]) : 0;
+    ratios_between(ratio, n, ratio); /* in place: known[d] is read before ratio[d] is written */
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* A count's level: the median of its last OFL_COST_WINDOW (the middle two's mean for an even count;
+ * 0 without any): one probe caught by a burst is outvoted once the count has three. */
+static double level(const struct ofl_cost_hist *h)
+{
+    uint32_t m = MW_MIN(h->lvl_n, (uint32_t)OFL_COST_WINDOW);
+    if (!m) return 0;
+    double v[OFL_COST_WINDOW];
+    memcpy(v, h->lv, m * sizeof *v);
+    qsort(v, m, sizeof *v, cmp_double);
+    return m % 2 ? v[m / 2] : 0.5 * (v[m / 2 - 1] + v[m / 2]);
+}
+
+static void level_add(struct ofl_cost_hist *h, double x) { h->lv[h->lvl_n++ % OFL_COST_WINDOW] = x; }
+
+void ofl_plan_ratios_paired(const struct ofl_cost_hist *hist, uint32_t n, uint32_t home, double *ratio)
+{
+    if (home > n || !hist[home].n || !hist[home].lvl_n) {
+        ofl_plan_ratios(hist, n, ratio);
+        return;
+    }
+    double rh = ofl_cost_hist_median(&hist[home]), lh = level(&hist[home]);
+    for (uint32_t d = 0; d <= n; d++)
+        ratio[d] = d == home        ? rh
+                 : hist[d].lvl_n    ? rh * exp(level(&hist[d]) - lh)
+                 : hist[d].n        ? ofl_cost_hist_median(&hist[d])
+                                    : 0;
+    ratios_between(ratio, n, ratio);
 }
 
 /* The fixed candidates' device counts nearest home's below and above (-1: none), among c[0..nc). */
@@ -279,22 +337,47 @@ static void plan_set(struct ofl_plan_auto *a, const struct ofl_plan_choice *next
     a->set = 1;
 }
 
+/* A level for `to`, never measured beside home, that auto moves home to: what the ratios guess (the
+ * line between known counts), until a probe of it beside another home measures one. */
+static void level_guess(struct ofl_cost_hist *hist, const double *ratio, uint32_t from, uint32_t to)
+{
+    if (!hist[to].lvl_n) level_add(&hist[to], level(&hist[from]) + log(ratio[to] / ratio[from]));
+}
+
+/* The probe's steps over home's around them (the same steps: costplan.c), added to the probe's
+ * levels on home's level; a probe run again adds one more, over all of its steps and home's since
+ * it started. */
+static void level_learn(struct ofl_plan_auto *a, struct ofl_cost_hist *hist)
+{
+    struct ofl_cost_hist *p = &hist[a->probe.ndev], *h = &hist[a->home.ndev];
+    a->pending = 0;
+    if (!p->n || !h->n || !h->lvl_n || p == h) return;
+    level_add(p, level(h) + log(ofl_cost_hist_median(p) / ofl_cost_hist_median(h)));
+}
+
 void ofl_plan_next(struct ofl_plan_auto *a, const struct ofl_plan_sg *sg, uint32_t n, struct ofl_cost_hist *hist,
                    double *ratio, const unsigned char *tried, uint64_t now, struct ofl_plan_choice *best_fixed)
 {
     struct ofl_plan_choice best, probe;
-    ofl_plan_best(sg, n, ratio, &best, best_fixed);
     if (!a->set) {
+        ofl_plan_best(sg, n, ratio, &best, best_fixed);
         a->home = best;
+        level_add(&hist[best.ndev], 0); /* the first home: level 0, what the others are measured from */
         plan_set(a, &best);
         return;
     }
     int home_ran = !a->wait; /* the step just measured ran home, and auto may decide */
     if (a->wait) a->wait--;
+    if (home_ran && a->pending) level_learn(a, hist);
+    ofl_plan_ratios_paired(hist, n, a->home.ndev, ratio);
+    ofl_plan_best(sg, n, ratio, &best, best_fixed);
     /* a probe measured once is not taken on that one step: probed again (below) first */
     int once = a->probes && a->probes < OFL_COST_WINDOW && best.ndev == a->probe.ndev &&
                hist[best.ndev].n < OFL_PLAN_TAKE_AFTER;
     if (home_ran && !once && ofl_plan_switch(sg, n, ratio, &a->home, &best)) {
+        level_guess(hist, ratio, a->home.ndev, best.ndev);
+        a->left = a->home;
+        a->verify = 1;
         a->home = best;
         a->probes = 0;
         home_ran = 0; /* the new home runs before anything is probed beside it */
@@ -307,15 +390,25 @@ void ofl_plan_next(struct ofl_plan_auto *a, const struct ofl_plan_sg *sg, uint32
         probe = a->probe; /* ahead, not by the hysteresis: again, home's ratios and its kept (the same steps) */
     } else {
         a->probes = 0;
-        if (!ofl_plan_untried(sg, n, ratio, tried, hist, now, &a->home, &probe)) return;
-        /* a new probe: its old ratios (if any) were another load's, and so were home's but the last */
+        if (a->verify && !same_plan(&a->left, &a->home) &&
+            ofl_plan_predict(sg, n, ratio, &a->left) <= a->home.predicted_s * (1 + OFL_PLAN_VERIFY)) {
+            probe = a->left; /* the home just left, measured beside the new one (costplan.c: why) */
+        } else if (!ofl_plan_untried(sg, n, ratio, tried, hist, now, &a->home, &probe)) {
+            a->verify = 0;
+            return;
+        }
+        a->verify = 0;
+        /* a new probe: its old ratios (if any) were another load's, and so were home's but the last
+         * (its level, measured beside a home, stays) */
         ofl_cost_hist_keep_last(&hist[a->home.ndev]);
-        memset(&hist[probe.ndev], 0, sizeof hist[probe.ndev]);
-        ofl_plan_ratios(hist, n, ratio);
+        hist[probe.ndev].n = 0;
+        hist[probe.ndev].at = 0;
+        ofl_plan_ratios_paired(hist, n, a->home.ndev, ratio);
     }
     probe.predicted_s = ofl_plan_predict(sg, n, ratio, &probe);
     a->probe = probe;
     a->probes++;
+    a->pending = 1;
     a->wait = OFL_PLAN_BACK;
     plan_set(a, &probe);
 }

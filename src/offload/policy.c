@@ -42,6 +42,25 @@ int mw_offload_policy_parse(const char *s, enum mw_offload_policy *p, int *k)
     return mw_error_set(-EINVAL, "policy '%s': expected auto, all-cpu, all-device or every-K (K >= 1)", s);
 }
 
+int mw_offload_set_policy(struct mw_offload *e, enum mw_offload_policy p, int k)
+{
+    if (e->n_started || e->in_backward || e->in_flight)
+        return mw_error_set(-EBUSY, "offload set_policy: not allowed while a step is in progress");
+    if (p == MW_OFFLOAD_POLICY_AUTO && !e->plan_sg)
+        return mw_error_set(-EINVAL, "offload set_policy: auto needs an engine made with auto and the accelerator");
+    if (p == MW_OFFLOAD_POLICY_EVERY_K && k < 1)
+        return mw_error_set(-EINVAL, "offload set_policy: every-k needs k >= 1 (got %d)", k);
+    if (p != MW_OFFLOAD_POLICY_ALL_CPU && !e->dev)
+        return mw_error_set(-EINVAL, "offload set_policy: policy %s needs the accelerator (use_device)",
+                            mw_offload_policy_name(p));
+    if (p != MW_OFFLOAD_POLICY_AUTO && p != MW_OFFLOAD_POLICY_ALL_CPU && p != MW_OFFLOAD_POLICY_ALL_DEVICE &&
+        p != MW_OFFLOAD_POLICY_EVERY_K)
+        return mw_error_set(-EINVAL, "offload set_policy: unknown policy %d", (int)p);
+    e->cfg.policy = p;
+    if (p == MW_OFFLOAD_POLICY_EVERY_K) e->cfg.every_k = k;
+    return 0;
+}
+
 /* The corrected model's times of subgroup sg in context ctx (cost.h, costplan.c). Bytes: the
  * subgroup's NVMe object read and written (none with the state in DRAM), and the device job's copies
  * (device.c: in the state, the gradients and a weight copy; out all but the gradients). */
