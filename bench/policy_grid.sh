@@ -34,7 +34,7 @@
 # auto's engine and the best's only; 0: none, the ratio is then the paired one), PRUNE (1.5; 0: never),
 # SPEEDS ("0.25 1 2 8", x the CPU), LINKS ("1 8 64", GB/s = 10^9 bytes/s), TIERS ("dram nvme"),
 # NVME_DIR (a private directory under $TMPDIR by default), OUT (policy_grid.txt, the table), JSON_DIR
-# (when set, each cell's JSON is kept there: every policy's steps, auto's plan per step). About 17
+# (when set, each cell's JSON is kept there: every policy's steps, auto's plan per step). About 20
 # minutes on the 2-core VM.
 #
 # How the grid is made: the CPU's update rate and the disk's bandwidths come from one calibration
