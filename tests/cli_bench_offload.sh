@@ -67,9 +67,13 @@ p, b = j['policies'], j['best_fixed']
 assert j['control'] == 3 and b in ('all-cpu', 'every-2'), j
 assert len(p['auto']['control_steps_s']) == 3 and len(p[b]['control_steps_s']) == 3, p
 assert all(t > 0 for t in p['auto']['control_steps_s'] + p[b]['control_steps_s']), p
+# the control ran the best's placement on both engines (every-2: 2 of the 5 subgroups on the device)
+assert p['auto']['control_dev_updates_steps'] == p[b]['control_dev_updates_steps'] == [p[b]['dev_updates']] * 3, p
 r = sorted(x / y for x, y in zip(p['auto']['control_steps_s'], p[b]['control_steps_s']))
-assert abs(j['engine_offset'] - r[1]) < 1e-3 * r[1], (j['engine_offset'], r)
-assert abs(j['auto_over_best_fixed_corrected'] - j['auto_over_best_fixed_paired'] / j['engine_offset']) < 1e-3, j
+# the JSON's step times have 6 decimals (~3 digits at these sizes): the median within 1 %
+assert abs(j['engine_offset'] - r[1]) <= 0.01 * r[1] + 1e-4, (j['engine_offset'], r)
+c = j['auto_over_best_fixed_paired'] / j['engine_offset']
+assert abs(j['auto_over_best_fixed_corrected'] - c) <= 0.01 * c, (j, c)
 assert p['auto']['steps_run'] == 2 and 'plan_device_subgroups' in p['auto']
 " || bad "--control JSON: $out"
 "$cli" bench offload --params 300000 --subgroup-size 65536 --tier dram --steps 1 --control 2 --policies auto,all-cpu |

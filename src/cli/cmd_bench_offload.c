@@ -266,6 +266,7 @@ struct side {
     char dir[4096];               /* its NVMe directories (DIR/<name> for each DIR of --nvme-dir), or "" */
     double *t;                    /* its update phase in each round, warm-up ones first (s; -1: not run) */
     double *ctl;                  /* and in each control round (--control: auto's and the best's; -1: not run) */
+    int *ctl_ndev;                /* and the subgroups it sent to the device then */
     int *ndev;                    /* and the subgroups it sent to the device */
     int ran, pruned;              /* timed steps run; left out of the later rounds (--prune) */
     uint64_t huge;                /* the huge pages its init added to the process (bytes): engines that got
@@ -367,9 +368,11 @@ static void side_free(struct side *x, int np, int all)
         free(x[i].t);
         free(x[i].ndev);
         free(x[i].ctl);
+        free(x[i].ctl_ndev);
         x[i].t = NULL;
         x[i].ndev = NULL;
         x[i].ctl = NULL;
+        x[i].ctl_ndev = NULL;
     }
 }
 
@@ -453,6 +456,8 @@ static void side_print(const struct side *x, int np, uint64_t n, const char *tie
                     if (s->ctl[t] >= 0) printf("%s%.6f", t ? ", " : "", s->ctl[t]);
                     else printf("%snull", t ? ", " : "");
                 }
+                printf("], \"control_dev_updates_steps\": [");
+                for (int t = 0; t < C; t++) printf("%s%d", t ? ", " : "", s->ctl[t] >= 0 ? s->ctl_ndev[t] : -1);
                 printf("]");
             }
             printf("}");
@@ -550,7 +555,8 @@ static int side_control(struct side *x, int np, int C, uint64_t *seed, const str
     for (int i = 0; i < 2; i++) {
         struct side *s = &x[pair[i]];
         s->ctl = malloc((size_t)C * sizeof *s->ctl);
-        if (!s->ctl) {
+        s->ctl_ndev = calloc((size_t)C, sizeof *s->ctl_ndev);
+        if (!s->ctl || !s->ctl_ndev) {
             fprintf(stderr, "memwall bench offload: out of memory for the control rounds\n");
             return 1;
         }
@@ -577,6 +583,7 @@ static int side_control(struct side *x, int np, int C, uint64_t *seed, const str
             struct mw_offload_stats st;
             mw_offload_stats_get(s->e, &st);
             s->ctl[t] = st.step_s;
+            s->ctl_ndev[t] = (int)st.dev_updates;
         }
     }
     return 0;
