@@ -548,13 +548,13 @@ static void explore(void)
     CHECK(!ofl_plan_untried(sg, GRID_N, ratio, tried, NULL, 3, &home, &probe));
 }
 
-/* Probes go home (ofl_plan_next, OFL_PLAN_BACK): the engine's plan loop (policy.c) on a disk-bound
- * tie (every fixed policy simulates the same), with each step's measured / simulated ratio given:
- * the machine's `dev` for a plan with device subgroups, 1 for all-cpu, times load[s] (another
- * tenant's burst). Learned as policy.c does: not step 1 (cold), then each step's ratio for its
- * number of device subgroups. ndev[s]: step s's device subgroups (s = 1..PROBE_S). */
+/* The engine's plan loop (policy.c) on a disk-bound tie (every fixed policy simulates the same), with
+ * each step's measured / simulated ratio given: truth[d] for a plan with d device subgroups, times
+ * load[s] (the machine's other tenants). Learned as policy.c does: not step 1 (cold), then each
+ * step's ratio for its number of device subgroups. ndev[s]: step s's device subgroups, home[s] (when
+ * not NULL): home after step s (s = 1..PROBE_S). */
 #define PROBE_S 45
-static void probe_run(double dev, const double *load, uint32_t *ndev, uint32_t *switches)
+static void plan_loop(const double *truth, const double *load, uint32_t *ndev, uint32_t *home, uint32_t *switches)
 {
     struct ofl_plan_sg sg[GRID_N];
     for (int i = 0; i < GRID_N; i++) sg[i] = (struct ofl_plan_sg){1, 1, 0.5, 0.1, 0.5, 0.1}; /* disk-bound */
@@ -563,22 +563,30 @@ static void probe_run(double dev, const double *load, uint32_t *ndev, uint32_t *
     unsigned char tried[GRID_N + 1];
     memset(h, 0, sizeof h);
     memset(tried, 0, sizeof tried);
-    ofl_plan_ratios(h, GRID_N, ratio);
     struct ofl_plan_auto a;
     memset(&a, 0, sizeof a);
-    ofl_plan_next(&a, sg, GRID_N, h, ratio, tried, 0, NULL);
+    ofl_plan_next(&a, sg, GRID_N, h, ratio, tried, 0, NULL); /* ratio: made from h, as in the engine */
     for (uint64_t s = 1; s <= PROBE_S; s++) {
         uint32_t d = a.cur.ndev;
         ndev[s] = d;
         if (s > 1) {
             tried[d] = 1;
-            ofl_cost_hist_add(&h[d], (d ? dev : 1.0) * load[s]);
+            ofl_cost_hist_add(&h[d], truth[d] * load[s]);
             h[d].at = s;
         }
-        ofl_plan_ratios(h, GRID_N, ratio);
         ofl_plan_next(&a, sg, GRID_N, h, ratio, tried, s, NULL);
+        if (home) home[s] = a.home.ndev;
     }
     *switches = a.switches;
+}
+
+/* Probes go home (ofl_plan_next, OFL_PLAN_BACK): the plan loop with the machine's `dev` for a plan
+ * with device subgroups, 1 for all-cpu. */
+static void probe_run(double dev, const double *load, uint32_t *ndev, uint32_t *switches)
+{
+    double truth[GRID_N + 1];
+    for (int d = 0; d <= GRID_N; d++) truth[d] = d ? dev : 1.0;
+    plan_loop(truth, load, ndev, NULL, switches);
 }
 
 /* Step s's device subgroups against want: home, except the probes listed as {step, device subgroups}
@@ -671,29 +679,11 @@ static void paired_levels(void)
      * in the quiet first steps; from step 20 the machine is 30 % slower for good. Their own medians
      * (1.0) then look 23 % ahead of home's (1.3); paired, none is taken, and all-device, re-probed
      * beside home, becomes home. */
-    struct ofl_plan_sg sg[GRID_N];
-    for (int i = 0; i < GRID_N; i++) sg[i] = (struct ofl_plan_sg){1, 1, 0.5, 0.1, 0.5, 0.1};
-    unsigned char tried[GRID_N + 1];
-    memset(h, 0, sizeof h);
-    memset(tried, 0, sizeof tried);
-    ofl_plan_ratios(h, GRID_N, ratio);
-    struct ofl_plan_auto a;
-    memset(&a, 0, sizeof a);
-    ofl_plan_next(&a, sg, GRID_N, h, ratio, tried, 0, NULL);
-    uint32_t home[PROBE_S + 1], ran[PROBE_S + 1];
-    for (uint64_t s = 1; s <= PROBE_S; s++) {
-        uint32_t d = a.cur.ndev;
-        ran[s] = d;
-        if (s > 1) {
-            double load = s >= 20 ? 1.3 : s == 3 ? 1.1 : 1.0;
-            tried[d] = 1;
-            ofl_cost_hist_add(&h[d], (d == GRID_N ? 0.95 : 1.0) * load);
-            h[d].at = s;
-        }
-        ofl_plan_ratios(h, GRID_N, ratio);
-        ofl_plan_next(&a, sg, GRID_N, h, ratio, tried, s, NULL);
-        home[s] = a.home.ndev;
-    }
+    double truth[GRID_N + 1], load[PROBE_S + 1];
+    for (int d = 0; d <= GRID_N; d++) truth[d] = d == GRID_N ? 0.95 : 1.0;
+    for (int s = 0; s <= PROBE_S; s++) load[s] = s >= 20 ? 1.3 : s == 3 ? 1.1 : 1.0;
+    uint32_t home[PROBE_S + 1], ran[PROBE_S + 1], sw;
+    plan_loop(truth, load, ran, home, &sw);
     /* the probes in the quiet steps (all-device at 3, in the burst; every-2..-6 after it), all-device
      * re-probed at 21 and run again at 24 (5 % ahead beside home, but its level the median of that and
      * the burst's +4.5 %: within the hysteresis), taken after it (its levels: -5, -5, +4.5 %); all-cpu,

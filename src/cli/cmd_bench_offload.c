@@ -536,6 +536,25 @@ static void side_order(int *order, int np, uint64_t *seed)
     }
 }
 
+/* One step of s's engine: its stats into *st, its update phase into *t, its device updates into
+ * *ndev. 0, or 1 (printed, naming the policy and `phase`). */
+static int side_step(struct side *s, const struct mw_offload_hparams *hp, const char *phase,
+                     struct mw_offload_stats *st, double *t, int *ndev)
+{
+    mw_offload_stats_reset(s->e);
+    int e = mw_offload_step(s->e, hp);
+    if (e) {
+        char what[96];
+        snprintf(what, sizeof what, "offload step (%spolicy %s)", phase, s->name);
+        mw_cli_fail(what, e);
+        return 1;
+    }
+    mw_offload_stats_get(s->e, st);
+    *t = st->step_s;
+    *ndev = (int)st->dev_updates;
+    return 0;
+}
+
 /* The control rounds (--control C), after the timed ones: auto's engine and the best fixed policy's
  * both run the best's placement, C rounds in a shuffled order; their paired ratio is what the two
  * engines differ by when their plans do not (side_print divides auto's ratio by it).
@@ -572,18 +591,8 @@ static int side_control(struct side *x, int np, int C, uint64_t *seed, const str
         side_order(order, 2, seed);
         for (int j = 0; j < 2; j++) {
             struct side *s = &x[pair[order[j]]];
-            mw_offload_stats_reset(s->e);
-            int e = mw_offload_step(s->e, hp);
-            if (e) {
-                char what[80];
-                snprintf(what, sizeof what, "offload step (control, policy %s)", s->name);
-                mw_cli_fail(what, e);
-                return 1;
-            }
-            struct mw_offload_stats st;
-            mw_offload_stats_get(s->e, &st);
-            s->ctl[t] = st.step_s;
-            s->ctl_ndev[t] = (int)st.dev_updates;
+            struct mw_offload_stats st; /* s->st stays the timed rounds' last step (printed) */
+            if (side_step(s, hp, "control, ", &st, &s->ctl[t], &s->ctl_ndev[t])) return 1;
         }
     }
     return 0;
@@ -641,18 +650,7 @@ static int side_by_side(struct side *x, int np, const struct mw_offload_config *
         for (int j = 0; j < np && !rc; j++) {
             struct side *s = &x[order[j]];
             if (s->pruned) continue;
-            mw_offload_stats_reset(s->e);
-            int e = mw_offload_step(s->e, &hp);
-            if (e) {
-                char what[64];
-                snprintf(what, sizeof what, "offload step (policy %s)", s->name);
-                mw_cli_fail(what, e);
-                rc = 1;
-                break;
-            }
-            mw_offload_stats_get(s->e, &s->st);
-            s->t[r] = s->st.step_s;
-            s->ndev[r] = (int)s->st.dev_updates;
+            if ((rc = side_step(s, &hp, "", &s->st, &s->t[r], &s->ndev[r]))) break;
             s->ran += r >= W;
         }
         if (prune > 0 && r + 1 - W >= SIDE_PRUNE_AFTER) side_prune(x, np, W, r + 1, prune);

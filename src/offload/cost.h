@@ -122,6 +122,9 @@ void ofl_cost_learn_span(struct ofl_cost *c, struct mw_trace *tr, double measure
 /* Adds ratio r (> 0) to h; returns the median of its last OFL_COST_WINDOW ratios (1 when empty). */
 double ofl_cost_hist_add(struct ofl_cost_hist *h, double r);
 double ofl_cost_hist_median(const struct ofl_cost_hist *h);
+/* The median of a ring of n values written as h->r is (its last OFL_COST_WINDOW; the middle two's mean
+ * for an even count; 0 when n is 0): the log of ofl_cost_hist_median, and a plan count's level. */
+double ofl_cost_ring_median(const double *ring, uint32_t n);
 /* Forgets all but h's last ratio (none stays none). */
 void ofl_cost_hist_keep_last(struct ofl_cost_hist *h);
 
@@ -223,7 +226,7 @@ int ofl_plan_untried(const struct ofl_plan_sg *sg, uint32_t n, const double *rat
 int ofl_plan_switch(const struct ofl_plan_sg *sg, uint32_t n, const double *ratio, const struct ofl_plan_choice *cur,
                     const struct ofl_plan_choice *best);
 
-/* Auto's choice between steps (the engine keeps one; policy.c fills the plan ratios first). */
+/* Auto's choice between steps (the engine keeps one; policy.c adds each step's plan ratio to hist). */
 struct ofl_plan_auto {
     struct ofl_plan_choice cur;   /* the next step's plan */
     struct ofl_plan_choice home;  /* the plan auto settled on: the one a probe returns to */
@@ -238,7 +241,7 @@ struct ofl_plan_auto {
 };
 /* The plan of the step after step `now` into a->cur (and the fastest fixed policy into *best_fixed,
  * when not NULL), from the model's times sg[n] and the plan ratios (hist, ratio, tried: [n + 1], as
- * above; the ratios already hold what step `now` measured). At the first call (now 0): the best by
+ * above; hist already holds what step `now` measured). At the first call (now 0): the best by
  * the model. Otherwise home, or the best when ofl_plan_switch says so (the new home runs first);
  * or, from step 2 on, after a step of home, a probe, run for one step, then home for OFL_PLAN_BACK
  * steps before auto decides again, whatever the probe measured (a probe the ratios choose is taken
@@ -247,8 +250,9 @@ struct ofl_plan_auto {
  * times in a row, its ratios and home's kept); else the tie ofl_plan_untried finds, whose start
  * forgets its old ratios and all of home's but the last. So a probe is judged beside home's steps
  * just around it: the median of home's step before it and those after it (costplan.c: why); what it
- * measured there is added to its levels, and the ratios are ofl_plan_ratios_paired's (the ratio
- * array given is recomputed). After a move, the home left is the next probe (OFL_PLAN_VERIFY). */
+ * measured there is added to its levels, and ratio (out, [n + 1]) is made from hist: at the first
+ * call by ofl_plan_ratios, then by ofl_plan_ratios_paired. After a move, the home left is the next
+ * probe (OFL_PLAN_VERIFY). */
 #define OFL_PLAN_BACK 2
 /* A probe is taken (made home) only once it has been measured OFL_PLAN_TAKE_AFTER times: ahead by
  * the hysteresis after one step, it is probed again. Why: one step varies by 3-4 % on the 2-core

@@ -61,15 +61,17 @@ void ofl_cost_hist_keep_last(struct ofl_cost_hist *h)
     h->n = 1;
 }
 
-double ofl_cost_hist_median(const struct ofl_cost_hist *h)
+double ofl_cost_ring_median(const double *ring, uint32_t n)
 {
-    if (!h->n) return 1;
-    uint32_t m = MW_MIN(h->n, (uint32_t)OFL_COST_WINDOW);
+    uint32_t m = MW_MIN(n, (uint32_t)OFL_COST_WINDOW);
+    if (!m) return 0;
     double v[OFL_COST_WINDOW];
-    memcpy(v, h->r, m * sizeof *v);
+    memcpy(v, ring, m * sizeof *v);
     qsort(v, m, sizeof *v, cmp_d);
-    return exp(m % 2 ? v[m / 2] : 0.5 * (v[m / 2 - 1] + v[m / 2]));
+    return m % 2 ? v[m / 2] : 0.5 * (v[m / 2 - 1] + v[m / 2]);
 }
+
+double ofl_cost_hist_median(const struct ofl_cost_hist *h) { return h->n ? exp(ofl_cost_ring_median(h->r, h->n)) : 1; }
 
 void ofl_cost_learn_span(struct ofl_cost *c, struct mw_trace *tr, double measured_s, double simulated_s, uint64_t t)
 {

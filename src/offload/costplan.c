@@ -70,7 +70,6 @@
 #include "memwall/common.h"
 
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 
@@ -236,23 +235,9 @@ void ofl_plan_ratios(const struct ofl_cost_hist *hist, uint32_t n, double *ratio
     ratios_between(ratio, n, ratio); /* in place: known[d] is read before ratio[d] is written */
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* A count's level: the median of its last OFL_COST_WINDOW (the middle two's mean for an even count;
- * 0 without any): one probe caught by a burst is outvoted once the count has three. */
-static double level(const struct ofl_cost_hist *h)
-{
-    uint32_t m = MW_MIN(h->lvl_n, (uint32_t)OFL_COST_WINDOW);
-    if (!m) return 0;
-    double v[OFL_COST_WINDOW];
-    memcpy(v, h->lv, m * sizeof *v);
-    qsort(v, m, sizeof *v, cmp_double);
-    return m % 2 ? v[m / 2] : 0.5 * (v[m / 2 - 1] + v[m / 2]);
-}
+/* A count's level: the median of its last OFL_COST_WINDOW (0 without any): one probe caught by a
+ * burst is outvoted once the count has three. */
+static double level(const struct ofl_cost_hist *h) { return ofl_cost_ring_median(h->lv, h->lvl_n); }
 
 static void level_add(struct ofl_cost_hist *h, double x) { h->lv[h->lvl_n++ % OFL_COST_WINDOW] = x; }
 
@@ -360,6 +345,7 @@ void ofl_plan_next(struct ofl_plan_auto *a, const struct ofl_plan_sg *sg, uint32
 {
     struct ofl_plan_choice best, probe;
     if (!a->set) {
+        ofl_plan_ratios(hist, n, ratio);
         ofl_plan_best(sg, n, ratio, &best, best_fixed);
         a->home = best;
         level_add(&hist[best.ndev], 0); /* the first home: level 0, what the others are measured from */

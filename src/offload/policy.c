@@ -108,16 +108,15 @@ int ofl_policy_decide(struct mw_offload *e, uint32_t sg)
 
 static int64_t plan_ns(double s) { return s > 0 ? (s < 9e9 ? (int64_t)(s * 1e9) : (int64_t)9e18) : 0; }
 
-/* The plan ratios (cost.h, ofl_plan_predict) after a step run with `ndev` subgroups on the device that
- * took measured_s, simulated_s by the model; then each count's ratio: its own when it was run, else
- * the line between the nearest counts run on either side (ofl_plan_ratios). */
+/* The plan ratios' history (cost.h, ofl_plan_predict) after a step run with `ndev` subgroups on the
+ * device that took measured_s, simulated_s by the model (each count's ratio is made from the
+ * histories by ofl_plan_next). */
 static void plan_ratios(struct mw_offload *e, uint32_t ndev, double measured_s, double simulated_s)
 {
     if (measured_s > 0 && simulated_s > 0) {
         ofl_cost_hist_add(&e->plan_hist[ndev], measured_s / simulated_s);
         e->plan_hist[ndev].at = e->committed;
     }
-    ofl_plan_ratios(e->plan_hist, e->nsg, e->plan_ratio);
 }
 
 /* The corrected model's times for the next step, and what the last one taught beyond the components:
